@@ -1,0 +1,5 @@
+import sys
+
+from jfed.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,413 @@
+"""Modulated learning: private single-sample regression (specs/modulated.md).
+
+Each client holds one record ``(x_i, y_i)`` and, per round, sends
+
+    z_i = alpha x_i + (beta / sqrt(k)) sum_j cos(omega <v_j, x_i> + phi_ij) v_j + sigma xi_i
+
+with fresh uniform phases ``phi_ij`` and ``xi_i ~ N(0, I_d)``. The server only needs the sums
+``sum z z^T`` and ``sum z y`` and removes the bias of the map:
+
+    S_hat = (Sigma_tilde - beta^2/(2k) P - sigma^2 I) / alpha^2,   b_hat = sum z y / (n alpha)
+
+(``Sigma_tilde = sum z z^T / n``, ``P = V V^T``) so that ``E[S_hat] = S`` and ``E[b_hat] = b``.
+Privacy protects the feature vector ``x_i`` (the response ``y_i`` is public, as in the paper): the
+noise-free map is ``L = alpha + beta omega / sqrt(k)``-Lipschitz, so one round is the Gaussian
+mechanism with L2 sensitivity ``L D`` (``D = 2 C`` for features clipped to radius ``C``).
+
+Two estimators share the client map:
+
+- :class:`Iterative` (T rounds): fresh random directions each round, projected gradient steps
+  ``theta <- Proj_B(theta - eta_t (S_hat theta - b_hat))`` with ``eta_t = c / max(lambda_max(
+  S_hat^+), floor)``; returns the last iterate and the iterate average.
+- :class:`OneShot` (one round): ``theta = (S_hat + lambda I)^{-1} b_hat``, and the same with
+  ``S_hat`` replaced by its PSD part.
+
+References:
+  specs/modulated.md; seed 001 ("Modulated learning for private and distributed regression with
+  just a single sample per client device").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jfed import privacy
+from jfed._validation import (
+    check_int_range,
+    check_nonnegative,
+    check_orthonormal,
+    check_positive,
+)
+from jfed.algorithms.linear import (
+    SecondMoments,
+    clip_to_ball,
+    project_to_ball,
+    psd_part,
+    second_moments,
+)
+
+PROTECTED = "one client's feature vector x_i (responses y_i treated as public)"
+TRUST_MODEL = "local DP: untrusted server; each client randomizes its own message"
+ACCOUNTANTS = ("zcdp", "classic")
+
+
+class Hyperparams(NamedTuple):
+    """Traced parameters of a modulated run (f32 scalars unless said).
+
+    Attributes:
+      alpha: signal amplitude (> 0).
+      beta: modulation amplitude (>= 0).
+      omega: modulation frequency (>= 0).
+      noise_std: Gaussian noise ``sigma`` per coordinate (>= 0; 0 only for non-private checks).
+      clip_norm: feature clipping radius ``C`` (> 0).
+      radius: projection radius ``B`` of the iterate (iterative estimator).
+      step_scale: ``c`` in the adaptive step ``c / max(lambda_max(S_hat^+), floor)``.
+      step_floor: the floor of that rule (> 0).
+      ridge: ``lambda`` of the one-shot ridge solve (>= 0).
+      directions: optional fixed orthonormal ``V: f32[d, k]``; ``None`` draws fresh random
+        directions every round from the server key.
+    """
+
+    alpha: jax.Array
+    beta: jax.Array
+    omega: jax.Array
+    noise_std: jax.Array
+    clip_norm: jax.Array
+    radius: jax.Array
+    step_scale: jax.Array
+    step_floor: jax.Array
+    ridge: jax.Array
+    directions: jax.Array | None = None
+
+
+def hyperparams(
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.5,
+    omega: float = 1.0,
+    noise_std: float = 0.0,
+    clip_norm: float = 3.0,
+    radius: float = 10.0,
+    step_scale: float = 0.8,
+    step_floor: float = 1e-3,
+    ridge: float = 1.0,
+    directions: np.ndarray | None = None,
+) -> Hyperparams:
+    """Validated :class:`Hyperparams` (host floats in, f32 device scalars out).
+
+    Defaults: alpha 1, beta 0.5, omega 1 (so L = 1.5 for k = 1), radius 10, step scale 0.8 and
+    ridge 1.0 (the paper's tuned values on Fair); ``noise_std`` normally comes from
+    :func:`calibrate`.
+    """
+    values = dict(
+        alpha=check_positive("alpha", alpha),
+        beta=check_nonnegative("beta", beta),
+        omega=check_nonnegative("omega", omega),
+        noise_std=check_nonnegative("noise_std", noise_std),
+        clip_norm=check_positive("clip_norm", clip_norm),
+        radius=check_positive("radius", radius),
+        step_scale=check_positive("step_scale", step_scale),
+        step_floor=check_positive("step_floor", step_floor),
+        ridge=check_nonnegative("ridge", ridge),
+    )
+    fixed = None
+    if directions is not None:
+        fixed = jnp.asarray(check_orthonormal("directions", directions), jnp.float32)
+    return Hyperparams(**{k: jnp.float32(v) for k, v in values.items()}, directions=fixed)
+
+
+# ----------------------------------------------------------------------------- privacy (host)
+
+
+def lipschitz_constant(alpha: float, beta: float, omega: float, directions: int) -> float:
+    """Lipschitz constant ``L = alpha + beta omega / sqrt(k)`` of the noise-free client map."""
+    alpha = check_positive("alpha", alpha)
+    beta = check_nonnegative("beta", beta)
+    omega = check_nonnegative("omega", omega)
+    directions = check_int_range("directions", directions, 1, 10**9)
+    return alpha + beta * omega / math.sqrt(directions)
+
+
+def sensitivity(
+    alpha: float,
+    beta: float,
+    omega: float,
+    directions: int,
+    clip_norm: float,
+    adjacency_diameter: float | None = None,
+) -> float:
+    """L2 sensitivity ``L * D`` of one message, with ``D = 2 C`` unless given explicitly."""
+    lipschitz = lipschitz_constant(alpha, beta, omega, directions)
+    clip_norm = check_positive("clip_norm", clip_norm)
+    if adjacency_diameter is None:
+        diameter = 2.0 * clip_norm
+    else:
+        diameter = check_positive("adjacency_diameter", adjacency_diameter)
+        if diameter > 2.0 * clip_norm:
+            raise ValueError(
+                f"expected adjacency_diameter <= 2 * clip_norm = {2 * clip_norm}, "
+                f"got adjacency_diameter={diameter}"
+            )
+    return lipschitz * diameter
+
+
+def calibrate(
+    epsilon: float,
+    delta: float,
+    rounds: int,
+    message_sensitivity: float,
+    accountant: str = "zcdp",
+) -> tuple[float, privacy.PrivacyGuarantee]:
+    """Noise ``sigma`` per round so that ``rounds`` full-participation rounds are (eps, delta)-LDP.
+
+    Args:
+      epsilon: target eps (> 0).
+      delta: target delta in (0, 1).
+      rounds: number of releases per client (T for the iterative estimator, 1 for one-shot).
+      message_sensitivity: L2 sensitivity of one message (:func:`sensitivity`).
+      accountant: ``"zcdp"`` (default; rho adds over rounds, converted once) or ``"classic"``
+        (Dwork-Roth Gaussian per round at (eps/T, delta/T), basic composition; eps/T < 1 needed).
+
+    Returns:
+      ``(noise_std, guarantee)``.
+    """
+    epsilon = check_positive("epsilon", epsilon)
+    rounds = check_int_range("rounds", rounds, 1, 10**9)
+    if accountant == "zcdp":
+        noise_std = float(
+            privacy.calibrate_gaussian(message_sensitivity, epsilon, delta, compositions=rounds)
+        )
+        rho = float(rounds * privacy.gaussian_rho(message_sensitivity, noise_std))
+        spent = float(privacy.epsilon_from_rho(rho, delta))
+        notion, name = "local (eps, delta)-DP via zCDP", "zcdp"
+    elif accountant == "classic":
+        noise_std = privacy.classic_gaussian_noise(
+            message_sensitivity, epsilon / rounds, delta / rounds
+        )
+        rho, spent = None, epsilon
+        notion, name = "local (eps, delta)-DP", "classic-gaussian+basic-composition"
+    else:
+        raise ValueError(f"unknown accountant {accountant!r}; expected one of {ACCOUNTANTS}")
+    guarantee = privacy.PrivacyGuarantee(
+        epsilon=spent,
+        delta=float(delta),
+        accountant=name,
+        notion=notion,
+        protected=PROTECTED,
+        trust_model=TRUST_MODEL,
+        rho=rho,
+    )
+    return noise_std, guarantee
+
+
+# ----------------------------------------------------------------------------- client (one)
+
+
+class Broadcast(NamedTuple):
+    """What the server sends each round: the public map parameters and directions."""
+
+    directions: jax.Array  # V: f32[d, k]
+    alpha: jax.Array
+    beta: jax.Array
+    omega: jax.Array
+    noise_std: jax.Array
+    clip_norm: jax.Array
+
+
+def encode(broadcast: Broadcast, x: jax.Array, phases: jax.Array, noise: jax.Array) -> jax.Array:
+    """The client map with its randomness given: ``z: f32[d]`` from ``x: f32[d]``,
+    ``phases: f32[k]`` in [0, 2 pi) and standard normal ``noise: f32[d]``."""
+    V = broadcast.directions
+    k = V.shape[1]
+    modulation = jnp.cos(broadcast.omega * (V.T @ x) + phases)
+    return (
+        broadcast.alpha * x
+        + (broadcast.beta / math.sqrt(k)) * (V @ modulation)
+        + broadcast.noise_std * noise
+    )
+
+
+def client_message(
+    broadcast: Broadcast, record: tuple[jax.Array, jax.Array], key: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One client's message ``(z: f32[d], y: f32[], clipped: f32[])``.
+
+    The feature vector is clipped to ``clip_norm`` first; ``clipped`` counts that (a simulation
+    diagnostic, not part of the private transcript).
+    """
+    x, y = record
+    x, clipped = clip_to_ball(x, broadcast.clip_norm)
+    phase_key, noise_key = jax.random.split(key)
+    k = broadcast.directions.shape[1]
+    phases = jax.random.uniform(phase_key, (k,), maxval=2.0 * jnp.pi)
+    noise = jax.random.normal(noise_key, x.shape)
+    return encode(broadcast, x, phases, noise), y, clipped
+
+
+# ----------------------------------------------------------------------------- server
+
+
+def random_directions(key: jax.Array, dim: int, k: int) -> jax.Array:
+    """Haar-random orthonormal ``V: f32[d, k]`` (QR of a Gaussian matrix, signs fixed)."""
+    q, r = jnp.linalg.qr(jax.random.normal(key, (dim, k)))
+    return q * jnp.sign(jnp.diagonal(r))
+
+
+def debias(stats: SecondMoments, broadcast: Broadcast) -> tuple[jax.Array, jax.Array]:
+    """Unbiased ``(S_hat: f32[d, d], b_hat: f32[d])`` from the summed messages of one round."""
+    V = broadcast.directions
+    dim, k = V.shape
+    n = stats.count
+    sigma_tilde = stats.zz / n
+    S_hat = (
+        sigma_tilde
+        - (broadcast.beta**2 / (2.0 * k)) * (V @ V.T)
+        - broadcast.noise_std**2 * jnp.eye(dim, dtype=V.dtype)
+    ) / broadcast.alpha**2
+    b_hat = stats.zy / (n * broadcast.alpha)
+    return S_hat, b_hat
+
+
+def gradient_estimate(S_hat: jax.Array, b_hat: jax.Array, theta: jax.Array) -> jax.Array:
+    """``g_hat(theta) = S_hat theta - b_hat``, unbiased for the least-squares gradient."""
+    return S_hat @ theta - b_hat
+
+
+class State(NamedTuple):
+    """Server state of the iterative estimator.
+
+    Attributes:
+      theta: ``f32[d]``, the current (last) iterate.
+      theta_sum: ``f32[d]``, sum of the iterates after each round (for the average).
+      rounds_done: ``i32[]``.
+      hyperparams: the run's :class:`Hyperparams` (carried, unchanged).
+    """
+
+    theta: jax.Array
+    theta_sum: jax.Array
+    rounds_done: jax.Array
+    hyperparams: Hyperparams
+
+    @property
+    def theta_average(self) -> jax.Array:
+        return self.theta_sum / jnp.maximum(self.rounds_done, 1)
+
+
+class RoundInfo(NamedTuple):
+    """Per-round diagnostics (each gains a leading ``rounds`` axis in a run).
+
+    Attributes:
+      theta: ``f32[d]``, the estimate after this round.
+      step_size: ``f32[]``, eta_t (iterative) or 0 (one-shot).
+      lambda_max: ``f32[]``, largest eigenvalue of the PSD part of S_hat.
+      clipped_fraction: ``f32[]``, fraction of clients whose features were clipped.
+    """
+
+    theta: jax.Array
+    step_size: jax.Array
+    lambda_max: jax.Array
+    clipped_fraction: jax.Array
+
+
+def _broadcast(hp: Hyperparams, key: jax.Array, dim: int, k: int) -> Broadcast:
+    V = hp.directions if hp.directions is not None else random_directions(key, dim, k)
+    return Broadcast(V, hp.alpha, hp.beta, hp.omega, hp.noise_std, hp.clip_norm)
+
+
+def _check_config(dim: int, directions: int) -> None:
+    check_int_range("dim", dim, 1, 10**6)
+    check_int_range("directions", directions, 1, dim)
+
+
+@dataclass(frozen=True)
+class Iterative:
+    """The iterative modulated estimator (T rounds of projected debiased gradient descent).
+
+    Attributes:
+      dim: feature dimension d.
+      directions: number k of modulation directions, 1 <= k <= d.
+
+    Example:
+      >>> algorithm = Iterative(dim=8, directions=1)
+      >>> hp = hyperparams(noise_std=sigma)           # sigma from calibrate(...)
+      >>> state, infos = jfed.engine.simulate(algorithm, task.train, hp, key, rounds=10)
+    """
+
+    dim: int
+    directions: int = 1
+
+    def __post_init__(self) -> None:
+        _check_config(self.dim, self.directions)
+
+    def init(self, hp: Hyperparams, key: jax.Array) -> State:
+        del key
+        zeros = jnp.zeros(self.dim, jnp.float32)
+        return State(zeros, zeros, jnp.int32(0), hp)
+
+    def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
+        hp = state.hyperparams
+        broadcast = _broadcast(hp, key, self.dim, self.directions)
+        stats = clients(client_message, broadcast, second_moments)
+        S_hat, b_hat = debias(stats, broadcast)
+        lambda_max = jnp.maximum(jnp.linalg.eigvalsh(S_hat)[-1], 0.0)
+        step_size = hp.step_scale / jnp.maximum(lambda_max, hp.step_floor)
+        theta = project_to_ball(
+            state.theta - step_size * gradient_estimate(S_hat, b_hat, state.theta), hp.radius
+        )
+        new_state = State(theta, state.theta_sum + theta, state.rounds_done + 1, hp)
+        info = RoundInfo(theta, step_size, lambda_max, stats.clipped / stats.count)
+        return new_state, info
+
+
+class OneShotState(NamedTuple):
+    """Result of the one-shot estimator.
+
+    Attributes:
+      theta: ``f32[d]``, ``(S_hat + lambda I)^{-1} b_hat``.
+      theta_psd: ``f32[d]``, the same with ``S_hat`` replaced by its PSD part.
+      hyperparams: the run's :class:`Hyperparams`.
+    """
+
+    theta: jax.Array
+    theta_psd: jax.Array
+    hyperparams: Hyperparams
+
+
+@dataclass(frozen=True)
+class OneShot:
+    """The one-shot modulated ridge estimator (a single private release; run it for 1 round).
+
+    Attributes:
+      dim: feature dimension d.
+      directions: number k of modulation directions, 1 <= k <= d.
+    """
+
+    dim: int
+    directions: int = 1
+
+    def __post_init__(self) -> None:
+        _check_config(self.dim, self.directions)
+
+    def init(self, hp: Hyperparams, key: jax.Array) -> OneShotState:
+        del key
+        zeros = jnp.zeros(self.dim, jnp.float32)
+        return OneShotState(zeros, zeros, hp)
+
+    def round(self, state: OneShotState, key: jax.Array, clients):
+        hp = state.hyperparams
+        broadcast = _broadcast(hp, key, self.dim, self.directions)
+        stats = clients(client_message, broadcast, second_moments)
+        S_hat, b_hat = debias(stats, broadcast)
+        ridge = hp.ridge * jnp.eye(self.dim, dtype=S_hat.dtype)
+        theta = jnp.linalg.solve(S_hat + ridge, b_hat)
+        S_psd = psd_part(S_hat)
+        theta_psd = jnp.linalg.solve(S_psd + ridge, b_hat)
+        lambda_max = jnp.linalg.eigvalsh(S_psd)[-1]
+        info = RoundInfo(theta, jnp.float32(0.0), lambda_max, stats.clipped / stats.count)
+        return OneShotState(theta, theta_psd, hp), info

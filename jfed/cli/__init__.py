@@ -1,0 +1,1 @@
+"""The ``jfed`` command-line interface."""

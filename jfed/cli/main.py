@@ -1,0 +1,156 @@
+"""The ``jfed`` command.
+
+    jfed run modulated --dataset fair --epsilon 1 --delta 1e-5 --rounds 10 --estimator iterative
+    jfed run dpsgd --dataset fair --epsilon 1
+    jfed run ols --synthetic --clients 1000000 --dim 10
+    jfed datasets
+
+Bad input prints one line (``jfed: error: ...``) and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULTS = dict(epsilon=1.0, delta=1e-5, rounds=10, seed=0)
+
+
+def _common(parser: argparse.ArgumentParser, private: bool = True) -> None:
+    data = parser.add_argument_group("data")
+    data.add_argument("--dataset", default="fair", help="real task name (see `jfed datasets`)")
+    data.add_argument(
+        "--synthetic", action="store_true", help="procedural linear clients generated on device"
+    )
+    data.add_argument("--clients", type=int, default=100_000, help="--synthetic: number n")
+    data.add_argument("--dim", type=int, default=10, help="--synthetic: dimension d")
+    run = parser.add_argument_group("run")
+    if private:
+        run.add_argument("--epsilon", type=float, default=DEFAULTS["epsilon"], help="target eps")
+        run.add_argument("--delta", type=float, default=DEFAULTS["delta"], help="target delta")
+        run.add_argument("--rounds", type=int, default=DEFAULTS["rounds"], help="rounds T")
+        run.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="run seed")
+    run.add_argument(
+        "--block-size", type=int, default=65_536, help="clients per streaming step (65536)"
+    )
+    run.add_argument("--chunk-size", type=int, default=4_096, help="clients vmapped at once (4096)")
+    run.add_argument("--json", metavar="PATH", help="write the JSON record to PATH ('-': stdout)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jfed", description="Differentially private federated learning simulator."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run one configuration of an algorithm")
+    algorithms = run.add_subparsers(dest="algorithm", required=True)
+
+    mod = algorithms.add_parser(
+        "modulated", help="modulated single-sample regression (local DP on features)"
+    )
+    _common(mod)
+    method = mod.add_argument_group("method (defaults in parentheses)")
+    method.add_argument("--estimator", choices=("iterative", "one-shot"), default="iterative")
+    method.add_argument("--alpha", type=float, default=1.0, help="signal amplitude (1.0)")
+    method.add_argument("--beta", type=float, default=0.5, help="modulation amplitude (0.5)")
+    method.add_argument("--omega", type=float, default=1.0, help="modulation frequency (1.0)")
+    method.add_argument(
+        "--directions", type=int, default=1, help="number k of modulation directions (1)"
+    )
+    method.add_argument("--clip", type=float, default=3.0, help="feature clip radius C (3.0)")
+    method.add_argument(
+        "--adjacency-diameter", type=float, default=None, help="adjacency diameter D (2C)"
+    )
+    method.add_argument("--radius", type=float, default=10.0, help="projection radius B (10)")
+    method.add_argument("--ridge", type=float, default=1.0, help="one-shot ridge lambda (1.0)")
+    method.add_argument(
+        "--step-scale", type=float, default=0.8, help="iterative step scale c (0.8)"
+    )
+    method.add_argument("--psd", action="store_true", help="one-shot: solve with PSD part")
+    method.add_argument("--accountant", choices=("zcdp", "classic"), default="zcdp")
+
+    sgd = algorithms.add_parser("dpsgd", help="DP-SGD FedAvg, one sample per client")
+    _common(sgd)
+    method = sgd.add_argument_group("method (defaults in parentheses)")
+    method.add_argument("--clip", type=float, default=2.0, help="gradient clip norm G (2.0)")
+    method.add_argument("--learning-rate", type=float, default=0.1, help="server step (0.1)")
+    method.add_argument("--radius", type=float, default=10.0, help="projection radius B (10)")
+
+    least = algorithms.add_parser("ols", help="non-private least squares (reference)")
+    _common(least, private=False)
+
+    commands.add_parser("datasets", help="list the built-in real data sets")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> dict:
+    from jfed import run as runner
+    from jfed.engine import ExecutionPlan
+
+    plan = ExecutionPlan(block_size=args.block_size, chunk_size=args.chunk_size)
+    task = runner.load_task(args.dataset, args.synthetic, args.clients, args.dim)
+    if args.algorithm == "ols":
+        return runner.run_ols(task, plan)
+    if args.algorithm == "dpsgd":
+        return runner.run_dpsgd(
+            task,
+            args.epsilon,
+            args.delta,
+            args.rounds,
+            args.clip,
+            args.learning_rate,
+            args.radius,
+            args.seed,
+            plan,
+        )
+    settings = runner.ModulatedSettings(
+        estimator=args.estimator,
+        alpha=args.alpha,
+        beta=args.beta,
+        omega=args.omega,
+        directions=args.directions,
+        clip=args.clip,
+        radius=args.radius,
+        ridge=args.ridge,
+        step_scale=args.step_scale,
+        psd=args.psd,
+        accountant=args.accountant,
+        adjacency_diameter=args.adjacency_diameter,
+    )
+    return runner.run_modulated(
+        task, args.epsilon, args.delta, args.rounds, settings, args.seed, plan
+    )
+
+
+def _datasets() -> None:
+    from jfed.data import available_datasets
+    from jfed.data.regression import _LOADERS
+
+    for name in available_datasets():
+        _, _, info = _LOADERS[name]()
+        print(f"{name:16s} target={info.target:12s} d={len(info.features):2d}  {info.description}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "datasets":
+            _datasets()
+            return 0
+        record = _run(args)
+    except ValueError as error:
+        print(f"jfed: error: {error}", file=sys.stderr)
+        return 2
+    from jfed import run as runner
+    from jfed.report import write
+
+    if args.json != "-":
+        print(runner.summary_line(record))
+    if args.json:
+        write(record, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

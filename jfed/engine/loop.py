@@ -1,0 +1,106 @@
+"""Rounds as one ``lax.scan``: a whole simulated run is one jitted program."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jfed.data.population import Population
+from jfed.engine.aggregate import ClientFn, Statistic, aggregate, sum_messages
+from jfed.engine.keys import round_key, run_streams
+from jfed.engine.plan import ExecutionPlan
+
+PyTree = Any
+
+
+class Clients(Protocol):
+    """What a round sees of the clients: one call that runs them all and returns the reduction."""
+
+    def __call__(
+        self, client_fn: ClientFn, broadcast: PyTree, statistic: Statistic = sum_messages
+    ) -> PyTree: ...
+
+
+class Algorithm(Protocol):
+    """A federated algorithm: ``init`` + ``round``, pure and jittable.
+
+    The algorithm object itself holds only static configuration (hashable, e.g. a frozen
+    dataclass of ints): numbers that vary across a sweep (noise scales, step sizes) live in the
+    ``hyperparams`` pytree and then in the state, so they are traced, not compiled in.
+    """
+
+    def init(self, hyperparams: PyTree, key: jax.Array) -> PyTree:
+        """The server state before round 0."""
+        ...
+
+    def round(self, state: PyTree, key: jax.Array, clients: Clients) -> tuple[PyTree, PyTree]:
+        """One round: ``key`` is the server's key for this round; ``clients(client_fn, broadcast,
+        statistic)`` runs ``client_fn`` on every client and returns the summed statistic."""
+        ...
+
+
+def simulate(
+    algorithm: Algorithm,
+    population: Population,
+    hyperparams: PyTree,
+    key: jax.Array,
+    rounds: int,
+    plan: ExecutionPlan | None = None,
+) -> tuple[PyTree, PyTree]:
+    """Run ``rounds`` rounds of ``algorithm`` on ``population`` as one jitted program.
+
+    Args:
+      algorithm: static algorithm object (``init`` + ``round``).
+      population: the clients.
+      hyperparams: traced hyper-parameters (e.g. a NamedTuple of f32 scalars).
+      key: the run key; see :mod:`jfed.engine.keys` for how it is split.
+      rounds: number of rounds T >= 1 (static).
+      plan: batching plan (default :class:`ExecutionPlan`); shrunk to fit small populations.
+
+    Returns:
+      ``(final_state, infos)`` where every leaf of ``infos`` has a leading axis of length
+      ``rounds`` (the per-round diagnostics).
+    """
+    if int(rounds) != rounds or rounds < 1:
+        raise ValueError(f"expected rounds >= 1 (integer), got rounds={rounds}")
+    plan = (plan or ExecutionPlan()).fitted(population.n_clients)
+    return _simulate(algorithm, population, hyperparams, key, int(rounds), plan)
+
+
+@partial(jax.jit, static_argnames=("algorithm", "rounds", "plan"))
+def _simulate(
+    algorithm: Algorithm,
+    population: Population,
+    hyperparams: PyTree,
+    key: jax.Array,
+    rounds: int,
+    plan: ExecutionPlan,
+) -> tuple[PyTree, PyTree]:
+    return run_rounds(algorithm, population, hyperparams, key, rounds, plan)
+
+
+def run_rounds(
+    algorithm: Algorithm,
+    population: Population,
+    hyperparams: PyTree,
+    key: jax.Array,
+    rounds: int,
+    plan: ExecutionPlan,
+) -> tuple[PyTree, PyTree]:
+    """The traceable body of :func:`simulate` (for callers that vmap or jit it themselves)."""
+    init_key, server_root, client_root = run_streams(key)
+    state = algorithm.init(hyperparams, init_key)
+
+    def one_round(state: PyTree, t: jax.Array) -> tuple[PyTree, PyTree]:
+        round_client_root = round_key(client_root, t)
+
+        def clients(client_fn, broadcast, statistic=sum_messages):
+            return aggregate(client_fn, broadcast, population, round_client_root, plan, statistic)
+
+        return algorithm.round(state, round_key(server_root, t), clients)
+
+    return lax.scan(one_round, state, jnp.arange(rounds, dtype=jnp.int32))

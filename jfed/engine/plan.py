@@ -1,0 +1,67 @@
+"""How clients are batched and placed: block size, reduction chunk, device mesh."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+CLIENT_AXIS = "clients"
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """Batching of the client axis. Changes speed and memory, never results (see below).
+
+    Attributes:
+      block_size: clients handled per streaming step, a multiple of ``chunk_size``; blocks are the
+        unit of sharding (each device gets a contiguous range of blocks). Results are
+        bit-identical for every block size.
+      chunk_size: clients vmapped at once (the vector width): peak memory of a round is
+        ``O(chunk_size * d + d^2)``. Chunks are reduced one after another in client order. A
+        different ``chunk_size`` changes float rounding only (XLA vectorises at another width).
+      mesh: optional 1-D ``jax.sharding.Mesh`` with axis ``"clients"``; blocks are split over its
+        devices and the partial statistics summed across them (float order then differs from the
+        1-device run, by rounding only).
+    """
+
+    block_size: int = 65_536
+    chunk_size: int = 4_096
+    mesh: Mesh | None = None
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise ValueError(f"expected chunk_size >= 1, got chunk_size={self.chunk_size}")
+        if self.block_size < 1 or self.block_size % self.chunk_size:
+            raise ValueError(
+                f"expected block_size a positive multiple of chunk_size={self.chunk_size}, "
+                f"got block_size={self.block_size}"
+            )
+        if self.mesh is not None and self.mesh.axis_names != (CLIENT_AXIS,):
+            raise ValueError(
+                f"expected a 1-D mesh with axis names ({CLIENT_AXIS!r},), "
+                f"got {self.mesh.axis_names}"
+            )
+
+    @property
+    def n_shards(self) -> int:
+        return 1 if self.mesh is None else self.mesh.devices.size
+
+    def fitted(self, n_clients: int) -> ExecutionPlan:
+        """The same plan with the block shrunk (to a multiple of the chunk) for small populations,
+        so 500 clients are not padded to a whole block. Results are unchanged by design."""
+        per_shard = -(-n_clients // self.n_shards)
+        chunks = max(1, -(-per_shard // self.chunk_size))
+        block = min(self.block_size, chunks * self.chunk_size)
+        return ExecutionPlan(block, self.chunk_size, self.mesh)
+
+
+def client_mesh(n_devices: int | None = None) -> Mesh:
+    """A 1-D mesh named ``"clients"`` over the first ``n_devices`` devices (default: all)."""
+    devices = jax.devices()
+    n_devices = len(devices) if n_devices is None else n_devices
+    if not 1 <= n_devices <= len(devices):
+        raise ValueError(f"expected n_devices in [1, {len(devices)}], got n_devices={n_devices}")
+    return Mesh(np.array(devices[:n_devices]), (CLIENT_AXIS,))

@@ -1,0 +1,127 @@
+"""Engine: block-size invariance (bit-identical), determinism, 8-device sharding, one compile."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jfed.algorithms import modulated
+from jfed.algorithms.linear import second_moments
+from jfed.data import ArrayClients, SyntheticLinear
+from jfed.engine import ExecutionPlan, aggregate, client_mesh, simulate
+from jfed.engine.loop import _simulate
+
+N_CLIENTS, DIM = 10_007, 5  # not a multiple of any block: padding is exercised
+
+
+@pytest.fixture(scope="module")
+def population():
+    return SyntheticLinear.create(jax.random.key(0), N_CLIENTS, DIM)
+
+
+def _run(population, plan, seed=1, rounds=3):
+    hp = modulated.hyperparams(noise_std=2.0, directions=None)
+    algorithm = modulated.Iterative(DIM, directions=2)
+    return simulate(algorithm, population, hp, jax.random.key(seed), rounds, plan)
+
+
+def _leaves_equal(a, b) -> bool:
+    return all(
+        bool(jnp.array_equal(x, y))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
+def test_block_size_invariance_is_bit_identical(population):
+    reference = _run(population, ExecutionPlan(block_size=256, chunk_size=256))
+    for block in (512, 1024, 768, 4096, 16_384):
+        result = _run(population, ExecutionPlan(block_size=block, chunk_size=256))
+        assert _leaves_equal(result, reference), f"block_size={block} changed the result"
+
+
+def test_chunk_size_changes_only_rounding(population):
+    a = _run(population, ExecutionPlan(block_size=1024, chunk_size=256))[0].theta
+    b = _run(population, ExecutionPlan(block_size=1024, chunk_size=512))[0].theta
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_deterministic_for_a_seed_and_different_across_seeds(population):
+    plan = ExecutionPlan(block_size=1024, chunk_size=256)
+    assert _leaves_equal(_run(population, plan, seed=5), _run(population, plan, seed=5))
+    assert not _leaves_equal(_run(population, plan, seed=5), _run(population, plan, seed=6))
+
+
+def test_array_clients_are_block_invariant_too():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(1_001, DIM)), rng.normal(size=1_001)
+    population = ArrayClients.from_numpy(X, y)
+    results = [
+        _run(population, ExecutionPlan(block_size=b, chunk_size=128)) for b in (128, 384, 1024)
+    ]
+    assert _leaves_equal(results[0], results[1]) and _leaves_equal(results[0], results[2])
+
+
+def test_eight_device_sharding_matches_one_device(population):
+    assert len(jax.devices()) >= 8, "conftest forces 8 CPU devices"
+    one = ExecutionPlan(block_size=256, chunk_size=256)
+    eight = ExecutionPlan(block_size=256, chunk_size=256, mesh=client_mesh(8))
+    hp = modulated.hyperparams(noise_std=2.0)
+    V = modulated.random_directions(jax.random.key(9), DIM, 2)
+    broadcast = modulated.Broadcast(V, hp.alpha, hp.beta, hp.omega, hp.noise_std, hp.clip_norm)
+
+    def stats(plan):
+        fn = jax.jit(
+            lambda key: aggregate(
+                modulated.client_message, broadcast, population, key, plan, second_moments
+            )
+        )
+        return fn(jax.random.key(4))
+
+    s1, s8 = stats(one), stats(eight)
+    assert float(s1.count) == float(s8.count) == N_CLIENTS
+    # Both runs add the same per-chunk sums in float32, in a different grouping. Recursive
+    # summation of m terms errs by at most (m - 1) u sum|terms| (u = 2^-24), so the two differ
+    # by at most 2 (m - 1) u sum|terms|, with m the number of chunks.
+    chunks = -(-N_CLIENTS // 256)
+    u = np.finfo(np.float32).eps / 2
+    bound = 2 * (chunks - 1) * u * np.abs(np.asarray(s1.zz)).sum() + 1e-6
+    assert np.abs(np.asarray(s1.zz) - np.asarray(s8.zz)).max() <= bound
+    assert not np.array_equal(np.asarray(s1.zz), np.zeros_like(s1.zz))
+    # The whole run: the rounding-level differences propagate through 3 well-conditioned rounds.
+    theta1 = _run(population, one)[0].theta
+    theta8 = _run(population, eight)[0].theta
+    np.testing.assert_allclose(theta1, theta8, rtol=1e-4, atol=1e-5)
+
+
+def test_one_compile_serves_many_noise_scales(population):
+    plan = ExecutionPlan(block_size=1024, chunk_size=256)
+    algorithm = modulated.Iterative(DIM)
+    simulate(
+        algorithm, population, modulated.hyperparams(noise_std=1.0), jax.random.key(0), 2, plan
+    )
+    before = _simulate._cache_size()
+    for sigma in (0.5, 2.0, 8.0):
+        simulate(
+            algorithm,
+            population,
+            modulated.hyperparams(noise_std=sigma),
+            jax.random.key(0),
+            2,
+            plan,
+        )
+    assert _simulate._cache_size() == before
+
+
+def test_procedural_population_holds_no_per_client_array():
+    huge = SyntheticLinear.create(jax.random.key(0), 10**8, DIM)
+    sizes = [np.size(leaf) for leaf in jax.tree.leaves(huge)]
+    assert max(sizes) <= DIM
+    X, y = huge.records(jnp.array([0, 99_999_999]))
+    assert X.shape == (2, DIM) and y.shape == (2,) and np.all(np.isfinite(np.asarray(X)))
+
+
+def test_plan_validation():
+    with pytest.raises(ValueError, match="block_size a positive multiple of chunk_size"):
+        ExecutionPlan(block_size=300, chunk_size=256)
+    assert ExecutionPlan(block_size=16_384, chunk_size=512).fitted(1000).block_size == 1024
+    assert ExecutionPlan().fitted(10**6).block_size == ExecutionPlan().block_size
