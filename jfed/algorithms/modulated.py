@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfed import privacy
+from jfed._random import normals_and_uniforms
 from jfed._validation import (
     check_int_range,
     check_nonnegative,
@@ -243,11 +244,9 @@ def client_message(
     """
     x, y = record
     x, clipped = clip_to_ball(x, broadcast.clip_norm)
-    phase_key, noise_key = jax.random.split(key)
     k = broadcast.directions.shape[1]
-    phases = jax.random.uniform(phase_key, (k,), maxval=2.0 * jnp.pi)
-    noise = jax.random.normal(noise_key, x.shape)
-    return encode(broadcast, x, phases, noise), y, clipped
+    noise, unit = normals_and_uniforms(key, x.shape[0], k)
+    return encode(broadcast, x, 2.0 * jnp.pi * unit, noise), y, clipped
 
 
 # ----------------------------------------------------------------------------- server

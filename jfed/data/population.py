@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfed._random import normals_and_uniforms
 from jfed._validation import check_finite_array, check_int_range, check_nonnegative
 
 Record = tuple[jax.Array, jax.Array]
@@ -112,9 +113,11 @@ class SyntheticLinear:
 
     def record(self, client_id: jax.Array) -> Record:
         """The record ``(x: f32[d], y: f32[])`` of one client."""
-        feature_key, noise_key = jax.random.split(jax.random.fold_in(self.data_key, client_id))
-        x = jax.random.normal(feature_key, (self.dim,))
-        y = x @ self.theta_star + self.noise_std * jax.random.normal(noise_key)
+        normals, _ = normals_and_uniforms(
+            jax.random.fold_in(self.data_key, client_id), self.dim + 1, 0
+        )
+        x = normals[: self.dim]
+        y = x @ self.theta_star + self.noise_std * normals[self.dim]
         return x, y
 
     def records(self, client_ids: jax.Array) -> Record:

@@ -1,0 +1,122 @@
+"""Estimators against exact references: one-shot = OLS without noise, convergence, validation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jfed.algorithms import dpsgd, modulated, ols
+from jfed.algorithms.linear import clip_to_ball, project_to_ball, psd_part, r2_score
+from jfed.data import ArrayClients
+from jfed.engine import simulate
+
+
+@pytest.fixture(scope="module")
+def small_problem():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3_000, 4)) / 2
+    y = X @ np.array([1.0, -0.5, 0.25, 0.0]) + 0.1 * rng.normal(size=3_000)
+    return X, y, ArrayClients.from_numpy(X, y)
+
+
+def _ols(X, y):
+    return np.linalg.solve(X.T @ X, X.T @ y)
+
+
+def test_one_shot_without_noise_and_modulation_is_ols(small_problem):
+    X, y, population = small_problem
+    hp = modulated.hyperparams(noise_std=0.0, beta=0.0, ridge=0.0, clip_norm=100.0)
+    state, _ = simulate(modulated.OneShot(4), population, hp, jax.random.key(0), 1)
+    np.testing.assert_allclose(state.theta, _ols(X, y), rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(state.theta_psd, _ols(X, y), rtol=2e-4, atol=2e-5)
+    reference, _ = simulate(ols.LeastSquares(4), population, jnp.float32(0), jax.random.key(0), 1)
+    np.testing.assert_allclose(reference.theta, _ols(X, y), rtol=2e-4, atol=2e-5)
+
+
+def test_one_shot_ridge_matches_closed_form(small_problem):
+    X, y, population = small_problem
+    hp = modulated.hyperparams(noise_std=0.0, beta=0.0, ridge=0.7, clip_norm=100.0)
+    state, _ = simulate(modulated.OneShot(4), population, hp, jax.random.key(0), 1)
+    n = X.shape[0]
+    expected = np.linalg.solve(X.T @ X / n + 0.7 * np.eye(4), X.T @ y / n)
+    np.testing.assert_allclose(state.theta, expected, rtol=2e-4, atol=2e-5)
+
+
+def test_iterative_without_noise_converges_to_ols(small_problem):
+    X, y, population = small_problem
+    hp = modulated.hyperparams(noise_std=0.0, beta=0.0, clip_norm=100.0, step_scale=0.9)
+    state, infos = simulate(modulated.Iterative(4), population, hp, jax.random.key(0), 60)
+    np.testing.assert_allclose(state.theta, _ols(X, y), atol=1e-3)
+    assert infos.theta.shape == (60, 4)
+    assert np.all(np.asarray(infos.step_size) > 0)
+
+
+def test_iterative_projection_is_enforced(small_problem):
+    _, _, population = small_problem
+    hp = modulated.hyperparams(noise_std=0.0, beta=0.0, clip_norm=100.0, radius=0.3)
+    state, infos = simulate(modulated.Iterative(4), population, hp, jax.random.key(0), 5)
+    assert np.all(np.linalg.norm(np.asarray(infos.theta), axis=1) <= 0.3 + 1e-6)
+    assert float(jnp.linalg.norm(state.theta)) == pytest.approx(0.3, rel=1e-5)
+
+
+def test_dpsgd_without_noise_approaches_ols(small_problem):
+    X, y, population = small_problem
+    hp = dpsgd.hyperparams(clip_norm=100.0, learning_rate=1.5, noise_std=0.0)
+    state, infos = simulate(dpsgd.FedAvg(4), population, hp, jax.random.key(0), 300)
+    assert r2_score(state.theta, X, y) == pytest.approx(r2_score(_ols(X, y), X, y), abs=1e-3)
+    assert float(infos.clipped_fraction[-1]) == 0.0
+
+
+def test_dpsgd_clips_gradients_to_g():
+    record = (jnp.array([3.0, 4.0]), jnp.float32(10.0))
+    hp = dpsgd.hyperparams(clip_norm=0.5, noise_std=0.0)
+    gradient, clipped = dpsgd.client_message((jnp.zeros(2), hp), record, jax.random.key(0))
+    assert float(jnp.linalg.norm(gradient)) == pytest.approx(0.5, rel=1e-6)
+    assert float(clipped) == 1.0
+    sigma, guarantee = dpsgd.calibrate(1.0, 1e-5, 10, clip_norm=0.5)
+    assert guarantee.epsilon == pytest.approx(1.0) and guarantee.rho == pytest.approx(
+        10 * 1.0**2 / (2 * sigma**2)
+    )
+
+
+def test_clip_project_and_psd_helpers():
+    x, clipped = clip_to_ball(jnp.array([3.0, 4.0]), jnp.float32(1.0))
+    np.testing.assert_allclose(x, [0.6, 0.8], rtol=1e-6)
+    assert float(clipped) == 1.0
+    x, clipped = clip_to_ball(jnp.array([0.3, 0.4]), jnp.float32(1.0))
+    np.testing.assert_allclose(x, [0.3, 0.4]) and float(clipped) == 0.0
+    np.testing.assert_allclose(project_to_ball(jnp.zeros(3), jnp.float32(1.0)), 0.0)
+    matrix = jnp.array([[1.0, 0.0], [0.0, -2.0]])
+    np.testing.assert_allclose(psd_part(matrix), [[1.0, 0.0], [0.0, 0.0]], atol=1e-6)
+
+
+def test_clipping_is_counted(small_problem):
+    X, _, population = small_problem
+    hp = modulated.hyperparams(noise_std=0.0, clip_norm=0.5)
+    _, infos = simulate(modulated.OneShot(4), population, hp, jax.random.key(0), 1)
+    expected = np.mean(np.linalg.norm(X, axis=1) > 0.5)
+    assert float(infos.clipped_fraction[0]) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(alpha=0.0), "alpha > 0"),
+        (dict(alpha=-1.0), "alpha > 0"),
+        (dict(beta=-0.1), "beta >= 0"),
+        (dict(clip_norm=0.0), "clip_norm > 0"),
+        (dict(ridge=-1.0), "ridge >= 0"),
+        (dict(directions=np.array([[1.0, 1.0], [0.0, 1.0]])), "orthonormal"),
+        (dict(directions=np.array([[1.0], [np.nan]])), "finite"),
+    ],
+)
+def test_bad_hyperparameters(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        modulated.hyperparams(**kwargs)
+
+
+def test_bad_number_of_directions():
+    with pytest.raises(ValueError, match=r"directions in \[1, 4\]"):
+        modulated.Iterative(dim=4, directions=5)
+    with pytest.raises(ValueError, match=r"directions in \[1, 4\]"):
+        modulated.OneShot(dim=4, directions=0)
