@@ -319,13 +319,20 @@ def _broadcast(hp: Hyperparams, key: jax.Array, dim: int, k: int) -> Broadcast:
     return Broadcast(V, hp.alpha, hp.beta, hp.omega, hp.noise_std, hp.clip_norm)
 
 
-def _check_config(dim: int, directions: int) -> None:
-    check_int_range("dim", dim, 1, 10**6)
-    check_int_range("directions", directions, 1, dim)
+@dataclass(frozen=True)
+class _Config:
+    """Static configuration shared by the estimators: dimension d and number k of directions."""
+
+    dim: int
+    directions: int = 1
+
+    def __post_init__(self) -> None:
+        check_int_range("dim", self.dim, 1, 10**6)
+        check_int_range("directions", self.directions, 1, self.dim)
 
 
 @dataclass(frozen=True)
-class Iterative:
+class Iterative(_Config):
     """The iterative modulated estimator (T rounds of projected debiased gradient descent).
 
     Attributes:
@@ -337,12 +344,6 @@ class Iterative:
       >>> hp = hyperparams(noise_std=sigma)           # sigma from calibrate(...)
       >>> state, infos = jfed.engine.simulate(algorithm, task.train, hp, key, rounds=10)
     """
-
-    dim: int
-    directions: int = 1
-
-    def __post_init__(self) -> None:
-        _check_config(self.dim, self.directions)
 
     def init(self, hp: Hyperparams, key: jax.Array) -> State:
         del key
@@ -379,19 +380,13 @@ class OneShotState(NamedTuple):
 
 
 @dataclass(frozen=True)
-class OneShot:
+class OneShot(_Config):
     """The one-shot modulated ridge estimator (a single private release; run it for 1 round).
 
     Attributes:
       dim: feature dimension d.
       directions: number k of modulation directions, 1 <= k <= d.
     """
-
-    dim: int
-    directions: int = 1
-
-    def __post_init__(self) -> None:
-        _check_config(self.dim, self.directions)
 
     def init(self, hp: Hyperparams, key: jax.Array) -> OneShotState:
         del key

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Protocol
 
 import jax
@@ -71,18 +70,6 @@ def simulate(
     return _simulate(algorithm, population, hyperparams, key, int(rounds), plan)
 
 
-@partial(jax.jit, static_argnames=("algorithm", "rounds", "plan"))
-def _simulate(
-    algorithm: Algorithm,
-    population: Population,
-    hyperparams: PyTree,
-    key: jax.Array,
-    rounds: int,
-    plan: ExecutionPlan,
-) -> tuple[PyTree, PyTree]:
-    return run_rounds(algorithm, population, hyperparams, key, rounds, plan)
-
-
 def run_rounds(
     algorithm: Algorithm,
     population: Population,
@@ -104,3 +91,6 @@ def run_rounds(
         return algorithm.round(state, round_key(server_root, t), clients)
 
     return lax.scan(one_round, state, jnp.arange(rounds, dtype=jnp.int32))
+
+
+_simulate = jax.jit(run_rounds, static_argnames=("algorithm", "rounds", "plan"))
