@@ -206,11 +206,12 @@ def run_dpsgd(
     seed: int = 0,
     plan: ExecutionPlan | None = None,
     reference: dict | None = None,
+    accountant: str = "zcdp",
 ) -> dict:
     """Calibrate, simulate and evaluate DP-SGD FedAvg (one sample per client); return the record."""
     rounds = check_int_range("rounds", rounds, 1, 10**6)
     check_positive("epsilon", epsilon)
-    sigma, guarantee = dpsgd.calibrate(epsilon, delta, rounds, clip)
+    sigma, guarantee = dpsgd.calibrate(epsilon, delta, rounds, clip, accountant)
     hp = dpsgd.hyperparams(
         clip_norm=clip, learning_rate=learning_rate, noise_std=sigma, radius=radius
     )

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from jfed.algorithms import dpsgd, modulated, ols
-from jfed.algorithms.linear import clip_to_ball, project_to_ball, psd_part, r2_score
+from jfed.algorithms.linear import project_to_ball, psd_part, r2_score
 from jfed.data import ArrayClients
 from jfed.engine import simulate
+from jfed.privacy.clipping import clip_to_ball
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,9 @@ import jax.numpy as jnp
 
 from jfed import privacy
 from jfed._validation import check_int_range, check_nonnegative, check_positive
-from jfed.algorithms.linear import clip_to_ball, project_to_ball
+from jfed.algorithms.linear import project_to_ball
+from jfed.privacy.calibration import calibrate_rounds
+from jfed.privacy.clipping import clip_to_ball
 
 PROTECTED = "one client's record (x_i, y_i)"
 TRUST_MODEL = "local DP: untrusted server; each client randomizes its own gradient"
@@ -57,22 +59,18 @@ def sensitivity(clip_norm: float) -> float:
 
 
 def calibrate(
-    epsilon: float, delta: float, rounds: int, clip_norm: float
+    epsilon: float, delta: float, rounds: int, clip_norm: float, accountant: str = "zcdp"
 ) -> tuple[float, privacy.PrivacyGuarantee]:
-    """Noise per round so that ``rounds`` full-participation rounds are (eps, delta)-LDP (zCDP)."""
+    """Noise per round so that ``rounds`` full-participation rounds are (eps, delta)-LDP.
+
+    ``accountant`` as in :func:`jfed.privacy.calibration.calibrate_rounds` (default zCDP, as the
+    modulated-learning paper accounts its DP-SGD baseline).
+    """
     rounds = check_int_range("rounds", rounds, 1, 10**9)
-    delta_sensitivity = sensitivity(clip_norm)
-    noise_std = float(privacy.calibrate_gaussian(delta_sensitivity, epsilon, delta, rounds))
-    rho = float(rounds * privacy.gaussian_rho(delta_sensitivity, noise_std))
-    guarantee = privacy.PrivacyGuarantee(
-        epsilon=float(privacy.epsilon_from_rho(rho, delta)),
-        delta=float(delta),
-        accountant="zcdp",
-        notion="local (eps, delta)-DP via zCDP",
-        protected=PROTECTED,
-        trust_model=TRUST_MODEL,
-        rho=rho,
+    noise_std, spent, rho, label = calibrate_rounds(
+        sensitivity(clip_norm), epsilon, delta, rounds, accountant
     )
+    guarantee = privacy.PrivacyGuarantee.local(spent, delta, label, PROTECTED, TRUST_MODEL, rho)
     return noise_std, guarantee
 
 

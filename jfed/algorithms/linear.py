@@ -1,4 +1,4 @@
-"""Pieces shared by the linear-regression algorithms: clipping, projection, second moments, R^2."""
+"""Pieces shared by the linear-regression algorithms: projection, second moments, R^2."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from jfed.privacy.clipping import clip_to_ball
 
 
 class SecondMoments(NamedTuple):
@@ -33,13 +35,6 @@ def second_moments(messages: tuple[jax.Array, jax.Array, jax.Array], weights: ja
     zz = jnp.matmul(z.T, z, precision=lax.Precision.HIGHEST)
     zy = jnp.matmul(z.T, y, precision=lax.Precision.HIGHEST)
     return SecondMoments(zz, zy, jnp.sum(weights), jnp.sum(clipped))
-
-
-def clip_to_ball(x: jax.Array, radius: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``x: f32[d]`` scaled into the L2 ball of ``radius``; also 1.0 if it was clipped, else 0.0."""
-    norm = jnp.linalg.norm(x)
-    scale = jnp.minimum(1.0, radius / jnp.maximum(norm, jnp.finfo(x.dtype).tiny))
-    return x * scale, (norm > radius).astype(x.dtype)
 
 
 def project_to_ball(theta: jax.Array, radius: jax.Array) -> jax.Array:

@@ -47,15 +47,16 @@ from jfed._validation import (
 )
 from jfed.algorithms.linear import (
     SecondMoments,
-    clip_to_ball,
     project_to_ball,
     psd_part,
     second_moments,
 )
+from jfed.privacy.calibration import ROUNDS_ACCOUNTANTS, calibrate_rounds
+from jfed.privacy.clipping import clip_to_ball
 
 PROTECTED = "one client's feature vector x_i (responses y_i treated as public)"
 TRUST_MODEL = "local DP: untrusted server; each client randomizes its own message"
-ACCOUNTANTS = ("zcdp", "classic")
+ACCOUNTANTS = ROUNDS_ACCOUNTANTS
 
 
 class Hyperparams(NamedTuple):
@@ -172,38 +173,18 @@ def calibrate(
       delta: target delta in (0, 1).
       rounds: number of releases per client (T for the iterative estimator, 1 for one-shot).
       message_sensitivity: L2 sensitivity of one message (:func:`sensitivity`).
-      accountant: ``"zcdp"`` (default; rho adds over rounds, converted once) or ``"classic"``
-        (Dwork-Roth Gaussian per round at (eps/T, delta/T), basic composition; eps/T < 1 needed).
+      accountant: ``"zcdp"`` (default, the paper's: rho adds over rounds, converted once),
+        ``"classic"`` (Dwork-Roth per round at (eps/T, delta/T); eps/T < 1 needed), ``"pld"``
+        (exact T-fold composition) or ``"analytic"`` (exact, one release);
+        see :func:`jfed.privacy.calibration.calibrate_rounds`.
 
     Returns:
       ``(noise_std, guarantee)``.
     """
-    epsilon = check_positive("epsilon", epsilon)
-    rounds = check_int_range("rounds", rounds, 1, 10**9)
-    if accountant == "zcdp":
-        noise_std = float(
-            privacy.calibrate_gaussian(message_sensitivity, epsilon, delta, compositions=rounds)
-        )
-        rho = float(rounds * privacy.gaussian_rho(message_sensitivity, noise_std))
-        spent = float(privacy.epsilon_from_rho(rho, delta))
-        notion, name = "local (eps, delta)-DP via zCDP", "zcdp"
-    elif accountant == "classic":
-        noise_std = privacy.classic_gaussian_noise(
-            message_sensitivity, epsilon / rounds, delta / rounds
-        )
-        rho, spent = None, epsilon
-        notion, name = "local (eps, delta)-DP", "classic-gaussian+basic-composition"
-    else:
-        raise ValueError(f"unknown accountant {accountant!r}; expected one of {ACCOUNTANTS}")
-    guarantee = privacy.PrivacyGuarantee(
-        epsilon=spent,
-        delta=float(delta),
-        accountant=name,
-        notion=notion,
-        protected=PROTECTED,
-        trust_model=TRUST_MODEL,
-        rho=rho,
+    noise_std, spent, rho, label = calibrate_rounds(
+        message_sensitivity, epsilon, delta, check_int_range("rounds", rounds, 1, 10**9), accountant
     )
+    guarantee = privacy.PrivacyGuarantee.local(spent, delta, label, PROTECTED, TRUST_MODEL, rho)
     return noise_std, guarantee
 
 

@@ -4,6 +4,7 @@
     jfed run dpsgd --dataset fair --epsilon 1
     jfed run ols --synthetic --clients 1000000 --dim 10
     jfed datasets
+    jfed account gaussian --noise-multiplier 1.1 --sampling-rate 0.01 --steps 1000 --delta 1e-5
 
 Bad input prints one line (``jfed: error: ...``) and exits with status 2.
 """
@@ -12,6 +13,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+from jfed.cli import account
+from jfed.privacy.calibration import ROUNDS_ACCOUNTANTS
 
 DEFAULTS = dict(epsilon=1.0, delta=1e-5, rounds=10, seed=0)
 
@@ -67,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--step-scale", type=float, default=0.8, help="iterative step scale c (0.8)"
     )
     method.add_argument("--psd", action="store_true", help="one-shot: solve with PSD part")
-    method.add_argument("--accountant", choices=("zcdp", "classic"), default="zcdp")
+    method.add_argument(
+        "--accountant", choices=ROUNDS_ACCOUNTANTS, default="zcdp", help="noise calibration (zcdp)"
+    )
 
     sgd = algorithms.add_parser("dpsgd", help="DP-SGD FedAvg, one sample per client")
     _common(sgd)
@@ -75,11 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     method.add_argument("--clip", type=float, default=2.0, help="gradient clip norm G (2.0)")
     method.add_argument("--learning-rate", type=float, default=0.1, help="server step (0.1)")
     method.add_argument("--radius", type=float, default=10.0, help="projection radius B (10)")
+    method.add_argument(
+        "--accountant", choices=ROUNDS_ACCOUNTANTS, default="zcdp", help="noise calibration (zcdp)"
+    )
 
     least = algorithms.add_parser("ols", help="non-private least squares (reference)")
     _common(least, private=False)
 
     commands.add_parser("datasets", help="list the built-in real data sets")
+    account.add_parser(commands)
     return parser
 
 
@@ -102,6 +112,7 @@ def _run(args: argparse.Namespace) -> dict:
             args.radius,
             args.seed,
             plan,
+            accountant=args.accountant,
         )
     settings = runner.ModulatedSettings(
         estimator=args.estimator,
@@ -137,6 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "datasets":
             _datasets()
+            return 0
+        if args.command == "account":
+            record, line = account.run(args)
+            if args.json != "-":
+                print(line)
+            if args.json:
+                from jfed.report import write
+
+                write(record, args.json)
             return 0
         record = _run(args)
     except ValueError as error:

@@ -1,0 +1,291 @@
+"""Noise calibration for a target (eps, delta): one target, or a whole eps grid at once.
+
+- Closed forms (zCDP, classic, analytic Gaussian) are vectorised: a grid costs about one call.
+- Subsampled Gaussian over many steps (RDP / PLD via ``dp_accounting``): one target is calibrated
+  by ``dp_accounting.calibrate_dp_mechanism`` (bisection on the noise multiplier). A grid of
+  targets reuses work: eps(noise) is evaluated on a shared log-spaced grid of noise multipliers,
+  inverted by monotone (PCHIP) interpolation of log noise against log eps, and refined where a
+  check at interval midpoints disagrees with the interpolant by more than ``tolerance``. The
+  answers are then raised by the largest disagreement still seen, so every returned noise is at
+  least the exact one up to that tolerance (conservative).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import dp_accounting
+import numpy as np
+from scipy.interpolate import PchipInterpolator
+
+from jfed._validation import check_open_unit, check_positive
+from jfed.privacy import gaussian, zcdp
+from jfed.privacy.accountants import make_accountant, subsampled_gaussian_event
+
+CALIBRATION_ACCOUNTANTS = ("pld", "rdp", "zcdp", "analytic", "classic")
+
+
+def _event_factory(sampling_rate, steps, sampling, dataset_size):
+    def make_event(noise_multiplier: float):
+        return subsampled_gaussian_event(
+            noise_multiplier, sampling_rate, steps, sampling, dataset_size
+        )
+
+    return make_event
+
+
+def _check_closed_form(accountant: str, sampling_rate: float, steps: int) -> None:
+    if sampling_rate != 1.0:
+        raise ValueError(
+            f"the {accountant} calibration has no subsampling amplification; use 'pld' or 'rdp' "
+            f"for sampling_rate={sampling_rate}"
+        )
+    if accountant in ("analytic", "classic") and steps != 1:
+        raise ValueError(
+            f"the {accountant} calibration is for one release; got steps={steps} "
+            "(use 'zcdp', 'pld' or 'rdp' to compose)"
+        )
+
+
+def epsilon_for_noise(
+    noise_multiplier: float,
+    delta: float,
+    sampling_rate: float = 1.0,
+    steps: int = 1,
+    accountant: str = "pld",
+    sampling: str = "poisson",
+    dataset_size: int | None = None,
+    neighboring: str = "add-or-remove",
+) -> float:
+    """eps at ``delta`` of ``steps`` (subsampled) Gaussian steps with this noise multiplier."""
+    check_positive("noise_multiplier", noise_multiplier)
+    if accountant == "analytic":
+        _check_closed_form(accountant, sampling_rate, steps)
+        return float(gaussian.analytic_gaussian_epsilon(1.0, noise_multiplier, delta))
+    if accountant == "classic":
+        _check_closed_form(accountant, sampling_rate, steps)
+        return gaussian.classic_gaussian_epsilon(1.0, noise_multiplier, delta)
+    event = subsampled_gaussian_event(
+        noise_multiplier, sampling_rate, steps, sampling, dataset_size
+    )
+    return make_accountant(accountant, neighboring).compose(event).epsilon(delta)
+
+
+def calibrate_noise_multiplier(
+    epsilon: float,
+    delta: float,
+    sampling_rate: float = 1.0,
+    steps: int = 1,
+    accountant: str = "pld",
+    sampling: str = "poisson",
+    dataset_size: int | None = None,
+    neighboring: str = "add-or-remove",
+    tolerance: float = 1e-6,
+) -> float:
+    """Smallest noise multiplier (std / sensitivity) whose ``steps`` steps are (eps, delta)-DP.
+
+    Args:
+      epsilon, delta: the target; eps > 0, delta in (0, 1).
+      sampling_rate: q in (0, 1] per step (1: every record every step).
+      steps: number of composed steps.
+      accountant: ``pld`` (tight), ``rdp``, ``zcdp`` (closed form, q = 1), ``analytic`` or
+        ``classic`` (closed form, one release).
+      sampling, dataset_size, neighboring: see :func:`~jfed.privacy.subsampled_gaussian_event`.
+      tolerance: absolute bisection tolerance on the noise multiplier (pld / rdp).
+    """
+    epsilon = check_positive("epsilon", epsilon)
+    delta = check_open_unit("delta", delta)
+    if accountant == "zcdp":
+        _check_closed_form(accountant, sampling_rate, steps)
+        return float(zcdp.calibrate_gaussian(1.0, epsilon, delta, steps))
+    if accountant == "analytic":
+        _check_closed_form(accountant, sampling_rate, steps)
+        return float(gaussian.analytic_gaussian_noise(1.0, epsilon, delta))
+    if accountant == "classic":
+        _check_closed_form(accountant, sampling_rate, steps)
+        return gaussian.classic_gaussian_noise(1.0, epsilon, delta)
+    if accountant not in ("pld", "rdp"):
+        raise ValueError(
+            f"unknown accountant {accountant!r}; expected one of {CALIBRATION_ACCOUNTANTS}"
+        )
+    make_event = _event_factory(sampling_rate, steps, sampling, dataset_size)
+    lo, hi = _bracket(
+        lambda noise: epsilon_for_noise(
+            noise, delta, sampling_rate, steps, accountant, sampling, dataset_size, neighboring
+        ),
+        epsilon,
+        epsilon,
+    )
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            lambda: make_accountant(accountant, neighboring)._accountant,
+            make_event,
+            epsilon,
+            delta,
+            bracket_interval=dp_accounting.ExplicitBracketInterval(lo, hi),
+            tol=tolerance,
+        )
+    )
+
+
+def _bracket(
+    eps_at: Callable[[float], float], low_target: float, high_target: float
+) -> tuple[float, float]:
+    """Noise multipliers ``(lo, hi)`` with eps(lo) >= high_target and eps(hi) <= low_target
+    (eps decreases in the noise), found by doubling and halving from 1."""
+    hi = 1.0
+    while eps_at(hi) > low_target:
+        hi *= 2.0
+    lo = hi / 2.0
+    while eps_at(lo) < high_target:
+        lo /= 2.0
+    return lo, hi
+
+
+def calibrate_noise_multipliers(
+    epsilons: np.ndarray,
+    delta: float,
+    sampling_rate: float = 1.0,
+    steps: int = 1,
+    accountant: str = "pld",
+    sampling: str = "poisson",
+    dataset_size: int | None = None,
+    neighboring: str = "add-or-remove",
+    tolerance: float = 1e-3,
+    grid_size: int = 12,
+    max_refinements: int = 4,
+) -> tuple[np.ndarray, dict]:
+    """Noise multipliers for a grid of target eps, reusing accountant work across the grid.
+
+    Args:
+      epsilons: target eps values (any order, > 0).
+      delta, sampling_rate, steps, accountant, sampling, dataset_size, neighboring: as in
+        :func:`calibrate_noise_multiplier`.
+      tolerance: relative accuracy in the noise multiplier that the interpolation must reach at
+        every checked midpoint (the returned values are inflated by the residual disagreement).
+      grid_size: initial number of grid points.
+      max_refinements: rounds of midpoint checks.
+
+    Returns:
+      ``(noise_multipliers: f64[len(epsilons)], info)`` with ``info["evaluations"]`` (accountant
+      evaluations spent) and ``info["max_relative_error"]`` (the last midpoint disagreement).
+    """
+    epsilons = np.asarray(epsilons, np.float64)
+    for value in np.ravel(epsilons):
+        check_positive("epsilon", value)
+    delta = check_open_unit("delta", delta)
+    if accountant in ("zcdp", "analytic", "classic"):
+        if accountant == "classic":
+            values = [
+                calibrate_noise_multiplier(e, delta, sampling_rate, steps, accountant)
+                for e in np.ravel(epsilons)
+            ]
+        elif accountant == "zcdp":
+            _check_closed_form(accountant, sampling_rate, steps)
+            values = zcdp.calibrate_gaussian(1.0, epsilons, delta, steps)
+        elif accountant == "analytic":
+            _check_closed_form(accountant, sampling_rate, steps)
+            values = gaussian.analytic_gaussian_noise(1.0, epsilons, delta)
+        return np.reshape(np.asarray(values, np.float64), epsilons.shape), {"evaluations": 0}
+
+    cache: dict[float, float] = {}
+
+    def eps_at(noise: float) -> float:
+        if noise not in cache:
+            cache[noise] = epsilon_for_noise(
+                noise, delta, sampling_rate, steps, accountant, sampling, dataset_size, neighboring
+            )
+        return cache[noise]
+
+    low_target, high_target = float(epsilons.min()), float(epsilons.max())
+    lo, hi = _bracket(eps_at, low_target, high_target)
+    nodes = list(np.geomspace(lo, hi, grid_size))
+    max_error = math.inf
+    for _ in range(max_refinements + 1):
+        nodes = sorted(set(nodes))
+        interpolant = _inverse_interpolant(nodes, [eps_at(x) for x in nodes])
+        midpoints = np.sqrt(np.multiply(nodes[:-1], nodes[1:]))
+        # only the intervals that hold a target matter
+        eps_nodes = np.array([eps_at(x) for x in nodes])
+        relevant = [
+            m
+            for m, e_left, e_right in zip(midpoints, eps_nodes[:-1], eps_nodes[1:], strict=True)
+            if (e_right <= high_target and e_left >= low_target)
+            or (e_right <= low_target <= e_left)
+            or (e_right <= high_target <= e_left)
+        ]
+        errors = {m: abs(interpolant(eps_at(m)) / m - 1.0) for m in relevant}
+        max_error = max(errors.values(), default=0.0)
+        nodes += list(relevant)
+        if max_error <= tolerance:
+            break
+    interpolant = _inverse_interpolant(sorted(set(nodes)), [eps_at(x) for x in sorted(set(nodes))])
+    noise = np.array([interpolant(e) for e in np.ravel(epsilons)]) * (1.0 + max_error)
+    info = {"evaluations": len(cache), "max_relative_error": max_error}
+    return noise.reshape(epsilons.shape), info
+
+
+def _inverse_interpolant(noise: list[float], eps: list[float]) -> Callable[[float], float]:
+    """noise as a function of eps, monotone, interpolated in log-log space."""
+    order = np.argsort(eps)
+    log_eps = np.log(np.asarray(eps)[order])
+    log_noise = np.log(np.asarray(noise)[order])
+    keep = np.concatenate([[True], np.diff(log_eps) > 0])  # strictly increasing abscissae
+    spline = PchipInterpolator(log_eps[keep], log_noise[keep], extrapolate=False)
+
+    def evaluate(epsilon: float) -> float:
+        return float(np.exp(spline(np.log(epsilon))))
+
+    return evaluate
+
+
+ROUNDS_ACCOUNTANTS = ("zcdp", "classic", "pld", "analytic")
+
+
+def calibrate_rounds(
+    sensitivity: float, epsilon: float, delta: float, rounds: int, accountant: str = "zcdp"
+) -> tuple[float, float, float | None, str]:
+    """Noise per round for ``rounds`` full-participation Gaussian releases to be (eps, delta)-DP.
+
+    Every record takes part in every round (no subsampling), each release has L2 sensitivity
+    ``sensitivity``.
+
+    Args:
+      sensitivity: L2 sensitivity of one release (> 0).
+      epsilon, delta: target for the whole run.
+      rounds: T >= 1.
+      accountant: ``"zcdp"`` (rho adds over rounds, converted once; the modulated paper's),
+        ``"classic"`` (Dwork-Roth per round at (eps/T, delta/T), basic composition),
+        ``"pld"`` (T-fold composition, numerically tight, via dp-accounting) or
+        ``"analytic"`` (exact, T = 1 only).
+
+    Returns:
+      ``(noise_std, epsilon_spent, rho_or_None, accountant_label)``, where ``epsilon_spent`` is the
+      eps the chosen accountant certifies for that noise at ``delta`` (at most the target).
+    """
+    sensitivity = check_positive("sensitivity", sensitivity)
+    epsilon = check_positive("epsilon", epsilon)
+    delta = check_open_unit("delta", delta)
+    if int(rounds) != rounds or rounds < 1:
+        raise ValueError(f"expected rounds >= 1 (integer), got rounds={rounds}")
+    if accountant == "zcdp":
+        noise = float(zcdp.calibrate_gaussian(sensitivity, epsilon, delta, rounds))
+        rho = float(rounds * zcdp.gaussian_rho(sensitivity, noise))
+        return noise, float(zcdp.epsilon_from_rho(rho, delta)), rho, "zcdp"
+    if accountant == "classic":
+        noise = gaussian.classic_gaussian_noise(sensitivity, epsilon / rounds, delta / rounds)
+        return noise, epsilon, None, "classic-gaussian+basic-composition"
+    if accountant == "analytic":
+        if rounds != 1:
+            raise ValueError(
+                f"the analytic Gaussian accountant covers one release, got rounds={rounds}; "
+                "use 'pld' for exact composition"
+            )
+        noise = float(gaussian.analytic_gaussian_noise(sensitivity, epsilon, delta))
+        return noise, epsilon, None, "analytic-gaussian"
+    if accountant == "pld":
+        multiplier = calibrate_noise_multiplier(epsilon, delta, 1.0, rounds, "pld")
+        spent = epsilon_for_noise(multiplier, delta, 1.0, rounds, "pld")
+        return multiplier * sensitivity, spent, None, "pld"
+    raise ValueError(f"unknown accountant {accountant!r}; expected one of {ROUNDS_ACCOUNTANTS}")
