@@ -81,3 +81,52 @@ def test_datasets_lists_the_five_tasks(capsys):
     out = capsys.readouterr().out
     for name in ("co2", "fair", "modechoice", "randhie-lncoins", "randhie-fmde"):
         assert name in out
+
+
+def test_account_commands(capsys):
+    argv = ["account", "gaussian", "--noise-multiplier", "1.1", "--sampling-rate", "0.01",
+            "--steps", "1000", "--delta", "1e-5", "--accountant", "rdp", "--json", "-"]  # fmt: skip
+    assert main(argv) == 0
+    record = json.loads(capsys.readouterr().out)
+    for field in ("epsilon", "delta", "noise_multiplier", "sampling_rate", "steps", "accountant"):
+        assert field in record
+    assert record["accountant"] == "rdp" and 1.0 < record["epsilon"] < 3.0
+
+    assert main(["account", "calibrate", "--epsilon", "1", "--delta", "1e-5", "--accountant",
+                 "analytic", "--sensitivity", "2", "--json", "-"]) == 0  # fmt: skip
+    record = json.loads(capsys.readouterr().out)
+    assert record["sigma"] == pytest.approx(2 * record["noise_multiplier"])
+    assert record["quantity"] == "noise_multiplier"
+
+    assert main(["account", "calibrate", "--epsilon", "0.5,1,2", "--delta", "1e-5",
+                 "--accountant", "zcdp", "--steps", "10"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.count("noise multiplier") == 3
+
+    assert main(["account", "last-iterate", "--eta", "0.5", "--lipschitz", "1", "--radius", "1",
+                 "--sigma", "1.5", "--n", "100", "--sampling-rate", "0.1", "--epsilon", "1",
+                 "--json", "-"]) == 0  # fmt: skip
+    record = json.loads(capsys.readouterr().out)
+    assert record["quantity"] == "delta" and 0 < record["delta"] < 1
+    assert "every_iterate_delta" in record and record["steps"] == 10
+
+    assert main(["account", "shuffle", "--epsilon0", "1", "--n", "10000", "--delta", "1e-6"]) == 0
+    assert "central" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["gaussian", "--noise-multiplier", "-1"], "noise_multiplier > 0"),
+        (
+            ["gaussian", "--noise-multiplier", "1", "--sampling-rate", "2"],
+            "sampling_rate in (0, 1]",
+        ),
+        (["gaussian", "--noise-multiplier", "1", "--delta", "0"], "delta in (0, 1)"),
+        (["calibrate", "--epsilon", "0"], "epsilon > 0"),
+        (["shuffle", "--epsilon0", "9", "--n", "1000"], "the bound does not apply"),
+    ],
+)
+def test_account_bad_input(argv, message, capsys):
+    assert main(["account", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jfed: error:") and message in err and "\n" not in err

@@ -1,0 +1,195 @@
+"""Accountants and calibration against independent references (closed forms, dp-accounting)."""
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from jfed import privacy
+from jfed.privacy import accountants, calibration, last_iterate, shuffle
+
+
+def test_zcdp_accountant_matches_closed_form_and_bounds_rdp():
+    acc = privacy.ZcdpAccountant().compose(dp_accounting.GaussianDpEvent(3.0), 20)
+    rho = 20 / (2 * 9.0)
+    assert acc.rho == pytest.approx(rho)
+    assert acc.epsilon(1e-6) == pytest.approx(rho + 2 * math.sqrt(rho * math.log(1e6)))
+    assert acc.delta(acc.epsilon(1e-6)) == pytest.approx(1e-6, rel=1e-9)
+    # dp-accounting's RDP converts the same Renyi curve more tightly: never above zCDP's eps
+    rdp = privacy.make_accountant("rdp").compose(dp_accounting.GaussianDpEvent(3.0), 20)
+    assert rdp.epsilon(1e-6) <= acc.epsilon(1e-6)
+    assert rdp.epsilon(1e-6) > 0.8 * acc.epsilon(1e-6)
+
+
+def test_pld_of_one_gaussian_matches_the_analytic_gaussian():
+    for sigma in (0.7, 1.5, 4.0):
+        exact = float(privacy.analytic_gaussian_epsilon(1.0, sigma, 1e-6))
+        pld = privacy.make_accountant("pld").compose(dp_accounting.GaussianDpEvent(sigma))
+        # the PLD accountant is pessimistic by at most its discretization (1e-4 per loss unit)
+        assert exact <= pld.epsilon(1e-6) <= exact + 2e-3
+
+
+def test_advanced_composition_closed_form_and_basic_cap():
+    k, eps0 = 50, 0.1
+    acc = privacy.make_accountant("advanced").compose(dp_accounting.LaplaceDpEvent(1 / eps0), k)
+    expected = eps0 * math.sqrt(2 * k * math.log(1 / 1e-6)) + k * eps0 * math.expm1(eps0)
+    assert acc.epsilon(1e-6) == pytest.approx(min(expected, k * eps0))
+    few = privacy.make_accountant("advanced").compose(dp_accounting.LaplaceDpEvent(1.0), 2)
+    assert few.epsilon(1e-6) == pytest.approx(2.0)  # basic composition wins for 2 releases
+    mixed = privacy.make_accountant("advanced").compose(privacy.ApproximateDpEvent(0.05, 1e-9), 200)
+    with pytest.raises(ValueError, match="sum of the composed deltas"):
+        mixed.epsilon(1e-7)
+    assert mixed.epsilon(2e-6) < 200 * 0.05  # the advanced bound wins for many releases
+    assert mixed.delta(mixed.epsilon(2e-6)) == pytest.approx(2e-6, rel=1e-6)
+
+
+def test_parallel_composition_is_the_maximum():
+    branches = [
+        privacy.make_accountant("zcdp").compose(dp_accounting.GaussianDpEvent(s)) for s in (1, 2, 4)
+    ]
+    parallel = privacy.ParallelComposition(branches)
+    assert parallel.epsilon(1e-5) == pytest.approx(branches[0].epsilon(1e-5))
+    sequential = privacy.make_accountant("zcdp")
+    for s in (1, 2, 4):
+        sequential.compose(dp_accounting.GaussianDpEvent(s))
+    assert parallel.epsilon(1e-5) < sequential.epsilon(1e-5)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+@pytest.mark.parametrize(
+    "noise, rate, steps", [(0.8, 0.01, 100), (1.1, 0.01, 1000), (2.0, 0.1, 50), (1.5, 1.0, 10)]
+)
+def test_calibration_inverts_dp_accounting(accountant, noise, rate, steps):
+    """On a grid: eps from dp-accounting directly, then our calibration must return the noise."""
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(noise))
+        if rate < 1
+        else dp_accounting.GaussianDpEvent(noise),
+        steps,
+    )
+    direct = (
+        dp_accounting.rdp.RdpAccountant()
+        if accountant == "rdp"
+        else dp_accounting.pld.PLDAccountant()
+    )
+    epsilon = direct.compose(event).get_epsilon(1e-5)
+    assert calibration.epsilon_for_noise(noise, 1e-5, rate, steps, accountant) == epsilon
+    calibrated = calibration.calibrate_noise_multiplier(epsilon, 1e-5, rate, steps, accountant)
+    assert calibrated == pytest.approx(noise, rel=1e-4)
+
+
+def test_grid_calibration_matches_individual_calibration():
+    targets = np.array([0.5, 1.0, 2.0, 4.0, 8.0])
+    grid, info = calibration.calibrate_noise_multipliers(targets, 1e-5, 0.02, 200, "rdp")
+    individual = [
+        calibration.calibrate_noise_multiplier(e, 1e-5, 0.02, 200, "rdp") for e in targets
+    ]
+    np.testing.assert_allclose(grid, individual, rtol=2e-3)
+    assert np.all(grid >= np.array(individual) * (1 - 1e-9))  # conservative
+    spent = [calibration.epsilon_for_noise(g, 1e-5, 0.02, 200, "rdp") for g in grid]
+    assert np.all(np.array(spent) <= targets * (1 + 1e-9))
+    assert info["evaluations"] < 5 * 10 * len(targets)
+
+
+def test_closed_form_grid_calibrations():
+    eps = np.logspace(-1, 1, 100)
+    zcdp_grid, _ = calibration.calibrate_noise_multipliers(eps, 1e-5, steps=10, accountant="zcdp")
+    np.testing.assert_allclose(zcdp_grid, privacy.calibrate_gaussian(1.0, eps, 1e-5, 10))
+    analytic, _ = calibration.calibrate_noise_multipliers(eps, 1e-5, accountant="analytic")
+    np.testing.assert_allclose(
+        analytic, [dp_accounting.get_sigma_gaussian(e, 1e-5) for e in eps], rtol=1e-8
+    )
+
+
+@pytest.mark.parametrize("accountant", ["zcdp", "pld", "classic"])
+def test_rounds_calibration_spends_at_most_the_target(accountant):
+    epsilon = 0.9 if accountant == "classic" else 3.0
+    noise, spent, _, label = calibration.calibrate_rounds(2.0, epsilon, 1e-5, 10, accountant)
+    assert spent <= epsilon * (1 + 1e-9) and spent > 0.99 * epsilon
+    assert label.startswith(accountant)
+    zcdp_noise = calibration.calibrate_rounds(2.0, epsilon, 1e-5, 10, "zcdp")[0]
+    if accountant == "pld":
+        assert noise < zcdp_noise  # the exact composition needs less noise
+    with pytest.raises(ValueError, match="analytic Gaussian accountant covers one release"):
+        calibration.calibrate_rounds(2.0, 1.0, 1e-5, 10, "analytic")
+
+
+def test_shuffle_closed_form_and_validity():
+    eps0, n, delta = 1.0, 10_000, 1e-6
+    e0 = math.exp(eps0)
+    expected = math.log1p(
+        (e0 - 1) / (e0 + 1) * (8 * math.sqrt(e0 * math.log(4 / delta)) / math.sqrt(n) + 8 * e0 / n)
+    )
+    epsilon, delta_total = shuffle.shuffle_epsilon(eps0, n, delta)
+    assert epsilon == pytest.approx(expected) and delta_total == delta
+    assert epsilon < eps0
+    assert shuffle.shuffle_epsilon(eps0, 100 * n, delta)[0] < epsilon  # more clones, more privacy
+    _, with_delta0 = shuffle.shuffle_epsilon(eps0, n, delta, delta0=1e-10)
+    assert with_delta0 == pytest.approx(
+        delta + (math.exp(epsilon) + 1) * (1 + math.exp(-eps0) / 2) * n * 1e-10
+    )
+    limit = math.log(n / (16 * math.log(2 / delta)))
+    with pytest.raises(ValueError, match="epsilon0 <= ln"):
+        shuffle.shuffle_epsilon(limit + 0.01, n, delta)
+
+
+def test_last_iterate_formula_on_the_seed_figure2_setting():
+    setting = last_iterate.LastIterateSetting(0.5, 1.0, 1.0, 1.5, 100, 0.1)
+    m, T = 10, 10
+    a = 2 * 1.0 / (math.sqrt(m) * 1.5)
+    b = 2 * 1.0 * math.sqrt(m) / (0.5 * 1.5)
+    assert (setting.first_ratio, setting.contraction_ratio) == pytest.approx((a, b))
+    eps = 1.0
+    direct = (
+        0.1
+        * privacy.hockey_stick(eps, a)
+        * sum(privacy.hockey_stick(eps, b) ** (T - t) for t in range(1, T + 1))
+    )
+    assert float(last_iterate.last_iterate_delta(setting, eps)) == pytest.approx(float(direct))
+    # the seed's printed typo theta(2 L sqrt(m) / sigma) would give a different (larger) delta
+    typo = 0.1 * privacy.hockey_stick(eps, 2 * math.sqrt(m) / 1.5) * T
+    assert float(typo) > 10 * float(direct)
+    # Figure 2: delta falls as q grows, at every eps
+    result = last_iterate.figure2(np.array([0.5, 1.0, 2.0]))
+    d = [result["last_iterate"][q] for q in (0.1, 0.2, 0.3)]
+    assert np.all(d[0] > d[1]) and np.all(d[1] > d[2])
+    eps_back = last_iterate.last_iterate_epsilon(setting, float(direct))
+    assert eps_back == pytest.approx(eps, rel=1e-6)
+
+
+def test_last_iterate_m_equals_one_warm_up_and_comparison():
+    single = last_iterate.LastIterateSetting(0.5, 1.0, 1.0, 3.0, 20, 0.05)
+    assert single.batch_size == 1 and single.iterations == 20
+    assert 0 < float(last_iterate.last_iterate_delta(single, 1.0)) < 1
+    figure = last_iterate.LastIterateSetting(0.5, 1.0, 1.0, 1.5, 100, 0.3)
+    assert last_iterate.standard_composition_epsilon(figure, 1e-5) > 0
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: privacy.subsampled_gaussian_event(1.0, 1.5), "sampling_rate in \\(0, 1\\]"),
+        (lambda: privacy.subsampled_gaussian_event(1.0, 0.0), "sampling_rate in \\(0, 1\\]"),
+        (lambda: privacy.subsampled_gaussian_event(-1.0, 0.5), "noise_multiplier > 0"),
+        (lambda: privacy.subsampled_gaussian_event(1.0, 0.5, 0), "steps >= 1"),
+        (lambda: calibration.calibrate_noise_multiplier(0.0, 1e-5), "epsilon > 0"),
+        (lambda: calibration.calibrate_noise_multiplier(1.0, 2.0), "delta in \\(0, 1\\)"),
+        (lambda: calibration.calibrate_noise_multiplier(1.0, 1e-5, 0.1, 10, "zcdp"),
+         "no subsampling"),
+        (lambda: privacy.make_accountant("moments"), "unknown accountant"),
+        (lambda: privacy.make_accountant("zcdp").compose(
+            privacy.subsampled_gaussian_event(1.0, 0.1)), "cannot compose"),
+        (lambda: privacy.make_accountant("zcdp").epsilon(0.0), "delta in \\(0, 1\\)"),
+        (lambda: last_iterate.LastIterateSetting(0.5, 1, 1, -1.5, 100, 0.1), "sigma > 0"),
+        (lambda: shuffle.shuffle_epsilon(-1.0, 100, 1e-6), "epsilon0 > 0"),
+    ],
+)  # fmt: skip
+def test_bad_input(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_every_accountant_name_constructs():
+    for name in accountants.ACCOUNTANTS:
+        assert privacy.make_accountant(name).name == name
