@@ -152,9 +152,9 @@ def calibrate_noise_multipliers(
     sampling: str = "poisson",
     dataset_size: int | None = None,
     neighboring: str = "add-or-remove",
-    tolerance: float = 1e-3,
+    tolerance: float = 1e-4,
     grid_size: int = 12,
-    max_refinements: int = 4,
+    max_refinements: int = 6,
 ) -> tuple[np.ndarray, dict]:
     """Noise multipliers for a grid of target eps, reusing accountant work across the grid.
 
