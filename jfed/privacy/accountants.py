@@ -207,6 +207,11 @@ class DpAccountingAccountant:
         else:
             self._accountant = dp_accounting.pld.PLDAccountant(relation, pld_discretization)
 
+    @property
+    def dp_accounting_accountant(self) -> dp_accounting.PrivacyAccountant:
+        """The wrapped ``dp_accounting`` accountant (for its own calibration routines)."""
+        return self._accountant
+
     def compose(self, event: events.DpEvent, count: int = 1) -> DpAccountingAccountant:
         count = _check_count(count)
         if not self._accountant.supports(event):

@@ -119,7 +119,7 @@ def calibrate_noise_multiplier(
     )
     return float(
         dp_accounting.calibrate_dp_mechanism(
-            lambda: make_accountant(accountant, neighboring)._accountant,
+            lambda: make_accountant(accountant, neighboring).dp_accounting_accountant,
             make_event,
             epsilon,
             delta,
