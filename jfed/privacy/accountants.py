@@ -269,8 +269,14 @@ def subsampled_gaussian_event(
 ) -> events.DpEvent:
     """The event of ``steps`` Gaussian steps on a subsample (DP-SGD / Noisy MB-SGD).
 
+    The noise multiplier follows dp-accounting's conventions, which differ under replace-one
+    adjacency (checked in the tests): for the RDP accountant it is noise std / the L2 distance
+    between neighbouring outputs; for the PLD accountant under replace-one it is noise std / the
+    bound on one record's contribution, neighbouring outputs then differing by twice that.
+    Without sampling and under add-or-remove both mean noise std / L2 sensitivity.
+
     Args:
-      noise_multiplier: noise std / L2 sensitivity of one step (> 0).
+      noise_multiplier: noise std / sensitivity of one step (> 0), see above.
       sampling_rate: q in (0, 1]; 1 means no subsampling.
       steps: number of composed steps (>= 1).
       sampling: ``"poisson"`` (each record independently with probability q) or
