@@ -42,6 +42,9 @@ from jfed.privacy.gaussian import _bisect
 from jfed.privacy.shuffle import shuffle_validity_limit
 
 SILO_CALIBRATIONS = ("theorem", "experiments", "exact")
+# PLD's estimates are pessimistic at any discretization; 1e-3 is 10x faster than the default 1e-4
+# and moved eps by about 1e-5 in the seed's settings.
+PLD_DISCRETIZATION = 1e-3
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,9 @@ def exact_mbsgd_epsilon(
     """eps (PLD, replace-one) of R rounds of Poisson-sampled (q = K/n) sums / K with noise sigma."""
     multiplier = noise_std * batch / clip_norm
     return epsilon_for_noise(
-        multiplier, delta, min(1.0, batch / n), rounds, "pld", neighboring="replace-one"
-    )
+        multiplier, delta, min(1.0, batch / n), rounds, "pld", neighboring="replace-one",
+        pld_discretization=PLD_DISCRETIZATION,
+    )  # fmt: skip
 
 
 def mbsgd_noise(
@@ -110,8 +114,9 @@ def mbsgd_noise(
         noise = math.sqrt(8 * clip**2 * math.log(1 / delta) * rounds) / (n * epsilon)
     elif calibration == "exact":
         multiplier = calibrate_noise_multiplier(
-            epsilon, delta, min(1.0, batch / n), rounds, "pld", neighboring="replace-one"
-        )
+            epsilon, delta, min(1.0, batch / n), rounds, "pld", neighboring="replace-one",
+            tolerance=1e-4, pld_discretization=PLD_DISCRETIZATION,
+        )  # fmt: skip
         noise = multiplier * clip / batch
     else:
         raise ValueError(f"unknown calibration {calibration!r}; expected {SILO_CALIBRATIONS}")

@@ -296,15 +296,26 @@ class NoisyMBSGD(_SiloConfig):
         return self._advance(state, w, w, available, clipped)
 
 
-def _one_pass_client(loss, batch, broadcast, silo, key):
-    """Disjoint batches: round r uses records perm[rK : (r+1)K] of a per-silo permutation that is
-    fixed for the run (so no record is used twice)."""
-    w, mask, hp, batch_key, round_index = broadcast
-    X, _, count, silo_id = silo
-    n_max = X.shape[0]
+def one_pass_indices(
+    batch_key: jax.Array,
+    silo_id: jax.Array,
+    count: jax.Array,
+    n_max: int,
+    batch: int,
+    round_index: jax.Array,
+) -> jax.Array:
+    """Round r's batch ``perm[rK : (r+1)K]`` of a per-silo permutation of ``[0, count)`` that is
+    fixed for the run, so no record is used twice while ``R K <= count``."""
     scores = jax.random.uniform(jax.random.fold_in(batch_key, silo_id), (n_max,))
     order = jnp.argsort(jnp.where(jnp.arange(n_max) < count, scores, 2.0))
-    indices = jax.lax.dynamic_slice(order, (round_index * batch,), (batch,))
+    return jax.lax.dynamic_slice(order, (round_index * batch,), (batch,))
+
+
+def _one_pass_client(loss, batch, broadcast, silo, key):
+    """Disjoint batches (see :func:`one_pass_indices`)."""
+    w, mask, hp, batch_key, round_index = broadcast
+    X, _, count, silo_id = silo
+    indices = one_pass_indices(batch_key, silo_id, count, X.shape[0], batch, round_index)
     weights = jnp.full(batch, 1.0 / batch)
     gradient, clipped = noisy_minibatch_gradient(loss, w, silo, indices, weights, hp, key)
     available = mask[silo_id]

@@ -249,14 +249,20 @@ class ParallelComposition:
         return max(branch.delta(epsilon) for branch in self.branches)
 
 
-def make_accountant(name: str, neighboring: str = "add-or-remove") -> Accountant:
-    """A fresh accountant by name: ``zcdp``, ``advanced``, ``rdp`` or ``pld``."""
+def make_accountant(
+    name: str, neighboring: str = "add-or-remove", pld_discretization: float = 1e-4
+) -> Accountant:
+    """A fresh accountant by name: ``zcdp``, ``advanced``, ``rdp`` or ``pld``.
+
+    ``pld_discretization`` is the PLD accountant's value discretization interval; its estimates
+    stay pessimistic (upper bounds) at any interval, a coarser one is faster and slightly looser.
+    """
     if name == "zcdp":
         return ZcdpAccountant()
     if name == "advanced":
         return AdvancedCompositionAccountant()
     if name in ("rdp", "pld"):
-        return DpAccountingAccountant(name, neighboring)
+        return DpAccountingAccountant(name, neighboring, pld_discretization)
     raise ValueError(f"unknown accountant {name!r}; expected one of {ACCOUNTANTS}")
 
 

@@ -58,6 +58,7 @@ def epsilon_for_noise(
     sampling: str = "poisson",
     dataset_size: int | None = None,
     neighboring: str = "add-or-remove",
+    pld_discretization: float = 1e-4,
 ) -> float:
     """eps at ``delta`` of ``steps`` (subsampled) Gaussian steps with this noise multiplier."""
     check_positive("noise_multiplier", noise_multiplier)
@@ -70,7 +71,8 @@ def epsilon_for_noise(
     event = subsampled_gaussian_event(
         noise_multiplier, sampling_rate, steps, sampling, dataset_size
     )
-    return make_accountant(accountant, neighboring).compose(event).epsilon(delta)
+    accountant_ = make_accountant(accountant, neighboring, pld_discretization)
+    return accountant_.compose(event).epsilon(delta)
 
 
 def calibrate_noise_multiplier(
@@ -83,6 +85,7 @@ def calibrate_noise_multiplier(
     dataset_size: int | None = None,
     neighboring: str = "add-or-remove",
     tolerance: float = 1e-6,
+    pld_discretization: float = 1e-4,
 ) -> float:
     """Smallest noise multiplier (std / sensitivity) whose ``steps`` steps are (eps, delta)-DP.
 
@@ -94,6 +97,8 @@ def calibrate_noise_multiplier(
         ``classic`` (closed form, one release).
       sampling, dataset_size, neighboring: see :func:`~jfed.privacy.subsampled_gaussian_event`.
       tolerance: absolute bisection tolerance on the noise multiplier (pld / rdp).
+      pld_discretization: the PLD accountant's discretization interval (see
+        :func:`~jfed.privacy.make_accountant`).
     """
     epsilon = check_positive("epsilon", epsilon)
     delta = check_open_unit("delta", delta)
@@ -113,14 +118,19 @@ def calibrate_noise_multiplier(
     make_event = _event_factory(sampling_rate, steps, sampling, dataset_size)
     lo, hi = _bracket(
         lambda noise: epsilon_for_noise(
-            noise, delta, sampling_rate, steps, accountant, sampling, dataset_size, neighboring
+            noise, delta, sampling_rate, steps, accountant, sampling, dataset_size, neighboring,
+            pld_discretization,
         ),
         epsilon,
         epsilon,
-    )
+    )  # fmt: skip
     return float(
         dp_accounting.calibrate_dp_mechanism(
-            lambda: make_accountant(accountant, neighboring).dp_accounting_accountant,
+            lambda: (
+                make_accountant(
+                    accountant, neighboring, pld_discretization
+                ).dp_accounting_accountant
+            ),
             make_event,
             epsilon,
             delta,

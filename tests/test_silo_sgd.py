@@ -1,0 +1,227 @@
+"""Silo algorithms: sensitivity, noise formulas, availability, AC-SA, invariance, one-pass."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jfed.algorithms import silo_privacy, silo_sgd
+from jfed.algorithms.losses import Loss
+from jfed.data.silos import SiloData, synthetic_silos
+from jfed.engine import ExecutionPlan, simulate
+
+
+def _silo(X, y):
+    return (jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32), jnp.int32(len(y)), 0)
+
+
+@pytest.mark.parametrize("loss_name", ["logistic", "squared"])
+def test_one_record_moves_the_minibatch_mean_by_at_most_2l_over_k(loss_name):
+    """Replace one record by an adversarial one: the noise-free minibatch mean changes by at most
+    2L/K. Negative control: without clipping (L huge) the same replacement moves it far more."""
+    loss, batch, clip = Loss(loss_name), 10, 0.5
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(40, 6)), rng.integers(0, 2, 40).astype(float)
+    w_host = rng.normal(size=6)
+    w = jnp.asarray(w_host, jnp.float32)
+    X_adversarial = X.copy()
+    # a far-away record whose loss is steep (logistic: margin of the wrong sign for its label)
+    X_adversarial[3] = 50.0 * w_host / np.linalg.norm(w_host) * (1.0 if y[3] == 0 else -1.0)
+    hp = silo_sgd.hyperparams(1, step_size=1.0, clip_norm=clip)
+    worst = 0.0
+    for seed in range(200):
+        indices, weights = silo_sgd.minibatch_weights(
+            jax.random.key(seed), jnp.int32(40), 40, batch, "with-replacement"
+        )
+        # the replaced record is in the batch exactly once (with replacement it could be drawn
+        # c times, moving the mean by up to c 2L/K: the sampling analysis accounts for that)
+        indices = jnp.where(indices == 3, 4, indices).at[0].set(3)
+        weights = jnp.full(batch, 1.0 / batch)
+        a, _ = silo_sgd.noisy_minibatch_gradient(
+            loss, w, _silo(X, y), indices, weights, hp, jax.random.key(1)
+        )
+        b, _ = silo_sgd.noisy_minibatch_gradient(
+            loss, w, _silo(X_adversarial, y), indices, weights, hp, jax.random.key(1)
+        )
+        worst = max(worst, float(jnp.linalg.norm(a - b)))
+    assert worst <= 2 * clip / batch * (1 + 1e-5)
+    unclipped = silo_sgd.hyperparams(1, step_size=1.0, clip_norm=1e6)
+    a, _ = silo_sgd.noisy_minibatch_gradient(
+        loss, w, _silo(X, y), indices, weights, unclipped, jax.random.key(1)
+    )
+    b, _ = silo_sgd.noisy_minibatch_gradient(
+        loss, w, _silo(X_adversarial, y), indices, weights, unclipped, jax.random.key(1)
+    )
+    assert float(jnp.linalg.norm(a - b)) > 10 * 2 * clip / batch
+
+
+def test_noise_scales_match_the_spec_formulas():
+    n, K, R, eps, delta, L = 8673, 10, 25, 2.0, 1e-9, 1.5
+    theorem = silo_privacy.mbsgd_noise(n, K, R, eps, delta, L, "theorem").noise_std
+    expected = math.sqrt(
+        256 * L**2 * R * math.log(2.5 * R * K / (delta * n)) * math.log(2 / delta) / (n * eps) ** 2
+    )
+    assert theorem == pytest.approx(expected)
+    experiments = silo_privacy.mbsgd_noise(n, K, R, eps, delta, L, "experiments").noise_std
+    assert experiments == pytest.approx(math.sqrt(8 * L**2 * math.log(1 / delta) * R) / (n * eps))
+    exact = silo_privacy.mbsgd_noise(n, K, R, eps, delta, L, "exact")
+    assert exact.epsilon == pytest.approx(eps, rel=1e-3) and exact.epsilon <= eps
+    assert exact.noise_std < theorem  # the exact accountant needs less noise than the theorem
+    one_pass = silo_privacy.one_pass_noise(K, eps, delta, L, "theorem").noise_std
+    assert one_pass == pytest.approx(math.sqrt(8 * L**2 * math.log(1 / delta)) / (eps * K))
+    assert silo_privacy.one_pass_noise(K, eps, delta, L, "exact").noise_std < one_pass
+    local = silo_privacy.local_sgd_noise(n, K, R, eps, delta, L).noise_std
+    assert local == pytest.approx(math.sqrt(8 * K**2 * L**2 * math.log(1 / delta) * R) / (n * eps))
+
+
+def test_shuffle_chain_meets_its_target_and_refuses_too_few_messages():
+    chain = silo_privacy.shuffle_noise(25_000, 25, 3.0, 1e-8, 1.0)
+    assert chain.epsilon <= 3.0 and chain.epsilon > 2.9
+    assert chain.epsilon_round < chain.epsilon0  # amplified
+    with pytest.raises(ValueError, match="more shuffled messages"):
+        silo_privacy.shuffle_noise(250, 25, 3.0, 1e-8, 1.0)
+
+
+def test_availability_distribution():
+    """fixed: exactly M per round, each silo with probability M/N; bernoulli: mean M. Binomial
+    tolerances (4.5 standard errors). Negative control: a sampler that always picks the first M
+    silos fails the uniformity check."""
+    N, M, draws = 20, 5, 4000
+    keys = jax.random.split(jax.random.key(0), draws)
+    fixed = np.asarray(jax.vmap(lambda k: silo_sgd.availability_mask(k, N, "fixed", M))(keys))
+    assert np.all(fixed.sum(1) == M)
+    p = M / N
+    tolerance = 4.5 * math.sqrt(p * (1 - p) / draws)
+
+    def uniform(masks):
+        return bool(np.all(np.abs(masks.mean(0) - p) <= tolerance))
+
+    assert uniform(fixed)
+    first_m = np.zeros_like(fixed)
+    first_m[:, :M] = 1
+    assert not uniform(first_m)
+    bern = np.asarray(jax.vmap(lambda k: silo_sgd.availability_mask(k, N, "bernoulli", M))(keys))
+    counts = bern.sum(1)
+    assert abs(counts.mean() - M) <= 4.5 * math.sqrt(N * p * (1 - p) / draws)
+    assert counts.std() == pytest.approx(math.sqrt(N * p * (1 - p)), rel=0.1)
+
+
+@pytest.fixture(scope="module")
+def silos():
+    return synthetic_silos(jax.random.key(3), 8, 120, 5, heterogeneity=1.0)
+
+
+def _run(algorithm, task, noise=0.0, seed=0, plan=None, step=1.0):
+    hp = silo_sgd.hyperparams(task.n_silos, step_size=step, noise_std=noise)
+    return simulate(algorithm, task.train, hp, jax.random.key(seed), algorithm.rounds, plan)
+
+
+def test_acsa_without_momentum_is_plain_projected_sgd(silos):
+    common = dict(loss=Loss("logistic"), dim=5, n_silos=8, batch=6, rounds=12)
+    plain = silo_sgd.NoisyMBSGD(**common, sampling="with-replacement")
+    acsa = silo_sgd.AcceleratedMBSGD(**common, sampling="with-replacement", momentum=False)
+    a, _ = _run(plain, silos, noise=0.3)
+    b, _ = _run(acsa, silos, noise=0.3)
+    np.testing.assert_array_equal(np.asarray(a.w), np.asarray(b.w))
+
+
+ROUNDS = 300
+
+
+def test_acceleration_beats_plain_sgd_on_a_noiseless_strongly_convex_quadratic():
+    """Squared loss, ill-conditioned features, full deterministic batches (K = n without
+    replacement), no noise: rounds to reach excess risk 1e-4."""
+    rng = np.random.default_rng(0)
+    scales = np.array([1.0, 0.3, 0.1, 0.05])
+    X = [rng.normal(size=(30, 4)) * scales / 2 for _ in range(4)]
+    y = [x @ np.array([1.0, -2.0, 3.0, 1.0]) for x in X]
+    data = SiloData.from_lists(X, y)
+    pooled = np.concatenate(X)
+    smoothness = np.linalg.eigvalsh(pooled.T @ pooled / len(pooled))[-1]
+    target = np.concatenate(y)
+    w_star = np.linalg.lstsq(pooled, target, rcond=None)[0]
+
+    def risk(w):
+        return 0.5 * np.mean((pooled @ w - target) ** 2) - 0.5 * np.mean(
+            (pooled @ w_star - target) ** 2
+        )
+
+    def rounds_to(algorithm, step):
+        hp = silo_sgd.hyperparams(4, step_size=step, clip_norm=1e6, radius=100.0)
+        _, infos = simulate(algorithm, data, hp, jax.random.key(0), algorithm.rounds)
+        risks = [risk(np.asarray(w, np.float64)) for w in np.asarray(infos.w)]
+        return next((t + 1 for t, r in enumerate(risks) if r <= 1e-4), math.inf)
+
+    common = dict(loss=Loss("squared"), dim=4, n_silos=4, batch=30, rounds=ROUNDS)
+    plain = rounds_to(silo_sgd.NoisyMBSGD(**common, sampling="without-replacement"), 1 / smoothness)
+    accelerated = rounds_to(
+        silo_sgd.AcceleratedMBSGD(**common, sampling="without-replacement"), 1 / (2 * smoothness)
+    )
+    assert accelerated < plain / 2
+    multistage = silo_sgd.AcceleratedMBSGD(
+        **common, sampling="without-replacement", stages=silo_sgd.multistage_schedule(ROUNDS, 8)
+    )
+    assert rounds_to(multistage, 1 / (2 * smoothness)) < plain
+
+
+def test_noiseless_noisy_mbsgd_equals_non_private_and_noise_enters_linearly(silos):
+    algorithm = silo_sgd.NoisyMBSGD(Loss("logistic"), 5, 8, 6, 1, sampling="with-replacement")
+    clean, _ = _run(algorithm, silos, noise=0.0)
+    again, _ = _run(algorithm, silos, noise=0.0)
+    np.testing.assert_array_equal(np.asarray(clean.w), np.asarray(again.w))
+    # first step, far from the projection boundary: w(s) - w(0) is exactly linear in s
+    small, _ = _run(algorithm, silos, noise=0.01)
+    double, _ = _run(algorithm, silos, noise=0.02)
+    np.testing.assert_allclose(
+        np.asarray(double.w) - np.asarray(clean.w),
+        2 * (np.asarray(small.w) - np.asarray(clean.w)),
+        rtol=1e-4,
+        atol=1e-6,
+    )
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        silo_sgd.NoisyMBSGD(Loss("logistic"), 5, 8, 6, 4, sampling="poisson"),
+        silo_sgd.AcceleratedMBSGD(Loss("logistic"), 5, 8, 6, 4),
+        silo_sgd.LocalSGD(Loss("logistic"), 5, 8, 3, 4, availability="fixed", available=3),
+        silo_sgd.ShuffleMBSGD(Loss("logistic"), 5, 8, 6, 4),
+    ],
+)
+def test_silo_block_invariance_and_determinism(algorithm, silos):
+    results = [
+        _run(algorithm, silos, noise=0.2, plan=ExecutionPlan(block_size=b, chunk_size=2))[0].w
+        for b in (2, 4, 8)
+    ]
+    for other in results[1:]:
+        np.testing.assert_array_equal(np.asarray(results[0]), np.asarray(other))
+    different = _run(algorithm, silos, noise=0.2, seed=1)[0].w
+    assert not np.array_equal(np.asarray(results[0]), np.asarray(different))
+
+
+def test_one_pass_batches_are_disjoint():
+    count, batch, rounds = 37, 4, 9
+    indices = jnp.concatenate(
+        [
+            silo_sgd.one_pass_indices(jax.random.key(5), 2, jnp.int32(count), 50, batch, r)
+            for r in range(rounds)
+        ]
+    )
+    assert len(set(np.asarray(indices).tolist())) == batch * rounds
+    assert int(indices.max()) < count
+
+
+def test_multistage_schedule_and_bad_configurations():
+    assert silo_sgd.multistage_schedule(30, 2) == (2, 4, 8, 16)
+    assert sum(silo_sgd.multistage_schedule(31, 3)) == 31
+    with pytest.raises(ValueError, match="stages summing to rounds"):
+        silo_sgd.AcceleratedMBSGD(Loss("squared"), 3, 2, 2, 10, stages=(3, 3))
+    with pytest.raises(ValueError, match="available in"):
+        silo_sgd.NoisyMBSGD(Loss("squared"), 3, 4, 2, 10, availability="fixed", available=9)
+    with pytest.raises(ValueError, match="unknown loss"):
+        Loss("hinge")
+    with pytest.raises(ValueError, match="noise_std >= 0"):
+        silo_sgd.hyperparams(3, step_size=1.0, noise_std=-1.0)
