@@ -47,3 +47,24 @@ def normals_and_uniforms(
     unit = _unit_uniform(random_words(key, n_normal + n_uniform))
     symmetric = jnp.maximum(_LOWEST_OPEN, 2.0 * unit[:n_normal] - 1.0)
     return np.float32(np.sqrt(2.0)) * lax.erf_inv(symmetric), unit[n_normal:]
+
+
+def _reduce_to_span(higher: jax.Array, lower: jax.Array, span: jax.Array) -> jax.Array:
+    """``(higher 2^32 + lower) mod span`` in uint32 arithmetic (jax.random.randint's reduction):
+    integers in ``[0, span)`` with bias of order ``span / 2^64``."""
+    span = jnp.asarray(span, jnp.uint32)
+    multiplier = lax.rem(jnp.uint32(2**16), span)
+    multiplier = lax.rem(multiplier * multiplier, span)
+    return lax.rem(lax.rem(higher, span) * multiplier + lax.rem(lower, span), span)
+
+
+def integers_and_normals(
+    key: jax.Array, n_integer: int, span: jax.Array, n_normal: int
+) -> tuple[jax.Array, jax.Array]:
+    """``(U{0..span-1}: i32[n_integer], N(0, 1): f32[n_normal])``, independent, from one key and
+    one bit-generation call (two words per integer, as ``jax.random.randint``)."""
+    words = random_words(key, 2 * n_integer + n_normal)
+    integers = _reduce_to_span(words[:n_integer], words[n_integer : 2 * n_integer], span)
+    unit = _unit_uniform(words[2 * n_integer :])
+    symmetric = jnp.maximum(_LOWEST_OPEN, 2.0 * unit - 1.0)
+    return integers.astype(jnp.int32), np.float32(np.sqrt(2.0)) * lax.erf_inv(symmetric)

@@ -14,7 +14,7 @@ from jfed.engine import ExecutionPlan, simulate
 
 
 def _silo(X, y):
-    return (jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32), jnp.int32(len(y)), 0)
+    return SiloData.from_lists([X], [y]).record(jnp.int32(0))
 
 
 @pytest.mark.parametrize("loss_name", ["logistic", "squared"])

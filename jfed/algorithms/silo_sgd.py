@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfed._random import integers_and_normals
 from jfed._validation import check_int_range, check_nonnegative, check_positive
 from jfed.algorithms.linear import project_to_ball
 from jfed.algorithms.losses import Loss
@@ -146,9 +147,9 @@ def noisy_minibatch_gradient(
 
     Returns the noisy gradient ``f32[p]`` and the fraction of the used examples that were clipped.
     """
-    X, y, _, silo_id = silo
-    gradients, clipped = clipped_gradients(loss, w, X[indices], y[indices], hp.clip_norm)
-    noise = hp.noise_std[silo_id] * jax.random.normal(noise_key, w.shape)
+    X, y = silo.rows(indices)
+    gradients, clipped = clipped_gradients(loss, w, X, y, hp.clip_norm)
+    noise = hp.noise_std[silo.silo_id] * jax.random.normal(noise_key, w.shape)
     used = weights > 0
     clipped_fraction = jnp.sum(clipped * used) / jnp.maximum(jnp.sum(used), 1)
     return weights @ gradients + noise, clipped_fraction
@@ -261,11 +262,20 @@ class _SiloConfig:
 
 def _mbsgd_client(loss, batch, sampling, broadcast, silo, key):
     w, mask, hp = broadcast
-    X, _, count, silo_id = silo
-    index_key, noise_key = jax.random.split(key)
-    indices, weights = minibatch_weights(index_key, count, X.shape[0], batch, sampling)
-    gradient, clipped = noisy_minibatch_gradient(loss, w, silo, indices, weights, hp, noise_key)
-    available = mask[silo_id]
+    if sampling == "with-replacement":
+        # one counter-mode draw for the K indices and the noise (the common case, kept cheap)
+        indices, normals = integers_and_normals(key, batch, silo.count, w.shape[0])
+        X, y = silo.rows(indices)
+        gradients, clipped = clipped_gradients(loss, w, X, y, hp.clip_norm)
+        gradient = gradients.mean(0) + hp.noise_std[silo.silo_id] * normals
+        clipped = clipped.mean()
+    else:
+        index_key, noise_key = jax.random.split(key)
+        indices, weights = minibatch_weights(index_key, silo.count, silo.n_max, batch, sampling)
+        gradient, clipped = noisy_minibatch_gradient(
+            loss, w, silo, indices, weights, hp, noise_key
+        )
+    available = mask[silo.silo_id]
     return available * gradient, available, available * clipped
 
 
@@ -314,11 +324,10 @@ def one_pass_indices(
 def _one_pass_client(loss, batch, broadcast, silo, key):
     """Disjoint batches (see :func:`one_pass_indices`)."""
     w, mask, hp, batch_key, round_index = broadcast
-    X, _, count, silo_id = silo
-    indices = one_pass_indices(batch_key, silo_id, count, X.shape[0], batch, round_index)
+    indices = one_pass_indices(batch_key, silo.silo_id, silo.count, silo.n_max, batch, round_index)
     weights = jnp.full(batch, 1.0 / batch)
     gradient, clipped = noisy_minibatch_gradient(loss, w, silo, indices, weights, hp, key)
-    available = mask[silo_id]
+    available = mask[silo.silo_id]
     return available * gradient, available, available * clipped
 
 
@@ -403,12 +412,12 @@ def _shuffle_client(loss, batch, broadcast, silo, key):
     """Every sampled record's clipped gradient plus its own N(0, sigma0^2 I) is a message; the
     sum of the K messages has noise N(0, K sigma0^2 I), drawn at once (equal in distribution)."""
     w, mask, hp = broadcast
-    X, y, count, silo_id = silo
     index_key, noise_key = jax.random.split(key)
-    indices, _ = minibatch_weights(index_key, count, X.shape[0], batch, "with-replacement")
-    gradients, clipped = clipped_gradients(loss, w, X[indices], y[indices], hp.clip_norm)
-    noise = math.sqrt(batch) * hp.noise_std[silo_id] * jax.random.normal(noise_key, w.shape)
-    available = mask[silo_id]
+    indices, _ = minibatch_weights(index_key, silo.count, silo.n_max, batch, "with-replacement")
+    X, y = silo.rows(indices)
+    gradients, clipped = clipped_gradients(loss, w, X, y, hp.clip_norm)
+    noise = math.sqrt(batch) * hp.noise_std[silo.silo_id] * jax.random.normal(noise_key, w.shape)
+    available = mask[silo.silo_id]
     return available * (gradients.sum(0) + noise), available, available * clipped.mean()
 
 
@@ -433,18 +442,17 @@ class ShuffleMBSGD(_SiloConfig):
 def _local_sgd_client(loss, steps, broadcast, silo, key):
     """K local steps, one uniformly drawn record each, w <- w - eta (grad + u)."""
     w, mask, hp = broadcast
-    X, y, count, silo_id = silo
 
     def step(carry, step_key):
         w_local, clipped_total = carry
         index_key, noise_key = jax.random.split(step_key)
-        index = jax.random.randint(index_key, (1,), 0, count)
-        gradient, clipped = clipped_gradients(loss, w_local, X[index], y[index], hp.clip_norm)
-        noise = hp.noise_std[silo_id] * jax.random.normal(noise_key, w_local.shape)
+        X, y = silo.rows(jax.random.randint(index_key, (1,), 0, silo.count))
+        gradient, clipped = clipped_gradients(loss, w_local, X, y, hp.clip_norm)
+        noise = hp.noise_std[silo.silo_id] * jax.random.normal(noise_key, w_local.shape)
         return (w_local - hp.step_size * (gradient[0] + noise), clipped_total + clipped[0]), None
 
     (w_final, clipped), _ = jax.lax.scan(step, (w, 0.0), jax.random.split(key, steps))
-    available = mask[silo_id]
+    available = mask[silo.silo_id]
     return available * w_final, available, available * clipped / steps
 
 

@@ -61,6 +61,10 @@ class ArrayClients:
     def dim(self) -> int:
         return self.features.shape[1]
 
+    def record(self, client_id: jax.Array) -> Record:
+        """The record ``(x: f32[d], y: f32[])`` of one client."""
+        return self.features[client_id], self.targets[client_id]
+
     def records(self, client_ids: jax.Array) -> Record:
         """``(X[ids], y[ids])`` for ``ids: i32[b]``; ids past the end are clamped (the engine masks
         them), so a padded block never reads out of bounds."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,8 +38,28 @@ SILO_DATASETS = (
 )
 
 
-class SiloRecord(tuple):
-    """``(features: f32[n_max, d], targets: f32[n_max], count: i32[], silo_id: i32[])``."""
+class SiloView(NamedTuple):
+    """One silo as its client function sees it: an id into the shared arrays, not a copy.
+
+    Attributes:
+      features: ``f32[N, n_max, d]`` (all silos; read rows with :meth:`rows`).
+      targets: ``f32[N, n_max]``.
+      count: ``i32[]``, this silo's n_i.
+      silo_id: ``i32[]``.
+    """
+
+    features: jax.Array
+    targets: jax.Array
+    count: jax.Array
+    silo_id: jax.Array
+
+    @property
+    def n_max(self) -> int:
+        return self.features.shape[1]
+
+    def rows(self, indices: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``(X: f32[b, d], y: f32[b])`` of this silo's records ``indices: i32[b]``."""
+        return self.features[self.silo_id, indices], self.targets[self.silo_id, indices]
 
 
 @jax.tree_util.register_dataclass
@@ -80,11 +101,9 @@ class SiloData:
     def dim(self) -> int:
         return self.features.shape[2]
 
-    def records(self, silo_ids: jax.Array):
-        """``(X: f32[b, n_max, d], y: f32[b, n_max], counts: i32[b], ids: i32[b])``; ids past the
-        end are clamped (the engine masks them)."""
-        ids = jnp.minimum(silo_ids, self.n_clients - 1)
-        return self.features[ids], self.targets[ids], self.counts[ids], ids
+    def record(self, silo_id: jax.Array) -> SiloView:
+        """A view of one silo (no copy of its records)."""
+        return SiloView(self.features, self.targets, self.counts[silo_id], silo_id)
 
     def pooled(self) -> tuple[np.ndarray, np.ndarray]:
         """All real training records, pooled on the host (float64)."""

@@ -49,8 +49,14 @@ def _chunk_messages(
     """Messages of one chunk of clients (padding zeroed) and their weights ``f32[chunk]``."""
     valid = chunk_ids < n_clients
     keys = jax.vmap(partial(client_key, key))(chunk_ids)
-    records = population.records(chunk_ids)
-    messages = jax.vmap(client_fn, in_axes=(None, 0, 0))(broadcast, records, keys)
+
+    def one_client(client_id: jax.Array, client_key_: jax.Array) -> PyTree:
+        # fetched inside the vmap: a population may hand out a view (e.g. a silo's id into shared
+        # arrays) so that only the rows a client reads are ever gathered
+        record = population.record(jnp.minimum(client_id, n_clients - 1))
+        return client_fn(broadcast, record, client_key_)
+
+    messages = jax.vmap(one_client)(chunk_ids, keys)
 
     def zero_padding(m: jax.Array) -> jax.Array:
         mask = valid.reshape(valid.shape + (1,) * (m.ndim - 1))
