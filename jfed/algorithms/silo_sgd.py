@@ -272,9 +272,7 @@ def _mbsgd_client(loss, batch, sampling, broadcast, silo, key):
     else:
         index_key, noise_key = jax.random.split(key)
         indices, weights = minibatch_weights(index_key, silo.count, silo.n_max, batch, sampling)
-        gradient, clipped = noisy_minibatch_gradient(
-            loss, w, silo, indices, weights, hp, noise_key
-        )
+        gradient, clipped = noisy_minibatch_gradient(loss, w, silo, indices, weights, hp, noise_key)
     available = mask[silo.silo_id]
     return available * gradient, available, available * clipped
 
