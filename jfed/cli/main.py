@@ -4,6 +4,8 @@
     jfed run dpsgd --dataset fair --epsilon 1
     jfed run ols --synthetic --clients 1000000 --dim 10
     jfed datasets
+    jfed sweep modulated-one-shot --dataset fair --epsilon 0.1,1,10 --seeds 5 --grid ridge=0.5,1,2
+    jfed plot results/sweep
     jfed account gaussian --noise-multiplier 1.1 --sampling-rate 0.01 --steps 1000 --delta 1e-5
 
 Bad input prints one line (``jfed: error: ...``) and exits with status 2.
@@ -14,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jfed.cli import account
+from jfed.cli import account, sweep
 from jfed.privacy.calibration import ROUNDS_ACCOUNTANTS
 
 DEFAULTS = dict(epsilon=1.0, delta=1e-5, rounds=10, seed=0)
@@ -136,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("datasets", help="list the built-in real data sets")
     account.add_parser(commands)
+    sweep.add_parsers(commands)
     return parser
 
 
@@ -217,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "datasets":
             _datasets()
+            return 0
+        if args.command in ("sweep", "plot"):
+            sweep.run(args)
             return 0
         if args.command == "account":
             record, line = account.run(args)

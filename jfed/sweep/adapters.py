@@ -1,0 +1,145 @@
+"""What a sweep needs to know about each algorithm: its static program, how a configuration
+(eps, seed, hyper-parameters) becomes a traced hyper-parameter pytree, and how a finished run is
+evaluated on the validation and test splits.
+
+A configuration is a dict ``{"epsilon": float, "seed": int, **hyper}``; hyper-parameter names are
+the algorithm's tunable scalars (e.g. ``step_scale`` for the iterative modulated estimator).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jfed.algorithms import dpsgd, modulated
+from jfed.algorithms.linear import r2_curve, r2_score
+from jfed.data import RegressionTask
+from jfed.run import ModulatedSettings, ols_reference
+
+SWEEP_ALGORITHMS = ("modulated-iterative", "modulated-one-shot", "dpsgd")
+
+
+@dataclass
+class RegressionAdapter:
+    """Sweeps over a regression algorithm on one task (modulated estimators, DP-SGD FedAvg).
+
+    Attributes:
+      name: one of :data:`SWEEP_ALGORITHMS`.
+      task: the regression task.
+      delta: delta of every run.
+      rounds: T (1 for the one-shot estimator).
+      base: fixed (not swept) method parameters.
+    """
+
+    name: str
+    task: RegressionTask
+    delta: float = 1e-5
+    rounds: int = 10
+    base: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.name not in SWEEP_ALGORITHMS:
+            raise ValueError(f"unknown sweep algorithm {self.name!r}; expected {SWEEP_ALGORITHMS}")
+        if self.name == "modulated-one-shot":
+            self.rounds = 1
+        self._reference = None
+
+    @property
+    def tunable(self) -> tuple[str, ...]:
+        if self.name == "modulated-iterative":
+            return ("step_scale", "alpha", "beta", "omega", "clip", "radius")
+        if self.name == "modulated-one-shot":
+            return ("ridge", "alpha", "beta", "omega", "clip")
+        return ("clip", "learning_rate", "radius")
+
+    @property
+    def algorithm(self):
+        if self.name == "dpsgd":
+            return dpsgd.FedAvg(self.task.dim)
+        k = int(self.base.get("directions", 1))
+        if self.name == "modulated-iterative":
+            return modulated.Iterative(self.task.dim, k)
+        return modulated.OneShot(self.task.dim, k)
+
+    def check(self, hyper: dict) -> None:
+        unknown = set(hyper) - set(self.tunable)
+        if unknown:
+            raise ValueError(
+                f"unknown hyper-parameters {sorted(unknown)} for {self.name}; "
+                f"expected some of {list(self.tunable)}"
+            )
+
+    def hyperparams(self, config: dict) -> tuple[Any, dict]:
+        """Host calibration of one configuration: ``(hyperparams pytree, privacy fields)``."""
+        values = {**self.base, **{k: v for k, v in config.items() if k in self.tunable}}
+        if self.name == "dpsgd":
+            clip = float(values.get("clip", 2.0))
+            sigma, guarantee = dpsgd.calibrate(
+                config["epsilon"], self.delta, self.rounds, clip, values.get("accountant", "zcdp")
+            )
+            hp = dpsgd.hyperparams(
+                clip_norm=clip,
+                learning_rate=float(values.get("learning_rate", 0.1)),
+                noise_std=sigma,
+                radius=float(values.get("radius", 10.0)),
+            )
+        else:
+            settings = ModulatedSettings(
+                **{k: v for k, v in values.items() if k in ModulatedSettings.__annotations__}
+            )
+            sensitivity = modulated.sensitivity(
+                settings.alpha, settings.beta, settings.omega, settings.directions, settings.clip
+            )
+            sigma, guarantee = modulated.calibrate(
+                config["epsilon"], self.delta, self.rounds, sensitivity, settings.accountant
+            )
+            hp = modulated.hyperparams(
+                alpha=settings.alpha,
+                beta=settings.beta,
+                omega=settings.omega,
+                noise_std=sigma,
+                clip_norm=settings.clip,
+                radius=settings.radius,
+                step_scale=settings.step_scale,
+                step_floor=settings.step_floor,
+                ridge=settings.ridge,
+            )
+        fields = {
+            "epsilon_spent": guarantee.epsilon,
+            "delta": guarantee.delta,
+            "accountant": guarantee.accountant,
+            "sigma": sigma,
+        }
+        return hp, fields
+
+    def outputs(self, state, infos) -> dict[str, jax.Array]:
+        """The arrays kept from a finished run (inside the compiled program)."""
+        out = {"theta": state.theta, "theta_per_round": infos.theta}
+        if self.name == "modulated-one-shot":
+            out["theta_psd"] = state.theta_psd
+        return out
+
+    def evaluate(self, outputs: dict[str, np.ndarray]) -> dict:
+        """Host metrics of one run: validation and test R^2, the R^2 curve, the reference."""
+        if self._reference is None:
+            self._reference = ols_reference(self.task)
+        theta = np.asarray(outputs["theta"], np.float64)
+        metrics = {
+            "validation_r2": r2_score(theta, *self.task.validation),
+            "test_r2": r2_score(theta, *self.task.test),
+            "ols_r2": self._reference["test_r2"],
+            "ols_validation_r2": self._reference["validation_r2"],
+            "test_r2_per_round": r2_curve(outputs["theta_per_round"], *self.task.test).tolist(),
+        }
+        if "theta_psd" in outputs:
+            metrics["test_r2_psd"] = r2_score(outputs["theta_psd"], *self.task.test)
+        return metrics
+
+
+def stack(trees: list) -> Any:
+    """Stack a list of identical pytrees along a new leading axis (host -> device)."""
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
