@@ -65,10 +65,12 @@ def plot_convergence(
     """Convergence curves (mean over seeds) of the chosen configurations, one line per eps.
 
     Returns the written paths and the number of panels (0 and no file when no curves)."""
-    chosen = {(t["algorithm"], t["epsilon"]): tuple(t[h] for h in hyper) for t in table}
+    chosen = {
+        (t.get("dataset"), t["algorithm"], t["epsilon"]): tuple(t[h] for h in hyper) for t in table
+    }
     curves: dict = defaultdict(list)
     for row in rows:
-        key = (row["algorithm"], row["epsilon"])
+        key = (row.get("dataset"), row["algorithm"], row["epsilon"])
         if curve in row and chosen.get(key) == tuple(row[h] for h in hyper):
             curves[(row.get("dataset") or "", row["algorithm"], row["epsilon"])].append(row[curve])
     panels = sorted({(d, a) for d, a, _ in curves})

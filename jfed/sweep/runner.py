@@ -1,7 +1,9 @@
-"""Run a grid of configurations (eps x seed x hyper-parameters) vmapped inside one program.
+"""Run a grid of configurations (eps x seed x hyper-parameters) inside one compiled program.
 
 The host calibrates every configuration's noise (privacy layer); the device runs a slice of
-configurations at once as ``jit(vmap(run))``. Slices all have the same size (the last is padded),
+configurations in one call, ``jit(lax.map(run, configurations, batch_size=width))`` (vmapped
+``width`` at a time: all of them on accelerators, one at a time on CPU, see
+:func:`default_vector_width`). Slices all have the same size (the last is padded),
 so ONE compiled program serves the whole sweep; their size is decided from the grid size and the
 per-run memory footprint (XLA's memory analysis of one run) against a memory budget. Each finished
 slice's rows are appended to a JSON-lines file and flushed to disk, so an interrupted sweep
@@ -63,6 +65,13 @@ def read_rows(path: str) -> list[dict]:
 
 
 def _append(path: str, rows: list[dict]) -> None:
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        with open(path, "rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            torn = handle.read(1) != b"\n"
+        if torn:  # an interrupted write left a partial line: end it so new rows stay whole
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write("\n")
     with open(path, "a", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
@@ -70,16 +79,29 @@ def _append(path: str, rows: list[dict]) -> None:
         os.fsync(handle.fileno())
 
 
+def default_vector_width(slice_size: int) -> int:
+    """Configurations vectorised together inside a slice: all of them on an accelerator; one at a
+    time on CPU, where a wide vmap makes every op memory-bound (measured on the one-shot Fair
+    sweep, 200 runs in one program: 0.064 s mapped one at a time, 0.15 s fully vmapped)."""
+    return 1 if jax.default_backend() == "cpu" else slice_size
+
+
 @lru_cache(maxsize=32)
-def _program(algorithm, population_shape, rounds: int, plan: ExecutionPlan, adapter_outputs):
-    """``jit(vmap(run))``; cached per static configuration (jit caches the compiled executable
-    per input shapes), so re-running a sweep in the same process does not recompile."""
+def _program(
+    algorithm, population_shape, rounds: int, plan: ExecutionPlan, adapter_outputs, width: int
+):
+    """One compiled program for a slice: ``lax.map`` over its configurations, ``width`` of them
+    vmapped at a time. Cached per static configuration (and jit caches the executable per input
+    shapes), so re-running a sweep in the same process does not recompile."""
 
     def one(population, hp, key):
         state, infos = run_rounds(algorithm, population, hp, key, rounds, plan)
         return adapter_outputs(state, infos)
 
-    return jax.jit(jax.vmap(one, in_axes=(None, 0, 0)))
+    def program(population, hps, keys):
+        return jax.lax.map(lambda args: one(population, *args), (hps, keys), batch_size=width)
+
+    return jax.jit(program)
 
 
 def slice_size_for(adapter, population, plan: ExecutionPlan, budget: int, n_runs: int) -> int:
@@ -106,6 +128,7 @@ def run_sweep(
     progress: bool = True,
     identity: dict | None = None,
     on_slice: Callable[[int], None] | None = None,
+    vector_width: int | None = None,
 ) -> list[dict]:
     """Run ``configs`` and append one row per run to ``results_path`` (JSON lines).
 
@@ -120,6 +143,8 @@ def run_sweep(
       progress: show a progress bar with ETA over runs (updated per slice).
       identity: extra fields written in every row (e.g. the dataset name).
       on_slice: called with the slice index after each slice is written (hooks, tests).
+      vector_width: configurations vmapped together inside a slice (default:
+        :func:`default_vector_width`).
 
     Returns:
       The rows of every configuration of ``configs`` (read back from the file).
@@ -144,6 +169,7 @@ def run_sweep(
             adapter.rounds,
             plan,
             adapter.outputs,
+            vector_width or default_vector_width(size),
         )
         bar = tqdm(total=len(configs), initial=len(configs) - len(todo), disable=not progress,
                    desc=f"sweep {adapter.name}", unit="run")  # fmt: skip

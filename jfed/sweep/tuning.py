@@ -32,7 +32,8 @@ def choose(
     validation: str = "validation_r2",
     maximize: bool = True,
 ) -> dict:
-    """``{(algorithm, eps): hyper-values tuple}`` chosen by ``rule`` from validation only."""
+    """``{(dataset, algorithm, eps): hyper-values tuple}`` chosen by ``rule`` from validation
+    only (``dataset`` is ``None`` in rows without one)."""
     if rule not in RULES:
         raise ValueError(f"unknown choice rule {rule!r}; expected one of {RULES}")
     sign = 1.0 if maximize else -1.0
@@ -41,18 +42,19 @@ def choose(
         value = row[validation]
         value = float(value) if value is not None and np.isfinite(value) else -np.inf * sign
         combo = tuple(row[h] for h in hyper)
-        group = (row["algorithm"], row["epsilon"]) if rule == "per-eps" else (row["algorithm"],)
-        scores[(group, combo)].append(sign * value)
+        scores[(_group(row, rule), combo)].append(sign * value)
     best: dict = {}
     for (group, combo), values in scores.items():
         score = float(np.mean(values))
         if group not in best or score > best[group][0]:
             best[group] = (score, combo)
-    chosen = {}
-    for row in rows:
-        group = (row["algorithm"], row["epsilon"]) if rule == "per-eps" else (row["algorithm"],)
-        chosen[(row["algorithm"], row["epsilon"])] = best[group][1]
-    return chosen
+    return {_group(row, "per-eps"): best[_group(row, rule)][1] for row in rows}
+
+
+def _group(row: dict, rule: str) -> tuple:
+    """What one choice covers: (data set, algorithm[, eps])."""
+    base = (row.get("dataset"), row["algorithm"])
+    return (*base, row["epsilon"]) if rule == "per-eps" else base
 
 
 def tuned_table(
@@ -68,11 +70,13 @@ def tuned_table(
     chosen = choose(rows, hyper, rule, validation, maximize)
     groups: dict = defaultdict(list)
     for row in rows:
-        key = (row["algorithm"], row["epsilon"])
+        key = _group(row, "per-eps")
         if tuple(row[h] for h in hyper) == chosen[key]:
             groups[key].append(row)
     table = []
-    for (algorithm, epsilon), members in sorted(groups.items()):
+    for (_, algorithm, epsilon), members in sorted(
+        groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2])
+    ):
         values = np.array([m[test] for m in members], np.float64)
         first = members[0]
         table.append(

@@ -1,0 +1,128 @@
+"""A whole eps x seed sweep in one program vs the same runs as separate jitted calls.
+
+    python bench/sweep.py [--json PATH]
+
+The modulated one-shot estimator on the Fair task: 20 eps x 10 seeds = 200 runs, all in this
+process: (a) one program over all 200, as ``jfed.sweep`` runs a slice (``lax.map`` over the
+configurations, vmapped ``width`` at a time; widths 1 and 200 both timed); (b) 200 calls of
+``jfed.engine.simulate`` (the public one-run API; one compile, hyper-parameters traced);
+(c) the same 200 calls, each result read back before the next (a loop writing one row per run);
+(d) 200 calls of a pre-compiled single-run executable (no Python-side work at all). Compile time
+is reported apart from run time; the host calibration of the 200 noise scales is excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import numpy as np
+
+from jfed.data import load_regression
+from jfed.engine import ExecutionPlan, run_rounds, simulate
+from jfed.report import versions
+from jfed.sweep import RegressionAdapter, configurations
+from jfed.sweep.adapters import stack
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args()
+    task = load_regression("fair")
+    adapter = RegressionAdapter("modulated-one-shot", task)
+    configs = configurations(np.geomspace(0.1, 100, 20), 10, {})
+    calibrated = [adapter.hyperparams(c)[0] for c in configs]
+    keys = [jax.random.key(c["seed"]) for c in configs]
+    plan = ExecutionPlan().fitted(task.n_clients)
+
+    def one(hp, key):
+        return adapter.outputs(*run_rounds(adapter.algorithm, task.train, hp, key, 1, plan))
+
+    hps = stack(calibrated)
+    key_batch = jax.vmap(jax.random.key)(np.array([c["seed"] for c in configs]))
+
+    def timed(fn, *args):
+        jax.block_until_ready(fn(*args))
+        times = []
+        for _ in range(3):
+            tic = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times.append(time.perf_counter() - tic)
+        return min(times)
+
+    one_program = {}
+    for width in (1, len(configs)):
+        program = jax.jit(
+            lambda h, k, width=width: jax.lax.map(lambda a: one(*a), (h, k), batch_size=width)
+        )
+        tic = time.perf_counter()
+        compiled = program.lower(hps, key_batch).compile()
+        one_program[width] = (timed(compiled, hps, key_batch), time.perf_counter() - tic)
+
+    def simulate_calls():
+        return [
+            simulate(adapter.algorithm, task.train, hp, jax.random.key(config["seed"]), 1)
+            for hp, config in zip(calibrated, configs, strict=True)
+        ]
+
+    simulate_seconds = timed(simulate_calls)
+
+    def simulate_calls_read_back():
+        # each result read back before the next call, as a loop writing one row per run does
+        return [
+            jax.device_get(
+                simulate(adapter.algorithm, task.train, hp, jax.random.key(c["seed"]), 1)[0].theta
+            )
+            for hp, c in zip(calibrated, configs, strict=True)
+        ]
+
+    read_back_seconds = timed(simulate_calls_read_back)
+
+    single = jax.jit(one)
+    tic = time.perf_counter()
+    single_compiled = single.lower(calibrated[0], keys[0]).compile()
+    single_compile = time.perf_counter() - tic
+
+    def compiled_calls():
+        return [single_compiled(hp, key) for hp, key in zip(calibrated, keys, strict=True)]
+
+    separate_seconds = timed(compiled_calls)
+    batched_seconds, batched_compile = one_program[1]
+
+    row = {
+        "runs": len(configs),
+        "one_program_seconds": batched_seconds,
+        "one_program_fully_vmapped_seconds": one_program[len(configs)][0],
+        "simulate_calls_seconds": simulate_seconds,
+        "simulate_calls_read_back_seconds": read_back_seconds,
+        "ratio_vs_read_back_calls": read_back_seconds / batched_seconds,
+        "separate_calls_seconds": separate_seconds,
+        "ratio": simulate_seconds / batched_seconds,
+        "ratio_vs_precompiled_calls": separate_seconds / batched_seconds,
+        "one_program_compile_seconds": batched_compile,
+        "single_run_compile_seconds": single_compile,
+    }
+    print(
+        f"modulated one-shot on fair (n={task.n_clients}), {len(configs)} runs (20 eps x 10 seeds)"
+    )
+    print(f"one program, mapped 1 at a time: {batched_seconds:.3f} s "
+          f"(compile {batched_compile:.2f} s)")  # fmt: skip
+    print(f"one program, all 200 vmapped: {one_program[len(configs)][0]:.3f} s")
+    print(f"200 simulate() calls: {simulate_seconds:.3f} s  -> ratio {row['ratio']:.1f}x")
+    print(f"200 simulate() calls, each read back: {read_back_seconds:.3f} s  -> ratio "
+          f"{row['ratio_vs_read_back_calls']:.1f}x")  # fmt: skip
+    print(f"200 pre-compiled calls: {separate_seconds:.3f} s (compile {single_compile:.2f} s) "
+          f"-> ratio {row['ratio_vs_precompiled_calls']:.1f}x")  # fmt: skip
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(
+                {"benchmark": "sweep", "rows": [row], "versions": versions()}, handle, indent=2
+            )
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Sweeps: vmapped equals one-by-one, resume after interruption, validation-only tuning, plots."""
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from jfed.cli.main import main
+from jfed.data import load_regression
+from jfed.engine import simulate
+from jfed.report.plots import plot_convergence, plot_utility
+from jfed.sweep import RegressionAdapter, choose, configurations, read_rows, run_sweep, tuned_table
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_regression("modechoice")
+
+
+def test_vmapped_sweep_equals_runs_one_by_one(task, tmp_path):
+    adapter = RegressionAdapter("modulated-iterative", task, rounds=3)
+    configs = configurations([1.0, 10.0], 2, {"step_scale": [0.5, 1.0]})
+    rows = run_sweep(adapter, configs, str(tmp_path / "runs.jsonl"), progress=False)
+    assert len(rows) == len(configs)
+    for row in rows:
+        hp, fields = adapter.hyperparams(row)
+        state, infos = simulate(adapter.algorithm, task.train, hp, jax.random.key(row["seed"]), 3)
+        single = adapter.evaluate({"theta": state.theta, "theta_per_round": infos.theta})
+        assert row["sigma"] == fields["sigma"]
+        assert row["test_r2"] == pytest.approx(single["test_r2"], rel=1e-4, abs=1e-5)
+        assert row["validation_r2"] == pytest.approx(single["validation_r2"], rel=1e-4, abs=1e-5)
+
+
+def test_resume_after_interruption_loses_and_duplicates_nothing(task, tmp_path):
+    adapter = RegressionAdapter("modulated-one-shot", task)
+    configs = configurations([0.5, 2.0, 8.0], 2, {"ridge": [0.5, 1.0]})  # 12 runs
+    full = run_sweep(adapter, configs, str(tmp_path / "full.jsonl"), slice_size=4, progress=False)
+
+    class InterruptError(Exception):
+        pass
+
+    def stop_after_first(index):
+        if index == 0:
+            raise InterruptError
+
+    path = str(tmp_path / "interrupted.jsonl")
+    with pytest.raises(InterruptError):
+        run_sweep(adapter, configs, path, slice_size=4, progress=False, on_slice=stop_after_first)
+    assert len(read_rows(path)) == 4
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write('{"config_key": "torn by kill -9')  # a line cut mid-write
+    with pytest.raises(ValueError, match="exists"):
+        run_sweep(adapter, configs, path, slice_size=4, progress=False)
+    resumed = run_sweep(adapter, configs, path, resume=True, slice_size=4, progress=False)
+    assert len(resumed) == len(configs)
+    assert len({row["config_key"] for row in resumed}) == len(configs)  # no duplicates
+
+    def table(rows):
+        return {r["config_key"]: (r["test_r2"], r["validation_r2"], r["sigma"]) for r in rows}
+
+    assert table(resumed) == table(full)
+
+
+def test_choice_reads_only_the_validation_metric():
+    rows = []
+    for seed in range(3):
+        for ridge, validation, test in ((0.5, 0.8, 0.1), (2.0, 0.6, 0.9)):  # test is poisoned
+            rows.append(dict(config_key=f"{seed}-{ridge}", algorithm="a", epsilon=1.0, seed=seed,
+                             ridge=ridge, validation_r2=validation, test_r2=test))  # fmt: skip
+    assert choose(rows, ("ridge",), "per-eps")[(None, "a", 1.0)] == (0.5,)
+    (row,) = tuned_table(rows, ("ridge",), "fixed")
+    assert row["ridge"] == 0.5 and row["test_r2_mean"] == pytest.approx(0.1)
+    assert row["choice_rule"] == "fixed on validation_r2"
+
+
+def test_poisoning_the_test_split_does_not_change_the_choice(task, tmp_path):
+    rng = np.random.default_rng(0)
+    poisoned = dataclasses.replace(
+        task, test=(task.test[0], rng.normal(size=task.test[1].shape) * 100)
+    )
+    configs = configurations([2.0, 20.0], 2, {"ridge": [0.1, 1.0, 10.0]})
+    chosen = []
+    for name, which in (("clean", task), ("poisoned", poisoned)):
+        adapter = RegressionAdapter("modulated-one-shot", which)
+        rows = run_sweep(adapter, configs, str(tmp_path / f"{name}.jsonl"), progress=False)
+        chosen.append(choose(rows, ("ridge",), "per-eps"))
+    assert chosen[0] == chosen[1]
+
+
+def test_plots_from_a_results_file(task, tmp_path):
+    rows = []
+    for dataset in ("modechoice", "co2"):
+        adapter = RegressionAdapter("modulated-iterative", load_regression(dataset), rounds=2)
+        rows += run_sweep(
+            adapter, configurations([1.0, 10.0], 2, {"step_scale": [0.5, 1.0]}),
+            str(tmp_path / f"{dataset}.jsonl"), progress=False, identity={"dataset": dataset},
+        )  # fmt: skip
+    table = tuned_table(rows, ("step_scale",))
+    paths, panels = plot_utility(table, str(tmp_path / "utility"))
+    assert panels == 2 and all((tmp_path / p).stat().st_size > 1000 for p in paths)
+    paths, panels = plot_convergence(rows, table, ("step_scale",), str(tmp_path / "convergence"))
+    assert panels == 2 and [p.rsplit(".", 1)[1] for p in paths] == ["png", "pdf"]
+
+
+def test_sweep_and_plot_commands(tmp_path, capsys):
+    out = str(tmp_path / "sweep")
+    argv = ["sweep", "modulated-one-shot", "--dataset", "modechoice", "--epsilon", "1,10",
+            "--seeds", "2", "--grid", "ridge=0.5,2", "--out", out, "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    assert "test R^2" in capsys.readouterr().out
+    for name in ("runs.jsonl", "runs.csv", "tuned.csv", "utility.png", "utility.pdf"):
+        assert (tmp_path / "sweep" / name).stat().st_size > 0
+    assert main(argv) == 2  # exists without --resume
+    assert main([*argv, "--resume"]) == 0
+    assert len(read_rows(out + "/runs.jsonl")) == 8
+    assert main(["plot", out, "--tune", "per-eps"]) == 0
+    tuned = (tmp_path / "sweep" / "tuned.csv").read_text()
+    assert "per-eps on validation_r2" in tuned
+    assert main(["sweep", "dpsgd", "--grid", "bogus=1", "--out", str(tmp_path / "x")]) == 2
+    json.loads((tmp_path / "sweep" / "runs.jsonl").read_text().splitlines()[0])
