@@ -120,3 +120,19 @@ def test_sweep_and_plot_commands(tmp_path, capsys):
     assert "per-eps on validation_r2" in tuned
     assert main(["sweep", "dpsgd", "--grid", "bogus=1", "--out", str(tmp_path / "x")]) == 2
     json.loads((tmp_path / "sweep" / "runs.jsonl").read_text().splitlines()[0])
+
+
+def test_silo_sweep_tunes_on_training_loss_and_reports_test_error(tmp_path, capsys):
+    out = str(tmp_path / "silo")
+    argv = ["sweep", "noisy-mbsgd", "--epsilon", "2,8", "--seeds", "2", "--rounds", "4",
+            "--grid", "step_size=0.5,2", "--set", "batch=5", "--accountant", "theorem",
+            "--out", out, "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    assert "test error" in capsys.readouterr().out
+    rows = read_rows(out + "/runs.jsonl")
+    assert len(rows) == 8 and {r["selection_metric"] for r in rows} == {"excess_train_risk"}
+    assert all(len(r["test_error_per_round"]) == 4 for r in rows)
+    tuned = (tmp_path / "silo" / "tuned.csv").read_text()
+    assert "fixed on excess_train_risk" in tuned and "test_error_mean" in tuned
+    assert (tmp_path / "silo" / "utility.png").stat().st_size > 1000
+    assert main(["sweep", "noisy-mbsgd", "--set", "bogus=1", "--out", str(tmp_path / "y")]) == 2

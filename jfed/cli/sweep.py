@@ -19,14 +19,25 @@ import json
 import os
 
 from jfed.sweep import RULES, SWEEP_ALGORITHMS
+from jfed.sweep.adapters import SILO_SWEEP_ALGORITHMS
 
-TUNABLE = ("step_scale", "alpha", "beta", "omega", "clip", "radius", "ridge", "learning_rate")
+LABELS = {"test_r2": "test R^2", "test_error": "test error", "relative_rmse": "relative RMSE"}
+TUNABLE = (
+    "step_scale", "alpha", "beta", "omega", "clip", "radius", "ridge", "learning_rate", "step_size",
+)  # fmt: skip
 
 
 def add_parsers(commands) -> None:
     sweep = commands.add_parser("sweep", help="eps x seeds x hyper-parameters in one program")
-    sweep.add_argument("algorithm", choices=SWEEP_ALGORITHMS)
-    sweep.add_argument("--dataset", default="fair", help="real task name (fair)")
+    sweep.add_argument("algorithm", choices=SWEEP_ALGORITHMS + SILO_SWEEP_ALGORITHMS)
+    sweep.add_argument(
+        "--dataset", default=None,
+        help="task (fair for regression algorithms, digits-evenodd for silo algorithms)",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--accountant", default=None,
+        help="calibration: zcdp|classic|pld (regression), exact|theorem|experiments (silos)",
+    )  # fmt: skip
     sweep.add_argument("--epsilon", default="0.1,0.3,1,3,10", help="comma-separated eps grid")
     sweep.add_argument("--seeds", type=int, default=10, help="seeds per configuration (10)")
     sweep.add_argument(
@@ -80,23 +91,49 @@ def finish(rows: list[dict], out: str, rule: str) -> list[dict]:
     if not rows:
         raise ValueError("no finished runs to report")
     hyper = hyper_names(rows, TUNABLE)
-    table = tuned_table(rows, hyper, rule)
+    selection = rows[0].get("selection_metric", "validation_r2")
+    report = rows[0].get("report_metric", "test_r2")
+    maximize = rows[0].get("selection_maximize", True)
+    table = tuned_table(rows, hyper, rule, selection, report, maximize)
     _write_csv(os.path.join(out, "runs.csv"), rows)
     _write_csv(os.path.join(out, "tuned.csv"), table)
-    plot_utility(table, os.path.join(out, "utility"))
-    plot_convergence(rows, table, hyper, os.path.join(out, "convergence"))
+    plot_utility(table, os.path.join(out, "utility"), report)
+    plot_convergence(rows, table, hyper, os.path.join(out, "convergence"), f"{report}_per_round")
     return table
 
 
 def _print_table(table: list[dict]) -> None:
     for row in table:
         chosen = {k: v for k, v in row.items() if k in TUNABLE}
+        metric = next(k[: -len("_mean")] for k in row if k.endswith("_mean"))
+        reference = row.get("reference")
+        reference = f"; non-private OLS {reference:.4f}" if reference is not None else ""
         print(
             f"{row['algorithm']} on {row['dataset']}: eps={row['epsilon']:g} "
-            f"(delta={row['delta']:g}, {row['accountant']}): test R^2 "
-            f"{row['test_r2_mean']:.4f} +- {row['test_r2_se']:.4f} over {row['seeds']} seeds, "
-            f"chosen {chosen} ({row['choice_rule']}); non-private OLS {row['reference']:.4f}"
+            f"(delta={row['delta']:.3g}, {row['accountant']}): {LABELS.get(metric, metric)} "
+            f"{row[metric + '_mean']:.4f} +- {row[metric + '_se']:.4f} over {row['seeds']} "
+            f"seeds, chosen {chosen} ({row['choice_rule']}){reference}"
         )
+
+
+def _silo_adapter(args: argparse.Namespace, fixed: dict):
+    import dataclasses
+
+    from jfed.data.silos import load_silos
+    from jfed.run_silo import SiloSettings
+    from jfed.sweep.adapters import SiloAdapter
+
+    args.dataset = args.dataset or "digits-evenodd"
+    integers = {"batch", "available", "average_last"}
+    known = {f.name for f in dataclasses.fields(SiloSettings)}
+    unknown = set(fixed) - known
+    if unknown:
+        raise ValueError(
+            f"unknown silo settings {sorted(unknown)}; expected some of {sorted(known)}"
+        )
+    values = {k: int(v) if k in integers else v for k, v in fixed.items()}
+    settings = SiloSettings(rounds=args.rounds, calibration=args.accountant or "exact", **values)
+    return SiloAdapter(args.algorithm, load_silos(args.dataset), settings)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -110,10 +147,16 @@ def run(args: argparse.Namespace) -> None:
         _print_table(finish(rows, folder, args.tune))
         return
     epsilons = [float(e) for e in args.epsilon.split(",") if e]
-    adapter = RegressionAdapter(
-        args.algorithm, load_regression(args.dataset), args.delta, args.rounds,
-        _pairs(args.set, many=False),
-    )  # fmt: skip
+    fixed = _pairs(args.set, many=False)
+    if args.algorithm in SILO_SWEEP_ALGORITHMS:
+        adapter = _silo_adapter(args, fixed)
+    else:
+        args.dataset = args.dataset or "fair"
+        if args.accountant:
+            fixed["accountant"] = args.accountant
+        adapter = RegressionAdapter(
+            args.algorithm, load_regression(args.dataset), args.delta, args.rounds, fixed
+        )
     configs = configurations(epsilons, args.seeds, _pairs(args.grid, many=True))
     os.makedirs(args.out, exist_ok=True)
     rows = run_sweep(

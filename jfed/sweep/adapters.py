@@ -116,6 +116,10 @@ class RegressionAdapter:
         }
         return hp, fields
 
+    selection_metric = "validation_r2"
+    selection_maximize = True
+    report_metric = "test_r2"
+
     def outputs(self, state, infos) -> dict[str, jax.Array]:
         """The arrays kept from a finished run (inside the compiled program)."""
         out = {"theta": state.theta, "theta_per_round": infos.theta}
@@ -137,9 +141,141 @@ class RegressionAdapter:
         }
         if "theta_psd" in outputs:
             metrics["test_r2_psd"] = r2_score(outputs["theta_psd"], *self.task.test)
-        return metrics
+        return {
+            **metrics,
+            "selection_metric": self.selection_metric,
+            "selection_maximize": self.selection_maximize,
+            "report_metric": self.report_metric,
+        }
 
 
 def stack(trees: list) -> Any:
     """Stack a list of identical pytrees along a new leading axis (host -> device)."""
     return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+
+
+SILO_SWEEP_ALGORITHMS = (
+    "noisy-mbsgd", "mbsgd", "accel-mbsgd", "shuffle-mbsgd", "local-sgd", "fedavg",
+)  # fmt: skip
+
+
+@dataclass
+class SiloAdapter:
+    """Sweeps over a silo algorithm (seed 004) on one silo task.
+
+    Settings are chosen on the training loss (the seed tunes its step size on it; the silo tasks
+    have no validation split): ``selection_metric = "excess_train_risk"``, minimised. The reported
+    metric is the test error (classification) or relative RMSE (regression).
+
+    Attributes:
+      name: one of :data:`SILO_SWEEP_ALGORITHMS`.
+      task: the silos.
+      settings: fixed method parameters (:class:`jfed.run_silo.SiloSettings`).
+      delta: per-silo delta (default 1 / n_min^2).
+    """
+
+    name: str
+    task: Any
+    settings: Any = None
+    delta: float | None = None
+
+    selection_metric = "excess_train_risk"
+    selection_maximize = False
+
+    def __post_init__(self) -> None:
+        from jfed.run_silo import SiloSettings, _sampling
+
+        if self.name not in SILO_SWEEP_ALGORITHMS:
+            raise ValueError(
+                f"unknown silo sweep algorithm {self.name!r}; expected {SILO_SWEEP_ALGORITHMS}"
+            )
+        self.settings = self.settings or SiloSettings()
+        self.sampling = _sampling(self.name, self.settings)
+        counts = np.asarray(self.task.train.counts)
+        self.delta = self.delta or 1.0 / float(counts.min()) ** 2
+        self.report_metric = "relative_rmse" if self.task.loss == "squared" else "test_error"
+        self._optimum = None
+        self._noise: dict = {}
+
+    @property
+    def rounds(self) -> int:
+        return self.settings.rounds
+
+    @property
+    def tunable(self) -> tuple[str, ...]:
+        return ("step_size", "clip", "radius", "ridge")
+
+    @property
+    def algorithm(self):
+        from jfed.run_silo import _algorithm
+
+        return _algorithm(self.name, self.task, self.settings, self.sampling)
+
+    def check(self, hyper: dict) -> None:
+        unknown = set(hyper) - set(self.tunable)
+        if unknown:
+            raise ValueError(
+                f"unknown hyper-parameters {sorted(unknown)} for {self.name}; "
+                f"expected some of {list(self.tunable)}"
+            )
+
+    def hyperparams(self, config: dict) -> tuple[Any, dict]:
+        import dataclasses
+
+        from jfed.algorithms import silo_sgd
+        from jfed.run_silo import calibrate_silos
+
+        overrides = {k: config[k] for k in ("step_size", "clip", "radius", "ridge") if k in config}
+        settings = dataclasses.replace(self.settings, **overrides)
+        # the noise depends on eps and the clip only (for fixed settings): calibrate each once
+        cache_key = (config["epsilon"], settings.clip)
+        if cache_key not in self._noise:
+            self._noise[cache_key] = calibrate_silos(
+                self.name, self.task, config["epsilon"], self.delta, settings, self.sampling
+            )
+        noise, fields = self._noise[cache_key]
+        hp = silo_sgd.hyperparams(
+            self.task.n_silos,
+            step_size=settings.step_size,
+            clip_norm=settings.clip,
+            radius=settings.radius,
+            noise_std=noise,
+            ridge=settings.ridge,
+        )
+        return hp, {
+            "epsilon_spent": fields["epsilon"],
+            "delta": fields["delta"],
+            "accountant": fields["accountant"],
+            "sigma": float(np.max(noise)),
+        }
+
+    def outputs(self, state, infos) -> dict[str, jax.Array]:
+        return {"w": state.w_average, "w_per_round": infos.w}
+
+    def evaluate(self, outputs: dict[str, np.ndarray]) -> dict:
+        from jfed.algorithms import silo_metrics
+
+        X_train, y_train = self.task.train.pooled()
+        X_test, y_test = self.task.test
+        name, classes = self.task.loss, self.task.classes
+        if self._optimum is None:
+            radius = self.settings.radius
+            self._optimum = silo_metrics.fit_optimum(name, classes, X_train, y_train, radius)
+        w = np.asarray(outputs["w"], np.float64)
+
+        def report(v):
+            if name == "squared":
+                return silo_metrics.relative_rmse(v, X_test, y_test, y_train.mean())
+            return silo_metrics.test_error(name, classes, v, X_test, y_test)
+
+        excess = silo_metrics.excess_risk(name, classes, w, self._optimum, X_train, y_train)
+        return {
+            "excess_train_risk": excess if np.isfinite(excess) else None,
+            self.report_metric: report(w),
+            f"{self.report_metric}_per_round": [
+                report(np.asarray(v, np.float64)) for v in outputs["w_per_round"]
+            ],
+            "selection_metric": self.selection_metric,
+            "selection_maximize": self.selection_maximize,
+            "report_metric": self.report_metric,
+        }
