@@ -23,6 +23,16 @@ from jfed.run import ModulatedSettings, ols_reference
 SWEEP_ALGORITHMS = ("modulated-iterative", "modulated-one-shot", "dpsgd")
 
 
+def check_hyper(name: str, tunable: tuple[str, ...], hyper: dict) -> None:
+    """Raise if ``hyper`` names a parameter that ``name`` cannot sweep."""
+    unknown = set(hyper) - set(tunable)
+    if unknown:
+        raise ValueError(
+            f"unknown hyper-parameters {sorted(unknown)} for {name}; "
+            f"expected some of {list(tunable)}"
+        )
+
+
 @dataclass
 class RegressionAdapter:
     """Sweeps over a regression algorithm on one task (modulated estimators, DP-SGD FedAvg).
@@ -66,12 +76,7 @@ class RegressionAdapter:
         return modulated.OneShot(self.task.dim, k)
 
     def check(self, hyper: dict) -> None:
-        unknown = set(hyper) - set(self.tunable)
-        if unknown:
-            raise ValueError(
-                f"unknown hyper-parameters {sorted(unknown)} for {self.name}; "
-                f"expected some of {list(self.tunable)}"
-            )
+        check_hyper(self.name, self.tunable, hyper)
 
     def hyperparams(self, config: dict) -> tuple[Any, dict]:
         """Host calibration of one configuration: ``(hyperparams pytree, privacy fields)``."""
@@ -212,12 +217,7 @@ class SiloAdapter:
         return _algorithm(self.name, self.task, self.settings, self.sampling)
 
     def check(self, hyper: dict) -> None:
-        unknown = set(hyper) - set(self.tunable)
-        if unknown:
-            raise ValueError(
-                f"unknown hyper-parameters {sorted(unknown)} for {self.name}; "
-                f"expected some of {list(self.tunable)}"
-            )
+        check_hyper(self.name, self.tunable, hyper)
 
     def hyperparams(self, config: dict) -> tuple[Any, dict]:
         import dataclasses
