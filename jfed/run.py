@@ -104,6 +104,38 @@ class ModulatedSettings:
     adjacency_diameter: float | None = None
 
 
+def modulated_hyperparams(
+    settings: ModulatedSettings, epsilon: float, delta: float, rounds: int
+) -> tuple[modulated.Hyperparams, float, PrivacyGuarantee, float]:
+    """Calibrate the noise of ``rounds`` releases and build the traced hyper-parameters.
+
+    Returns ``(hyperparams, sigma, guarantee, message_sensitivity)``.
+    """
+    message_sensitivity = modulated.sensitivity(
+        settings.alpha,
+        settings.beta,
+        settings.omega,
+        settings.directions,
+        settings.clip,
+        settings.adjacency_diameter,
+    )
+    sigma, guarantee = modulated.calibrate(
+        epsilon, delta, rounds, message_sensitivity, settings.accountant
+    )
+    hp = modulated.hyperparams(
+        alpha=settings.alpha,
+        beta=settings.beta,
+        omega=settings.omega,
+        noise_std=sigma,
+        clip_norm=settings.clip,
+        radius=settings.radius,
+        step_scale=settings.step_scale,
+        step_floor=settings.step_floor,
+        ridge=settings.ridge,
+    )
+    return hp, sigma, guarantee, message_sensitivity
+
+
 def run_modulated(
     task: RegressionTask,
     epsilon: float,
@@ -130,27 +162,8 @@ def run_modulated(
     check_open_unit("delta", delta)
     rounds = 1 if settings.estimator == "one-shot" else check_int_range("rounds", rounds, 1, 10**6)
     check_int_range("directions", settings.directions, 1, task.dim)
-    message_sensitivity = modulated.sensitivity(
-        settings.alpha,
-        settings.beta,
-        settings.omega,
-        settings.directions,
-        settings.clip,
-        settings.adjacency_diameter,
-    )
-    sigma, guarantee = modulated.calibrate(
-        epsilon, delta, rounds, message_sensitivity, settings.accountant
-    )
-    hp = modulated.hyperparams(
-        alpha=settings.alpha,
-        beta=settings.beta,
-        omega=settings.omega,
-        noise_std=sigma,
-        clip_norm=settings.clip,
-        radius=settings.radius,
-        step_scale=settings.step_scale,
-        step_floor=settings.step_floor,
-        ridge=settings.ridge,
+    hp, sigma, guarantee, message_sensitivity = modulated_hyperparams(
+        settings, epsilon, delta, rounds
     )
     if settings.estimator == "one-shot":
         algorithm = modulated.OneShot(task.dim, settings.directions)

@@ -20,7 +20,7 @@ accountant           what it composes (and how)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import attr
@@ -316,6 +316,3 @@ def epsilon_of(
 ) -> float:
     """eps at ``delta`` of one (composed) event under a named accountant."""
     return make_accountant(accountant, neighboring).compose(event).epsilon(delta)
-
-
-AccountantFactory = Callable[[], Accountant]

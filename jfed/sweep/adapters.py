@@ -18,7 +18,7 @@ import numpy as np
 from jfed.algorithms import dpsgd, modulated
 from jfed.algorithms.linear import r2_curve, r2_score
 from jfed.data import RegressionTask
-from jfed.run import ModulatedSettings, ols_reference
+from jfed.run import ModulatedSettings, modulated_hyperparams, ols_reference
 
 SWEEP_ALGORITHMS = ("modulated-iterative", "modulated-one-shot", "dpsgd")
 
@@ -96,22 +96,8 @@ class RegressionAdapter:
             settings = ModulatedSettings(
                 **{k: v for k, v in values.items() if k in ModulatedSettings.__annotations__}
             )
-            sensitivity = modulated.sensitivity(
-                settings.alpha, settings.beta, settings.omega, settings.directions, settings.clip
-            )
-            sigma, guarantee = modulated.calibrate(
-                config["epsilon"], self.delta, self.rounds, sensitivity, settings.accountant
-            )
-            hp = modulated.hyperparams(
-                alpha=settings.alpha,
-                beta=settings.beta,
-                omega=settings.omega,
-                noise_std=sigma,
-                clip_norm=settings.clip,
-                radius=settings.radius,
-                step_scale=settings.step_scale,
-                step_floor=settings.step_floor,
-                ridge=settings.ridge,
+            hp, sigma, guarantee, _ = modulated_hyperparams(
+                settings, config["epsilon"], self.delta, self.rounds
             )
         fields = {
             "epsilon_spent": guarantee.epsilon,
