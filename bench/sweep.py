@@ -3,8 +3,10 @@
     python bench/sweep.py [--json PATH]
 
 The modulated one-shot estimator on the Fair task: 20 eps x 10 seeds = 200 runs, all in this
-process: (a) one program over all 200, as ``jfed.sweep`` runs a slice (``lax.map`` over the
-configurations, vmapped ``width`` at a time; widths 1 and 200 both timed); (b) 200 calls of
+process: (a) one program over all 200 as ``jfed.sweep`` runs it: 10 units (one per seed), each
+drawing its randomness once for its 20 eps (``SharedNoise``), ``lax.map`` over the units; (a')
+one program with every run on its own (``lax.map`` over 200 runs, vmapped ``width`` at a time;
+widths 1 and 200 both timed); (b) 200 calls of
 ``jfed.engine.simulate`` (the public one-run API; one compile, hyper-parameters traced);
 (c) the same 200 calls, each result read back before the next (a loop writing one row per run);
 (d) 200 calls of a pre-compiled single-run executable (no Python-side work at all). Compile time
@@ -25,6 +27,7 @@ from jfed.engine import ExecutionPlan, run_rounds, simulate
 from jfed.report import versions
 from jfed.sweep import RegressionAdapter, configurations
 from jfed.sweep.adapters import stack
+from jfed.sweep.runner import _program, _unit_function, _units
 
 
 def main() -> None:
@@ -52,6 +55,17 @@ def main() -> None:
             jax.block_until_ready(fn(*args))
             times.append(time.perf_counter() - tic)
         return min(times)
+
+    units = _units(configs, shared=True)
+    unit = _unit_function(adapter.shared_noise_algorithm, 1, plan, adapter.outputs, True)
+    shared_program = _program(unit, None, 1)
+    unit_hps = stack([stack([adapter.hyperparams(c)[0] for c in u]) for u in units])
+    unit_keys = jax.vmap(jax.random.key)(np.array([u[0]["seed"] for u in units]))
+    tic = time.perf_counter()
+    shared_compiled = shared_program.lower(task.train, unit_hps, unit_keys).compile()
+    shared_compile = time.perf_counter() - tic
+    shared_seconds = timed(shared_compiled, task.train, unit_hps, unit_keys)
+    shared_theta = np.asarray(shared_compiled(task.train, unit_hps, unit_keys)["theta"])
 
     one_program = {}
     for width in (1, len(configs)):
@@ -92,25 +106,47 @@ def main() -> None:
     separate_seconds = timed(compiled_calls)
     batched_seconds, batched_compile = one_program[1]
 
+    separate_theta = np.stack([np.asarray(r[0].theta) for r in simulate_calls()])
+    # both in the order of `units` (eps within seed) vs `configs` (seed within eps)
+    order = [configs.index(c) for u in units for c in u]
+    separate_theta = separate_theta[order]
+    gaps = np.abs(shared_theta.reshape(len(configs), -1) - separate_theta).max(axis=1)
+    # relative to the run's largest coefficient; a near-singular ridge solve (an eigenvalue of
+    # S_hat near -ridge) magnifies the rounding of the summed statistics
+    relative_gaps = gaps / np.abs(separate_theta).max(axis=1)
+    worst = int(np.argmax(relative_gaps))
+
     row = {
         "runs": len(configs),
-        "one_program_seconds": batched_seconds,
+        "units": len(units),
+        "one_program_shared_noise_seconds": shared_seconds,
+        "one_program_shared_noise_compile_seconds": shared_compile,
+        "ratio": simulate_seconds / shared_seconds,
+        "ratio_vs_read_back_calls": read_back_seconds / shared_seconds,
+        "ratio_vs_precompiled_calls": separate_seconds / shared_seconds,
+        "median_relative_theta_gap_vs_separate_runs": float(np.median(relative_gaps)),
+        "largest_relative_theta_gap_vs_separate_runs": float(relative_gaps[worst]),
+        "largest_gap_run_theta_max_abs": float(np.abs(separate_theta[worst]).max()),
+        "one_program_runs_alone_seconds": batched_seconds,
         "one_program_fully_vmapped_seconds": one_program[len(configs)][0],
         "simulate_calls_seconds": simulate_seconds,
         "simulate_calls_read_back_seconds": read_back_seconds,
-        "ratio_vs_read_back_calls": read_back_seconds / batched_seconds,
         "separate_calls_seconds": separate_seconds,
-        "ratio": simulate_seconds / batched_seconds,
-        "ratio_vs_precompiled_calls": separate_seconds / batched_seconds,
-        "one_program_compile_seconds": batched_compile,
+        "ratio_runs_alone": simulate_seconds / batched_seconds,
+        "one_program_runs_alone_compile_seconds": batched_compile,
         "single_run_compile_seconds": single_compile,
     }
     print(
         f"modulated one-shot on fair (n={task.n_clients}), {len(configs)} runs (20 eps x 10 seeds)"
     )
-    print(f"one program, mapped 1 at a time: {batched_seconds:.3f} s "
-          f"(compile {batched_compile:.2f} s)")  # fmt: skip
-    print(f"one program, all 200 vmapped: {one_program[len(configs)][0]:.3f} s")
+    print(f"one program, {len(units)} shared-noise units: {shared_seconds:.4f} s "
+          f"(compile {shared_compile:.2f} s)")  # fmt: skip
+    print(f"  theta vs the separate runs, relative gap: median {np.median(relative_gaps):.1e}, "
+          f"largest {relative_gaps[worst]:.1e} (a run with max |theta| "
+          f"{np.abs(separate_theta[worst]).max():.1f}: near-singular ridge solve)")  # fmt: skip
+    print(f"one program, runs alone, mapped 1 at a time: {batched_seconds:.3f} s "
+          f"(compile {batched_compile:.2f} s) -> {row['ratio_runs_alone']:.1f}x")  # fmt: skip
+    print(f"one program, runs alone, all 200 vmapped: {one_program[len(configs)][0]:.3f} s")
     print(f"200 simulate() calls: {simulate_seconds:.3f} s  -> ratio {row['ratio']:.1f}x")
     print(f"200 simulate() calls, each read back: {read_back_seconds:.3f} s  -> ratio "
           f"{row['ratio_vs_read_back_calls']:.1f}x")  # fmt: skip

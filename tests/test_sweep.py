@@ -19,11 +19,14 @@ def task():
     return load_regression("modechoice")
 
 
-def test_vmapped_sweep_equals_runs_one_by_one(task, tmp_path):
+@pytest.mark.parametrize("share_noise", [True, False])
+def test_vmapped_sweep_equals_runs_one_by_one(task, tmp_path, share_noise):
     adapter = RegressionAdapter("modulated-iterative", task, rounds=3)
     configs = configurations([1.0, 10.0], 2, {"step_scale": [0.5, 1.0]})
-    rows = run_sweep(adapter, configs, str(tmp_path / "runs.jsonl"), progress=False)
+    path = str(tmp_path / "runs.jsonl")
+    rows = run_sweep(adapter, configs, path, progress=False, share_noise=share_noise)
     assert len(rows) == len(configs)
+    assert all(row["shared_noise"] is share_noise for row in rows)
     for row in rows:
         hp, fields = adapter.hyperparams(row)
         state, infos = simulate(adapter.algorithm, task.train, hp, jax.random.key(row["seed"]), 3)
@@ -33,10 +36,15 @@ def test_vmapped_sweep_equals_runs_one_by_one(task, tmp_path):
         assert row["validation_r2"] == pytest.approx(single["validation_r2"], rel=1e-4, abs=1e-5)
 
 
-def test_resume_after_interruption_loses_and_duplicates_nothing(task, tmp_path):
+@pytest.mark.parametrize("share_noise, rows_per_slice", [(True, 3), (False, 4)])
+def test_resume_after_interruption_loses_and_duplicates_nothing(
+    task, tmp_path, share_noise, rows_per_slice
+):
+    # a slice of 4 runs holds one unit of 3 eps with shared noise, 4 single runs without
     adapter = RegressionAdapter("modulated-one-shot", task)
     configs = configurations([0.5, 2.0, 8.0], 2, {"ridge": [0.5, 1.0]})  # 12 runs
-    full = run_sweep(adapter, configs, str(tmp_path / "full.jsonl"), slice_size=4, progress=False)
+    options = dict(slice_size=4, progress=False, share_noise=share_noise)
+    full = run_sweep(adapter, configs, str(tmp_path / "full.jsonl"), **options)
 
     class InterruptError(Exception):
         pass
@@ -47,13 +55,13 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(task, tmp_path):
 
     path = str(tmp_path / "interrupted.jsonl")
     with pytest.raises(InterruptError):
-        run_sweep(adapter, configs, path, slice_size=4, progress=False, on_slice=stop_after_first)
-    assert len(read_rows(path)) == 4
+        run_sweep(adapter, configs, path, on_slice=stop_after_first, **options)
+    assert len(read_rows(path)) == rows_per_slice
     with open(path, "a", encoding="utf-8") as handle:
         handle.write('{"config_key": "torn by kill -9')  # a line cut mid-write
     with pytest.raises(ValueError, match="exists"):
-        run_sweep(adapter, configs, path, slice_size=4, progress=False)
-    resumed = run_sweep(adapter, configs, path, resume=True, slice_size=4, progress=False)
+        run_sweep(adapter, configs, path, **options)
+    resumed = run_sweep(adapter, configs, path, resume=True, **options)
     assert len(resumed) == len(configs)
     assert len({row["config_key"] for row in resumed}) == len(configs)  # no duplicates
 
@@ -61,6 +69,21 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(task, tmp_path):
         return {r["config_key"]: (r["test_r2"], r["validation_r2"], r["sigma"]) for r in rows}
 
     assert table(resumed) == table(full)
+
+
+def test_extending_the_eps_grid_runs_only_the_new_eps(task, tmp_path):
+    # resumed units hold only the missing eps (shorter units than a fresh sweep's)
+    adapter = RegressionAdapter("modulated-one-shot", task)
+    path = str(tmp_path / "grown.jsonl")
+    run_sweep(adapter, configurations([0.5, 2.0], 2, {}), path, progress=False)
+    grown = run_sweep(adapter, configurations([0.5, 2.0, 8.0], 2, {}), path, resume=True,
+                      progress=False)  # fmt: skip
+    fresh = run_sweep(adapter, configurations([0.5, 2.0, 8.0], 2, {}),
+                      str(tmp_path / "fresh.jsonl"), progress=False)  # fmt: skip
+    assert len(read_rows(path)) == len(grown) == 6
+    by_key = {row["config_key"]: row for row in fresh}
+    for row in grown:
+        assert row["test_r2"] == pytest.approx(by_key[row["config_key"]]["test_r2"], abs=1e-5)
 
 
 def test_choice_reads_only_the_validation_metric():

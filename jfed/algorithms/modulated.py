@@ -202,17 +202,27 @@ class Broadcast(NamedTuple):
     clip_norm: jax.Array
 
 
-def encode(broadcast: Broadcast, x: jax.Array, phases: jax.Array, noise: jax.Array) -> jax.Array:
-    """The client map with its randomness given: ``z: f32[d]`` from ``x: f32[d]``,
-    ``phases: f32[k]`` in [0, 2 pi) and standard normal ``noise: f32[d]``."""
+def modulated_signal(broadcast: Broadcast, x: jax.Array, phases: jax.Array) -> jax.Array:
+    """The noise-free part ``alpha x + (beta / sqrt(k)) V cos(omega V^T x + phi): f32[d]`` of the
+    client map, for ``x: f32[d]`` and ``phases: f32[k]`` in [0, 2 pi)."""
     V = broadcast.directions
     k = V.shape[1]
     modulation = jnp.cos(broadcast.omega * (V.T @ x) + phases)
-    return (
-        broadcast.alpha * x
-        + (broadcast.beta / math.sqrt(k)) * (V @ modulation)
-        + broadcast.noise_std * noise
-    )
+    return broadcast.alpha * x + (broadcast.beta / math.sqrt(k)) * (V @ modulation)
+
+
+def encode(broadcast: Broadcast, x: jax.Array, phases: jax.Array, noise: jax.Array) -> jax.Array:
+    """The client map with its randomness given: ``z: f32[d]`` from ``x: f32[d]``,
+    ``phases: f32[k]`` in [0, 2 pi) and standard normal ``noise: f32[d]``."""
+    return modulated_signal(broadcast, x, phases) + broadcast.noise_std * noise
+
+
+def _clipped_draws(broadcast: Broadcast, record, key: jax.Array):
+    x, y = record
+    x, clipped = clip_to_ball(x, broadcast.clip_norm)
+    k = broadcast.directions.shape[1]
+    noise, unit = normals_and_uniforms(key, x.shape[0], k)
+    return x, y, clipped, 2.0 * jnp.pi * unit, noise
 
 
 def client_message(
@@ -223,11 +233,27 @@ def client_message(
     The feature vector is clipped to ``clip_norm`` first; ``clipped`` counts that (a simulation
     diagnostic, not part of the private transcript).
     """
-    x, y = record
-    x, clipped = clip_to_ball(x, broadcast.clip_norm)
-    k = broadcast.directions.shape[1]
-    noise, unit = normals_and_uniforms(key, x.shape[0], k)
-    return encode(broadcast, x, 2.0 * jnp.pi * unit, noise), y, clipped
+    x, y, clipped, phases, noise = _clipped_draws(broadcast, record, key)
+    return encode(broadcast, x, phases, noise), y, clipped
+
+
+def signal_and_noise_message(
+    broadcast: Broadcast, record: tuple[jax.Array, jax.Array], key: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The same draws as :func:`client_message`, kept apart: ``([a; xi]: f32[2d], y, clipped)``
+    with ``z = a + sigma xi`` for every noise level ``sigma`` (``broadcast.noise_std`` unused)."""
+    x, y, clipped, phases, noise = _clipped_draws(broadcast, record, key)
+    return jnp.concatenate([modulated_signal(broadcast, x, phases), noise]), y, clipped
+
+
+def moments_at_noise(joint: SecondMoments, noise_std: jax.Array) -> SecondMoments:
+    """Second moments of ``z = a + sigma xi`` from those of ``[a; xi]`` (``joint.zz: f32[2d, 2d]``):
+    ``sum z z^T = A + sigma (B + B^T) + sigma^2 C`` and ``sum z y = sum a y + sigma sum xi y``."""
+    dim = joint.zy.shape[0] // 2
+    signal, cross, noise = joint.zz[:dim, :dim], joint.zz[:dim, dim:], joint.zz[dim:, dim:]
+    zz = signal + noise_std * (cross + cross.T) + noise_std**2 * noise
+    zy = joint.zy[:dim] + noise_std * joint.zy[dim:]
+    return SecondMoments(zz, zy, joint.count, joint.clipped)
 
 
 # ----------------------------------------------------------------------------- server
@@ -332,9 +358,15 @@ class Iterative(_Config):
         return State(zeros, zeros, jnp.int32(0), hp)
 
     def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
-        hp = state.hyperparams
-        broadcast = _broadcast(hp, key, self.dim, self.directions)
+        broadcast = _broadcast(state.hyperparams, key, self.dim, self.directions)
         stats = clients(client_message, broadcast, second_moments)
+        return self.server_step(state, broadcast, stats)
+
+    def server_step(
+        self, state: State, broadcast: Broadcast, stats: SecondMoments
+    ) -> tuple[State, RoundInfo]:
+        """The server's update from the summed messages of one round."""
+        hp = state.hyperparams
         S_hat, b_hat = debias(stats, broadcast)
         lambda_max = jnp.maximum(jnp.linalg.eigvalsh(S_hat)[-1], 0.0)
         step_size = hp.step_scale / jnp.maximum(lambda_max, hp.step_floor)
@@ -375,9 +407,15 @@ class OneShot(_Config):
         return OneShotState(zeros, zeros, hp)
 
     def round(self, state: OneShotState, key: jax.Array, clients):
-        hp = state.hyperparams
-        broadcast = _broadcast(hp, key, self.dim, self.directions)
+        broadcast = _broadcast(state.hyperparams, key, self.dim, self.directions)
         stats = clients(client_message, broadcast, second_moments)
+        return self.server_step(state, broadcast, stats)
+
+    def server_step(
+        self, state: OneShotState, broadcast: Broadcast, stats: SecondMoments
+    ) -> tuple[OneShotState, RoundInfo]:
+        """The ridge solves from the summed messages of the single round."""
+        hp = state.hyperparams
         S_hat, b_hat = debias(stats, broadcast)
         ridge = hp.ridge * jnp.eye(self.dim, dtype=S_hat.dtype)
         theta = jnp.linalg.solve(S_hat + ridge, b_hat)
@@ -386,3 +424,42 @@ class OneShot(_Config):
         lambda_max = jnp.linalg.eigvalsh(S_psd)[-1]
         info = RoundInfo(theta, jnp.float32(0.0), lambda_max, stats.clipped / stats.count)
         return OneShotState(theta, theta_psd, hp), info
+
+
+@dataclass(frozen=True)
+class SharedNoise:
+    """Runs of one modulated estimator that differ only in their noise level, sharing every draw.
+
+    Runs with the same key draw the same phases, directions and standard normals ``xi_i``; only
+    ``sigma`` scales the noise. So one pass over the clients computes the second moments of
+    ``[a_i; xi_i]`` (``a_i`` the noise-free message) and every noise level's statistics follow
+    exactly (:func:`moments_at_noise`); the server steps then run vmapped over the levels. An
+    eps sweep costs about one run per seed instead of one per (eps, seed); each run equals its
+    separate run up to float32 rounding (the sums are grouped differently).
+
+    ``hyperparams`` leaves carry a leading axis ``E`` (one entry per noise level); every field
+    but ``noise_std`` must be the same across it (the caller's contract). The state and the
+    per-round infos gain that axis (infos: ``[rounds, E, ...]``).
+
+    Attributes:
+      estimator: an :class:`Iterative` or :class:`OneShot`.
+    """
+
+    estimator: Iterative | OneShot
+
+    def init(self, hp: Hyperparams, key: jax.Array):
+        return jax.vmap(lambda h: self.estimator.init(h, key))(hp)
+
+    def round(self, states, key: jax.Array, clients):
+        shared = jax.tree.map(lambda leaf: leaf[0], states.hyperparams)
+        estimator = self.estimator
+        broadcast = _broadcast(shared, key, estimator.dim, estimator.directions)
+        joint = clients(signal_and_noise_message, broadcast, second_moments)
+
+        def step(state):
+            sigma = state.hyperparams.noise_std
+            return estimator.server_step(
+                state, broadcast._replace(noise_std=sigma), moments_at_noise(joint, sigma)
+            )
+
+        return jax.vmap(step)(states)

@@ -54,6 +54,11 @@ def add_parsers(commands) -> None:
     sweep.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
     sweep.add_argument("--slice-size", type=int, default=None, help="runs per compiled call")
     sweep.add_argument("--no-progress", action="store_true")
+    sweep.add_argument(
+        "--no-shared-noise", action="store_true",
+        help="run every eps on its own (default: the eps of one seed share their draws where the "
+        "algorithm allows it; equal up to float32 rounding)",
+    )  # fmt: skip
 
     plot = commands.add_parser("plot", help="redraw the tables and plots of a sweep")
     plot.add_argument("results", help="a sweep folder or its runs.jsonl")
@@ -162,6 +167,6 @@ def run(args: argparse.Namespace) -> None:
     rows = run_sweep(
         adapter, configs, os.path.join(args.out, "runs.jsonl"), resume=args.resume,
         slice_size=args.slice_size, progress=not args.no_progress,
-        identity={"dataset": args.dataset},
+        identity={"dataset": args.dataset}, share_noise=not args.no_shared_noise,
     )  # fmt: skip
     _print_table(finish(rows, args.out, args.tune))

@@ -78,6 +78,15 @@ class RegressionAdapter:
     def check(self, hyper: dict) -> None:
         check_hyper(self.name, self.tunable, hyper)
 
+    @property
+    def shared_noise_algorithm(self):
+        """The algorithm that runs several eps of one (seed, hyper-parameters) at once, sharing
+        their draws (eps changes only ``noise_std`` of a modulated estimator); ``None`` for
+        DP-SGD, whose noise feeds back into the clients' gradients."""
+        if self.name == "dpsgd":
+            return None
+        return modulated.SharedNoise(self.algorithm)
+
     def hyperparams(self, config: dict) -> tuple[Any, dict]:
         """Host calibration of one configuration: ``(hyperparams pytree, privacy fields)``."""
         values = {**self.base, **{k: v for k, v in config.items() if k in self.tunable}}
@@ -204,6 +213,9 @@ class SiloAdapter:
 
     def check(self, hyper: dict) -> None:
         check_hyper(self.name, self.tunable, hyper)
+
+    # the noise of a silo step is added to a gradient that the next step's clients see
+    shared_noise_algorithm = None
 
     def hyperparams(self, config: dict) -> tuple[Any, dict]:
         import dataclasses

@@ -1,11 +1,13 @@
 """Run a grid of configurations (eps x seed x hyper-parameters) inside one compiled program.
 
 The host calibrates every configuration's noise (privacy layer); the device runs a slice of
-configurations in one call, ``jit(lax.map(run, configurations, batch_size=width))`` (vmapped
-``width`` at a time: all of them on accelerators, one at a time on CPU, see
-:func:`default_vector_width`). Slices all have the same size (the last is padded),
-so ONE compiled program serves the whole sweep; their size is decided from the grid size and the
-per-run memory footprint (XLA's memory analysis of one run) against a memory budget. Each finished
+units in one call, ``jit(lax.map(unit, units, batch_size=width))`` (vmapped ``width`` at a time:
+all of them on accelerators, one at a time on CPU, see :func:`default_vector_width`). A unit is
+one run, or, where the algorithm allows it, all the eps of one (seed, hyper-parameters): those
+runs share their keys, so the unit draws the randomness once and scales the noise per eps
+(:class:`jfed.algorithms.modulated.SharedNoise`). Slices all have the same size (the last is
+padded), so ONE compiled program serves the whole sweep; their size is decided from the grid size
+and the per-unit memory footprint (XLA's memory analysis) against a memory budget. Each finished
 slice's rows are appended to a JSON-lines file and flushed to disk, so an interrupted sweep
 (even ``kill -9``) resumes with ``resume=True``, re-running nothing that finished.
 """
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
@@ -86,35 +89,63 @@ def default_vector_width(slice_size: int) -> int:
     return 1 if jax.default_backend() == "cpu" else slice_size
 
 
-@lru_cache(maxsize=32)
-def _program(
-    algorithm, population_shape, rounds: int, plan: ExecutionPlan, adapter_outputs, width: int
-):
-    """One compiled program for a slice: ``lax.map`` over its configurations, ``width`` of them
-    vmapped at a time. Cached per static configuration (and jit caches the executable per input
-    shapes), so re-running a sweep in the same process does not recompile."""
+def _units(configs: list[dict], shared: bool) -> list[list[dict]]:
+    """Configurations run together: with shared noise, all eps of one (seed, hyper-parameters);
+    otherwise each configuration alone."""
+    if not shared:
+        return [[config] for config in configs]
+    groups: dict[str, list[dict]] = {}
+    for config in configs:
+        rest = {k: v for k, v in config.items() if k != "epsilon"}
+        groups.setdefault(config_key(rest), []).append(config)
+    return list(groups.values())
 
-    def one(population, hp, key):
-        state, infos = run_rounds(algorithm, population, hp, key, rounds, plan)
-        return adapter_outputs(state, infos)
+
+def _stack_unit(hps: list, shared: bool):
+    """Stack a unit's hyper-parameters (leaves ``[E, ...]``); with shared noise, check that they
+    differ in ``noise_std`` alone (the contract of the shared-noise algorithms)."""
+    if shared:
+        first = hps[0]._replace(noise_std=None)
+        for hp in hps[1:]:
+            same = jax.tree.map(np.array_equal, first, hp._replace(noise_std=None))
+            if not all(jax.tree.leaves(same)):
+                raise ValueError("runs sharing their noise must differ in noise_std alone")
+    return stack(hps)
+
+
+@lru_cache(maxsize=32)
+def _unit_function(algorithm, rounds: int, plan: ExecutionPlan, adapter_outputs, shared: bool):
+    """``(population, hp, key) -> outputs`` of one unit, every output leaf with a leading ``E``."""
+
+    def unit(population, hp, key):
+        if shared:
+            state, infos = run_rounds(algorithm, population, hp, key, rounds, plan)
+            infos = jax.tree.map(lambda leaf: jnp.swapaxes(leaf, 0, 1), infos)
+            return jax.vmap(adapter_outputs)(state, infos)
+        single = jax.tree.map(lambda leaf: leaf[0], hp)
+        outputs = adapter_outputs(*run_rounds(algorithm, population, single, key, rounds, plan))
+        return jax.tree.map(lambda leaf: leaf[None], outputs)
+
+    return unit
+
+
+@lru_cache(maxsize=32)
+def _program(unit, population_shape, width: int):
+    """One compiled program for a slice: ``lax.map`` over its units, ``width`` of them vmapped at
+    a time. Cached per static configuration (and jit caches the executable per input shapes), so
+    re-running a sweep in the same process does not recompile."""
+    del population_shape  # part of the cache key only
 
     def program(population, hps, keys):
-        return jax.lax.map(lambda args: one(population, *args), (hps, keys), batch_size=width)
+        return jax.lax.map(lambda args: unit(population, *args), (hps, keys), batch_size=width)
 
     return jax.jit(program)
 
 
-def slice_size_for(adapter, population, plan: ExecutionPlan, budget: int, n_runs: int) -> int:
-    """Runs per slice: the memory budget over one run's footprint (XLA's memory analysis)."""
-    hp, _ = adapter.hyperparams({"epsilon": 1.0, "seed": 0})
-    single = jax.jit(
-        lambda population, hp, key: adapter.outputs(
-            *run_rounds(adapter.algorithm, population, hp, key, adapter.rounds, plan)
-        )
-    )
-    memory = single.lower(population, hp, jax.random.key(0)).compile().memory_analysis()
-    footprint = max(1, memory.temp_size_in_bytes + memory.output_size_in_bytes)
-    return int(max(1, min(n_runs, MAX_SLICE, budget // footprint)))
+def unit_footprint(unit, population, hp, key) -> int:
+    """Device bytes one unit needs (XLA's memory analysis of its compiled program)."""
+    memory = jax.jit(unit).lower(population, hp, key).compile().memory_analysis()
+    return max(1, memory.temp_size_in_bytes + memory.output_size_in_bytes)
 
 
 def run_sweep(
@@ -129,8 +160,15 @@ def run_sweep(
     identity: dict | None = None,
     on_slice: Callable[[int], None] | None = None,
     vector_width: int | None = None,
+    share_noise: bool = True,
 ) -> list[dict]:
     """Run ``configs`` and append one row per run to ``results_path`` (JSON lines).
+
+    Configurations that differ only in eps run as one unit when the algorithm allows it
+    (``adapter.shared_noise_algorithm``, the modulated estimators): they have the same key, so
+    they draw the same numbers, and the unit draws them once and scales the noise per eps (see
+    :class:`jfed.algorithms.modulated.SharedNoise`); each row equals its separate run up to float32
+    rounding.
 
     Args:
       adapter: a :mod:`jfed.sweep.adapters` adapter (algorithm, task, calibration, evaluation).
@@ -143,8 +181,10 @@ def run_sweep(
       progress: show a progress bar with ETA over runs (updated per slice).
       identity: extra fields written in every row (e.g. the dataset name).
       on_slice: called with the slice index after each slice is written (hooks, tests).
-      vector_width: configurations vmapped together inside a slice (default:
+      vector_width: units vmapped together inside a slice (default:
         :func:`default_vector_width`).
+      share_noise: run the eps of one (seed, hyper-parameters) as one unit where the algorithm
+        allows it (``False``: every run on its own, bit-identical to :func:`jfed.engine.simulate`).
 
     Returns:
       The rows of every configuration of ``configs`` (read back from the file).
@@ -161,49 +201,75 @@ def run_sweep(
     todo = [c for c in configs if config_key(c) not in done]
     population = adapter.task.train
     plan = (plan or ExecutionPlan()).fitted(population.n_clients)
+    shared_algorithm = adapter.shared_noise_algorithm if share_noise else None
+    shared = shared_algorithm is not None
     if todo:
-        size = slice_size or slice_size_for(adapter, population, plan, memory_budget, len(todo))
-        program = _program(
-            adapter.algorithm,
-            jax.tree.map(np.shape, population),
+        units = _units(todo, shared)
+        per_unit = max(len(unit) for unit in units)  # shorter units are padded to this
+        unit = _unit_function(
+            shared_algorithm if shared else adapter.algorithm,
             adapter.rounds,
             plan,
             adapter.outputs,
-            vector_width or default_vector_width(size),
+            shared,
+        )
+
+        def prepared(unit_configs):
+            padded = unit_configs + [unit_configs[-1]] * (per_unit - len(unit_configs))
+            calibrated = [adapter.hyperparams(c) for c in padded]
+            hp = _stack_unit([hp for hp, _ in calibrated], shared)
+            return hp, [fields for _, fields in calibrated]
+
+        if slice_size is not None:
+            units_per_slice = max(1, slice_size // per_unit)
+        else:
+            hp, _ = prepared(units[0])
+            footprint = unit_footprint(unit, population, hp, jax.random.key(0))
+            units_per_slice = max(1, min(MAX_SLICE // per_unit, memory_budget // footprint))
+        units_per_slice = min(units_per_slice, len(units))
+        program = _program(
+            unit,
+            jax.tree.map(np.shape, population),
+            vector_width or default_vector_width(units_per_slice),
         )
         bar = tqdm(total=len(configs), initial=len(configs) - len(todo), disable=not progress,
                    desc=f"sweep {adapter.name}", unit="run")  # fmt: skip
-        for index, start in enumerate(range(0, len(todo), size)):
-            chunk = todo[start : start + size]
-            padded = chunk + [chunk[-1]] * (size - len(chunk))
-            calibrated = [adapter.hyperparams(c) for c in padded]
-            hps = stack([hp for hp, _ in calibrated])
-            keys = jax.vmap(jax.random.key)(np.array([c["seed"] for c in padded]))
+        for index, start in enumerate(range(0, len(units), units_per_slice)):
+            chunk = units[start : start + units_per_slice]
+            padded = chunk + [chunk[-1]] * (units_per_slice - len(chunk))
+            prepared_units = [prepared(u) for u in padded]
+            hps = stack([hp for hp, _ in prepared_units])
+            keys = jax.vmap(jax.random.key)(np.array([u[0]["seed"] for u in padded]))
             tic = time.perf_counter()
             outputs = jax.device_get(program(population, hps, keys))
             seconds = time.perf_counter() - tic
+            n_runs = sum(len(u) for u in chunk)
             rows = []
-            for i, config in enumerate(chunk):
-                run_outputs = jax.tree.map(lambda leaf, i=i: np.asarray(leaf[i]), outputs)
-                rows.append(
-                    {
-                        "config_key": config_key(config),
-                        "algorithm": adapter.name,
-                        **(identity or {}),
-                        **config,
-                        "rounds": adapter.rounds,
-                        "n_clients": population.n_clients,
-                        "dim": adapter.task.dim,
-                        **calibrated[i][1],
-                        **adapter.evaluate(run_outputs),
-                        "seconds": seconds / len(chunk),
-                        "slice": index,
-                        "slice_size": size,
-                        "jfed_version": _version(),
-                    }
-                )
+            for g, unit_configs in enumerate(chunk):
+                for e, config in enumerate(unit_configs):
+                    run_outputs = jax.tree.map(
+                        lambda leaf, g=g, e=e: np.asarray(leaf[g, e]), outputs
+                    )
+                    rows.append(
+                        {
+                            "config_key": config_key(config),
+                            "algorithm": adapter.name,
+                            **(identity or {}),
+                            **config,
+                            "rounds": adapter.rounds,
+                            "n_clients": population.n_clients,
+                            "dim": adapter.task.dim,
+                            **prepared_units[g][1][e],
+                            **adapter.evaluate(run_outputs),
+                            "seconds": seconds / n_runs,
+                            "slice": index,
+                            "slice_size": units_per_slice * per_unit,
+                            "shared_noise": shared,
+                            "jfed_version": _version(),
+                        }
+                    )
             _append(results_path, rows)
-            bar.update(len(chunk))
+            bar.update(n_runs)
             if on_slice is not None:
                 on_slice(index)
         bar.close()
