@@ -39,9 +39,11 @@ def load_task(
     return load_regression(dataset)
 
 
-def _timed_simulate(algorithm, task, hp, seed, rounds, plan):
+def _timed_simulate(algorithm, task, hp, seed, rounds, plan, progress=False):
     start = time.perf_counter()
-    state, infos = simulate(algorithm, task.train, hp, jax.random.key(seed), rounds, plan)
+    state, infos = simulate(
+        algorithm, task.train, hp, jax.random.key(seed), rounds, plan, progress=progress
+    )
     jax.block_until_ready((state, infos))
     return state, infos, time.perf_counter() - start
 
@@ -145,6 +147,7 @@ def run_modulated(
     seed: int = 0,
     plan: ExecutionPlan | None = None,
     reference: dict | None = None,
+    progress: bool = False,
 ) -> dict:
     """Calibrate, simulate and evaluate the modulated estimator; return the run record.
 
@@ -156,6 +159,7 @@ def run_modulated(
       seed: run seed (client phases, noise, directions).
       plan: engine batching plan.
       reference: a precomputed :func:`ols_reference` (computed when ``None``).
+      progress: a progress bar over rounds (from inside the compiled scan).
     """
     if settings.estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {settings.estimator!r}; expected one of {ESTIMATORS}")
@@ -169,7 +173,9 @@ def run_modulated(
         algorithm = modulated.OneShot(task.dim, settings.directions)
     else:
         algorithm = modulated.Iterative(task.dim, settings.directions)
-    state, infos, seconds = _timed_simulate(algorithm, task, hp, seed, rounds, plan)
+    state, infos, seconds = _timed_simulate(
+        algorithm, task, hp, seed, rounds, plan, progress and f"modulated {settings.estimator}"
+    )
     reference = reference or ols_reference(task, plan)
 
     metrics: dict = {"clipped_fraction": float(infos.clipped_fraction[-1])}
@@ -220,15 +226,20 @@ def run_dpsgd(
     plan: ExecutionPlan | None = None,
     reference: dict | None = None,
     accountant: str = "zcdp",
+    progress: bool = False,
 ) -> dict:
-    """Calibrate, simulate and evaluate DP-SGD FedAvg (one sample per client); return the record."""
+    """Calibrate, simulate and evaluate DP-SGD FedAvg (one sample per client); return the record.
+
+    ``progress`` shows a progress bar over rounds (from inside the compiled scan)."""
     rounds = check_int_range("rounds", rounds, 1, 10**6)
     check_positive("epsilon", epsilon)
     sigma, guarantee = dpsgd.calibrate(epsilon, delta, rounds, clip, accountant)
     hp = dpsgd.hyperparams(
         clip_norm=clip, learning_rate=learning_rate, noise_std=sigma, radius=radius
     )
-    state, infos, seconds = _timed_simulate(dpsgd.FedAvg(task.dim), task, hp, seed, rounds, plan)
+    state, infos, seconds = _timed_simulate(
+        dpsgd.FedAvg(task.dim), task, hp, seed, rounds, plan, progress and "dpsgd"
+    )
     reference = reference or ols_reference(task, plan)
     theta = np.asarray(state.theta)
     return {

@@ -153,6 +153,7 @@ def run_silo(
     settings: SiloSettings = SiloSettings(),
     seed: int = 0,
     plan: ExecutionPlan | None = None,
+    progress: bool = False,
 ) -> dict:
     """Calibrate, simulate and evaluate one silo algorithm; return the run record.
 
@@ -164,6 +165,7 @@ def run_silo(
       settings: method parameters.
       seed: run seed.
       plan: engine plan (the silo axis is the client axis).
+      progress: a progress bar over rounds (from inside the compiled scan).
     """
     if name not in SILO_ALGORITHMS:
         raise ValueError(f"unknown silo algorithm {name!r}; expected one of {SILO_ALGORITHMS}")
@@ -183,7 +185,10 @@ def run_silo(
         ridge=settings.ridge,
     )
     start = time.perf_counter()
-    state, infos = simulate(algorithm, task.train, hp, jax.random.key(seed), settings.rounds, plan)
+    state, infos = simulate(
+        algorithm, task.train, hp, jax.random.key(seed), settings.rounds, plan,
+        progress=progress and name,
+    )  # fmt: skip
     jax.block_until_ready(state)
     seconds = time.perf_counter() - start
     metrics = evaluate(task, np.asarray(state.w_average, np.float64), settings.radius)

@@ -41,6 +41,18 @@ def _common(parser: argparse.ArgumentParser, private: bool = True) -> None:
     )
     run.add_argument("--chunk-size", type=int, default=4_096, help="clients vmapped at once (4096)")
     run.add_argument("--json", metavar="PATH", help="write the JSON record to PATH ('-': stdout)")
+    _progress_flag(run)
+
+
+def _progress_flag(group) -> None:
+    group.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="progress bar over rounds, from inside the compiled scan (default: on a terminal)",
+    )  # fmt: skip
+
+
+def _show_progress(args: argparse.Namespace) -> bool:
+    return sys.stderr.isatty() if args.progress is None else args.progress
 
 
 SILO_HELP = {
@@ -84,6 +96,7 @@ def _silo_parser(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--multistage", action="store_true", help="accel: multi-stage restarts")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--json", metavar="PATH", help="write the JSON record ('-': stdout)")
+    _progress_flag(run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,7 +172,10 @@ def _run_silo(args: argparse.Namespace) -> dict:
         ridge=args.ridge,
         multistage=args.multistage,
     )
-    return run_silo.run_silo(args.algorithm, task, args.epsilon, args.delta, settings, args.seed)
+    return run_silo.run_silo(
+        args.algorithm, task, args.epsilon, args.delta, settings, args.seed,
+        progress=_show_progress(args),
+    )  # fmt: skip
 
 
 def _run(args: argparse.Namespace) -> dict:
@@ -185,6 +201,7 @@ def _run(args: argparse.Namespace) -> dict:
             args.seed,
             plan,
             accountant=args.accountant,
+            progress=_show_progress(args),
         )
     settings = runner.ModulatedSettings(
         estimator=args.estimator,
@@ -201,8 +218,9 @@ def _run(args: argparse.Namespace) -> dict:
         adjacency_diameter=args.adjacency_diameter,
     )
     return runner.run_modulated(
-        task, args.epsilon, args.delta, args.rounds, settings, args.seed, plan
-    )
+        task, args.epsilon, args.delta, args.rounds, settings, args.seed, plan,
+        progress=_show_progress(args),
+    )  # fmt: skip
 
 
 def _datasets() -> None:

@@ -12,6 +12,7 @@ from jfed.data.population import Population
 from jfed.engine.aggregate import ClientFn, Statistic, aggregate, sum_messages
 from jfed.engine.keys import round_key, run_streams
 from jfed.engine.plan import ExecutionPlan
+from jfed.engine.progress import report_every, report_round, round_progress
 
 PyTree = Any
 
@@ -49,6 +50,7 @@ def simulate(
     key: jax.Array,
     rounds: int,
     plan: ExecutionPlan | None = None,
+    progress: bool | str = False,
 ) -> tuple[PyTree, PyTree]:
     """Run ``rounds`` rounds of ``algorithm`` on ``population`` as one jitted program.
 
@@ -59,6 +61,9 @@ def simulate(
       key: the run key; see :mod:`jfed.engine.keys` for how it is split.
       rounds: number of rounds T >= 1 (static).
       plan: batching plan (default :class:`ExecutionPlan`); shrunk to fit small populations.
+      progress: show a progress bar over rounds, reported from inside the compiled scan (a
+        string names the bar); the call then waits for the results. See
+        :mod:`jfed.engine.progress` for what it costs.
 
     Returns:
       ``(final_state, infos)`` where every leaf of ``infos`` has a leading axis of length
@@ -67,7 +72,17 @@ def simulate(
     if int(rounds) != rounds or rounds < 1:
         raise ValueError(f"expected rounds >= 1 (integer), got rounds={rounds}")
     plan = (plan or ExecutionPlan()).fitted(population.n_clients)
-    return _simulate(algorithm, population, hyperparams, key, int(rounds), plan)
+    rounds = int(rounds)
+    if not progress:
+        return _simulate(algorithm, population, hyperparams, key, rounds, plan)
+    description = progress if isinstance(progress, str) else "rounds"
+    with round_progress(rounds, description) as token:
+        result = _simulate(
+            algorithm, population, hyperparams, key, rounds, plan, token, report_every(rounds)
+        )
+        jax.block_until_ready(result)
+        jax.effects_barrier()  # every report has reached the bar
+    return result
 
 
 def run_rounds(
@@ -77,8 +92,13 @@ def run_rounds(
     key: jax.Array,
     rounds: int,
     plan: ExecutionPlan,
+    progress_token: jax.Array | None = None,
+    progress_every: int = 1,
 ) -> tuple[PyTree, PyTree]:
-    """The traceable body of :func:`simulate` (for callers that vmap or jit it themselves)."""
+    """The traceable body of :func:`simulate` (for callers that vmap or jit it themselves).
+
+    ``progress_token`` (from :func:`jfed.engine.progress.round_progress`) reports every
+    ``progress_every`` rounds to that bar; ``None`` reports nothing."""
     init_key, server_root, client_root = run_streams(key)
     state = algorithm.init(hyperparams, init_key)
 
@@ -88,9 +108,12 @@ def run_rounds(
         def clients(client_fn, broadcast, statistic=sum_messages):
             return aggregate(client_fn, broadcast, population, round_client_root, plan, statistic)
 
-        return algorithm.round(state, round_key(server_root, t), clients)
+        new_state, info = algorithm.round(state, round_key(server_root, t), clients)
+        if progress_token is not None:
+            report_round(progress_token, t, progress_every, rounds)
+        return new_state, info
 
     return lax.scan(one_round, state, jnp.arange(rounds, dtype=jnp.int32))
 
 
-_simulate = jax.jit(run_rounds, static_argnames=("algorithm", "rounds", "plan"))
+_simulate = jax.jit(run_rounds, static_argnames=("algorithm", "rounds", "plan", "progress_every"))

@@ -1,0 +1,80 @@
+"""Progress over rounds, reported from inside the compiled scan."""
+
+from typing import ClassVar
+
+import jax
+import numpy as np
+import pytest
+
+from jfed.algorithms import modulated
+from jfed.cli.main import main
+from jfed.data import load_regression
+from jfed.engine import loop, progress, simulate
+
+
+class RecordingBar:
+    """Stands in for tqdm: records every update."""
+
+    made: ClassVar[list] = []
+
+    def __init__(self, total, desc, unit):
+        self.total, self.desc, self.n, self.updates, self.closed = total, desc, 0, [], False
+        RecordingBar.made.append(self)
+
+    def update(self, count):
+        self.n += count
+        self.updates.append(self.n)
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def bars(monkeypatch):
+    RecordingBar.made = []
+    monkeypatch.setattr(progress, "tqdm", RecordingBar)
+    return RecordingBar.made
+
+
+@pytest.fixture(scope="module")
+def population():
+    return load_regression("modechoice").train
+
+
+def test_report_every_caps_the_number_of_reports():
+    assert progress.report_every(10) == 1
+    assert progress.report_every(250) == 3
+    assert all(-(-t // progress.report_every(t)) <= progress.MAX_REPORTS for t in range(1, 5000))
+
+
+@pytest.mark.parametrize("rounds", [7, 250])
+def test_bar_reaches_every_round_and_results_are_unchanged(bars, population, rounds):
+    algorithm = modulated.Iterative(population.dim)
+    hp = modulated.hyperparams(noise_std=1.0)
+    key = jax.random.key(4)
+    quiet, quiet_infos = simulate(algorithm, population, hp, key, rounds)
+    shown, shown_infos = simulate(algorithm, population, hp, key, rounds, progress="fit")
+    np.testing.assert_array_equal(quiet.theta, shown.theta)
+    np.testing.assert_array_equal(quiet_infos.theta, shown_infos.theta)
+    (bar,) = bars
+    assert bar.closed and bar.desc == "fit" and bar.total == rounds and bar.n == rounds
+    every = progress.report_every(rounds)
+    assert len(bar.updates) == -(-rounds // every)  # one per `every` rounds, and the last
+    assert bar.updates == sorted(bar.updates)
+
+
+def test_a_new_bar_does_not_recompile(bars, population):
+    algorithm = modulated.OneShot(population.dim)
+    hp = modulated.hyperparams(noise_std=1.0)
+    simulate(algorithm, population, hp, jax.random.key(0), 1, progress=True)
+    compiled = loop._simulate._cache_size()
+    simulate(algorithm, population, hp, jax.random.key(1), 1, progress=True)
+    assert loop._simulate._cache_size() == compiled
+    assert [bar.n for bar in bars] == [1, 1]
+
+
+def test_cli_progress_flag(bars, capsys):
+    assert main(["run", "modulated", "--dataset", "modechoice", "--rounds", "5", "--progress"]) == 0
+    assert [bar.n for bar in bars] == [5]
+    assert main(["run", "modulated", "--dataset", "modechoice", "--no-progress"]) == 0
+    assert len(bars) == 1
