@@ -11,12 +11,18 @@ widths 1 and 200 both timed); (b) 200 calls of
 (c) the same 200 calls, each result read back before the next (a loop writing one row per run);
 (d) 200 calls of a pre-compiled single-run executable (no Python-side work at all). Compile time
 is reported apart from run time; the host calibration of the 200 noise scales is excluded.
+Finally the whole ``run_sweep`` (compile, calibrate, run, evaluate rows) in new processes: with
+the persistent compilation cache off, filling it, and loading from it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 
 import jax
@@ -28,6 +34,35 @@ from jfed.report import versions
 from jfed.sweep import RegressionAdapter, configurations
 from jfed.sweep.adapters import stack
 from jfed.sweep.runner import _program, _unit_function, _units
+
+FRESH_PROCESS = """
+import sys, time
+from jfed.engine.cache import enable_compilation_cache
+enable_compilation_cache(sys.argv[1])
+from jfed.data import load_regression
+from jfed.sweep import RegressionAdapter, configurations, run_sweep
+adapter = RegressionAdapter("modulated-one-shot", load_regression("fair"))
+configs = configurations([float(e) for e in sys.argv[3].split(",")], 10, {})
+tic = time.perf_counter()
+run_sweep(adapter, configs, sys.argv[2], progress=False)
+print("SECONDS", time.perf_counter() - tic)
+"""
+
+
+def fresh_process_seconds(epsilons: str) -> dict:
+    """``run_sweep`` of the 200 runs in new processes: no cache, a cold cache, a warm cache
+    (compilation, calibration, the program and the evaluation of the rows; imports excluded)."""
+    seconds = {}
+    with tempfile.TemporaryDirectory() as folder:
+        cache = os.path.join(folder, "xla")
+        for label, setting in (("off", "off"), ("cold", cache), ("warm", cache)):
+            out = subprocess.run(
+                [sys.executable, "-c", FRESH_PROCESS, setting,
+                 os.path.join(folder, f"{label}.jsonl"), epsilons],
+                capture_output=True, text=True, check=True,
+            ).stdout  # fmt: skip
+            seconds[label] = float(out.split("SECONDS")[-1])
+    return seconds
 
 
 def main() -> None:
@@ -116,8 +151,13 @@ def main() -> None:
     relative_gaps = gaps / np.abs(separate_theta).max(axis=1)
     worst = int(np.argmax(relative_gaps))
 
+    fresh = fresh_process_seconds(",".join(repr(float(e)) for e in np.geomspace(0.1, 100, 20)))
+
     row = {
         "runs": len(configs),
+        "fresh_process_run_sweep_seconds_no_cache": fresh["off"],
+        "fresh_process_run_sweep_seconds_cold_cache": fresh["cold"],
+        "fresh_process_run_sweep_seconds_warm_cache": fresh["warm"],
         "units": len(units),
         "one_program_shared_noise_seconds": shared_seconds,
         "one_program_shared_noise_compile_seconds": shared_compile,
@@ -152,6 +192,9 @@ def main() -> None:
           f"{row['ratio_vs_read_back_calls']:.1f}x")  # fmt: skip
     print(f"200 pre-compiled calls: {separate_seconds:.3f} s (compile {single_compile:.2f} s) "
           f"-> ratio {row['ratio_vs_precompiled_calls']:.1f}x")  # fmt: skip
+    print(f"run_sweep of the 200 runs in a new process: {fresh['off']:.2f} s without the "
+          f"compilation cache, {fresh['cold']:.2f} s filling it, {fresh['warm']:.2f} s "
+          "loading from it")  # fmt: skip
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(

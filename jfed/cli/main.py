@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jfed.cli import account, sweep
+from jfed.cli import account, options, sweep
 from jfed.privacy.calibration import ROUNDS_ACCOUNTANTS
 
 DEFAULTS = dict(epsilon=1.0, delta=1e-5, rounds=10, seed=0)
@@ -41,18 +41,8 @@ def _common(parser: argparse.ArgumentParser, private: bool = True) -> None:
     )
     run.add_argument("--chunk-size", type=int, default=4_096, help="clients vmapped at once (4096)")
     run.add_argument("--json", metavar="PATH", help="write the JSON record to PATH ('-': stdout)")
-    _progress_flag(run)
-
-
-def _progress_flag(group) -> None:
-    group.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None,
-        help="progress bar over rounds, from inside the compiled scan (default: on a terminal)",
-    )  # fmt: skip
-
-
-def _show_progress(args: argparse.Namespace) -> bool:
-    return sys.stderr.isatty() if args.progress is None else args.progress
+    options.progress_flag(run)
+    options.cache_flag(run)
 
 
 SILO_HELP = {
@@ -96,7 +86,8 @@ def _silo_parser(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--multistage", action="store_true", help="accel: multi-stage restarts")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--json", metavar="PATH", help="write the JSON record ('-': stdout)")
-    _progress_flag(run)
+    options.progress_flag(run)
+    options.cache_flag(run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,7 +165,7 @@ def _run_silo(args: argparse.Namespace) -> dict:
     )
     return run_silo.run_silo(
         args.algorithm, task, args.epsilon, args.delta, settings, args.seed,
-        progress=_show_progress(args),
+        progress=options.show_progress(args),
     )  # fmt: skip
 
 
@@ -201,7 +192,7 @@ def _run(args: argparse.Namespace) -> dict:
             args.seed,
             plan,
             accountant=args.accountant,
-            progress=_show_progress(args),
+            progress=options.show_progress(args),
         )
     settings = runner.ModulatedSettings(
         estimator=args.estimator,
@@ -219,7 +210,7 @@ def _run(args: argparse.Namespace) -> dict:
     )
     return runner.run_modulated(
         task, args.epsilon, args.delta, args.rounds, settings, args.seed, plan,
-        progress=_show_progress(args),
+        progress=options.show_progress(args),
     )  # fmt: skip
 
 
@@ -236,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command in ("run", "sweep"):
+            from jfed.engine.cache import enable_compilation_cache
+
+            enable_compilation_cache(args.compilation_cache)
         if args.command == "datasets":
             _datasets()
             return 0

@@ -18,6 +18,7 @@ import csv
 import json
 import os
 
+from jfed.cli.options import cache_flag
 from jfed.sweep import RULES, SWEEP_ALGORITHMS
 from jfed.sweep.adapters import SILO_SWEEP_ALGORITHMS
 
@@ -54,6 +55,7 @@ def add_parsers(commands) -> None:
     sweep.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
     sweep.add_argument("--slice-size", type=int, default=None, help="runs per compiled call")
     sweep.add_argument("--no-progress", action="store_true")
+    cache_flag(sweep)
     sweep.add_argument(
         "--no-shared-noise", action="store_true",
         help="run every eps on its own (default: the eps of one seed share their draws where the "
