@@ -125,3 +125,10 @@ def test_plan_validation():
         ExecutionPlan(block_size=300, chunk_size=256)
     assert ExecutionPlan(block_size=16_384, chunk_size=512).fitted(1000).block_size == 1024
     assert ExecutionPlan().fitted(10**6).block_size == ExecutionPlan().block_size
+    # fewer clients than a chunk: vmapped at their own width (rounded up to 8), not 4,096
+    small = ExecutionPlan().fitted(25)
+    assert (small.chunk_size, small.block_size) == (32, 32)
+    assert (
+        ExecutionPlan(chunk_size=256, block_size=256, mesh=client_mesh(8)).fitted(100).chunk_size
+        == 16
+    )
