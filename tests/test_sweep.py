@@ -71,6 +71,24 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(
     assert table(resumed) == table(full)
 
 
+def test_rerunning_a_sweep_with_a_new_adapter_does_not_recompile(task, tmp_path):
+    from jfed.sweep import runner
+
+    def program(adapter):
+        plan = runner.ExecutionPlan().fitted(task.train.n_clients)
+        unit = runner._unit_function(adapter.shared_noise_algorithm, 1, plan, adapter.outputs, True)
+        return runner._program(unit, jax.tree.map(np.shape, task.train), 1)
+
+    configs = configurations([0.5, 2.0, 4.0], 2, {"ridge": [0.5, 1.0]})
+    first = RegressionAdapter("modulated-one-shot", task)
+    run_sweep(first, configs, str(tmp_path / "first.jsonl"), progress=False)
+    executables = program(first)._cache_size()
+    second = RegressionAdapter("modulated-one-shot", task)  # as a new script would build it
+    run_sweep(second, configs, str(tmp_path / "second.jsonl"), progress=False)
+    assert program(second) is program(first)
+    assert program(second)._cache_size() == executables  # the same executable served both
+
+
 def test_extending_the_eps_grid_runs_only_the_new_eps(task, tmp_path):
     # resumed units hold only the missing eps (shorter units than a fresh sweep's)
     adapter = RegressionAdapter("modulated-one-shot", task)

@@ -120,12 +120,10 @@ class RegressionAdapter:
     selection_maximize = True
     report_metric = "test_r2"
 
-    def outputs(self, state, infos) -> dict[str, jax.Array]:
+    @property
+    def outputs(self) -> RegressionOutputs:
         """The arrays kept from a finished run (inside the compiled program)."""
-        out = {"theta": state.theta, "theta_per_round": infos.theta}
-        if self.name == "modulated-one-shot":
-            out["theta_psd"] = state.theta_psd
-        return out
+        return RegressionOutputs(one_shot=self.name == "modulated-one-shot")
 
     def evaluate(self, outputs: dict[str, np.ndarray]) -> dict:
         """Host metrics of one run: validation and test R^2, the R^2 curve, the reference."""
@@ -147,6 +145,31 @@ class RegressionAdapter:
             "selection_maximize": self.selection_maximize,
             "report_metric": self.report_metric,
         }
+
+
+# The kept arrays as hashable values (equal for equal adapters), so the compiled program is cached
+# per algorithm and shape, not per adapter object.
+
+
+@dataclass(frozen=True)
+class RegressionOutputs:
+    """``(state, infos) -> {"theta", "theta_per_round"[, "theta_psd"]}``."""
+
+    one_shot: bool = False
+
+    def __call__(self, state, infos) -> dict[str, jax.Array]:
+        out = {"theta": state.theta, "theta_per_round": infos.theta}
+        if self.one_shot:
+            out["theta_psd"] = state.theta_psd
+        return out
+
+
+@dataclass(frozen=True)
+class SiloOutputs:
+    """``(state, infos) -> {"w": the averaged iterate, "w_per_round"}``."""
+
+    def __call__(self, state, infos) -> dict[str, jax.Array]:
+        return {"w": state.w_average, "w_per_round": infos.w}
 
 
 def stack(trees: list) -> Any:
@@ -247,8 +270,9 @@ class SiloAdapter:
             "sigma": float(np.max(noise)),
         }
 
-    def outputs(self, state, infos) -> dict[str, jax.Array]:
-        return {"w": state.w_average, "w_per_round": infos.w}
+    @property
+    def outputs(self) -> SiloOutputs:
+        return SiloOutputs()
 
     def evaluate(self, outputs: dict[str, np.ndarray]) -> dict:
         from jfed.algorithms import silo_metrics
