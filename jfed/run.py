@@ -17,6 +17,7 @@ import numpy as np
 
 from jfed._validation import check_int_range, check_open_unit, check_positive
 from jfed.algorithms import dpsgd, modulated, ols
+from jfed.algorithms import modulated_reconstruction as reconstruction
 from jfed.algorithms.linear import r2_curve, r2_score
 from jfed.data import RegressionTask, load_regression, synthetic_regression
 from jfed.engine import ExecutionPlan, simulate
@@ -59,6 +60,37 @@ def ols_reference(task: RegressionTask, plan: ExecutionPlan | None = None) -> di
         "test_r2": r2_score(theta, *task.test),
         "validation_r2": r2_score(theta, *task.validation),
         "seconds": seconds,
+    }
+
+
+def reconstruction_fields(
+    task: RegressionTask, settings: ModulatedSettings, noise_std: float, releases: int
+) -> dict:
+    """What an attacker can reconstruct of one client's features from its ``releases`` messages:
+    the Cramer-Rao bound on any unbiased attacker (without and with the public response's leak)
+    and the direct attacker's error, per coordinate of the standardised features."""
+    population = task.train
+    if hasattr(population, "features"):
+        leak = reconstruction.response_information(population.features, population.targets)
+    else:  # procedural clients: y = <x, theta_star> + noise
+        theta_star = np.asarray(population.theta_star, np.float64)
+        leak = float(theta_star @ theta_star) / float(population.noise_std) ** 2
+    common = (task.dim, settings.alpha, settings.beta, settings.omega, noise_std, releases)
+    return {
+        "lower_bound_mse_per_coordinate": reconstruction.reconstruction_lower_bound(*common),
+        "lower_bound_mse_per_coordinate_with_response": reconstruction.reconstruction_lower_bound(
+            *common, response_information=leak, form="spectral"
+        ),
+        "trace_lower_bound_mse_per_coordinate_with_response": (
+            reconstruction.reconstruction_lower_bound(*common, response_information=leak)
+        ),
+        "direct_attack_mse_per_coordinate": reconstruction.direct_attack_error(
+            task.dim, settings.alpha, settings.beta, noise_std, releases
+        ),
+        "releases": releases,
+        "notion": "Cramer-Rao bounds on any unbiased attacker, averaged over phases and "
+        "directions (seed 001 section 6; with the response: the spectral form, and the seed's "
+        "trace form); features standardised, so 1 is a coordinate's variance",
     }
 
 
@@ -208,6 +240,9 @@ def run_modulated(
         ),
         "hyperparams": {k: v for k, v in vars(settings).items()},
         **metrics,
+        "reconstruction": reconstruction_fields(task, settings, sigma, rounds)
+        if sigma > 0
+        else None,
         "ols_r2": reference["test_r2"],
         "seconds": seconds,
         "versions": versions(),
