@@ -175,7 +175,8 @@ def run_sweep(
       configs: configurations (:func:`configurations`).
       results_path: the JSON-lines file; must not exist unless ``resume``.
       resume: skip configurations already in the file.
-      slice_size: runs per compiled call (default: from the memory budget).
+      slice_size: runs per compiled call, rounded down to whole units (at least one unit);
+        default: from the memory budget.
       memory_budget: bytes one slice may use when ``slice_size`` is not given.
       plan: engine plan of every run.
       progress: show a progress bar with ETA over runs (updated per slice).
