@@ -25,6 +25,9 @@ class RecordingBar:
         self.n += count
         self.updates.append(self.n)
 
+    def set_postfix_str(self, text, refresh=True):
+        self.postfix = text
+
     def close(self):
         self.closed = True
 
@@ -58,6 +61,7 @@ def test_bar_reaches_every_round_and_results_are_unchanged(bars, population, rou
     np.testing.assert_array_equal(quiet_infos.theta, shown_infos.theta)
     (bar,) = bars
     assert bar.closed and bar.desc == "fit" and bar.total == rounds and bar.n == rounds
+    assert bar.postfix == ""  # the "compiling" note is cleared by the first report
     every = progress.report_every(rounds)
     assert len(bar.updates) == -(-rounds // every)  # one per `every` rounds, and the last
     assert bar.updates == sorted(bar.updates)

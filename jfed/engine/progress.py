@@ -48,6 +48,8 @@ def _advance(token: jax.Array, done: jax.Array) -> None:
     bar = _open_bars.get(int(token))
     done = int(done)
     if bar is not None and done > bar.n:  # unordered callbacks may arrive late
+        if bar.n == 0:
+            bar.set_postfix_str("", refresh=False)  # the program is compiled and running
         bar.update(done - bar.n)
 
 
@@ -58,7 +60,9 @@ def round_progress(rounds: int, description: str = "rounds") -> Iterator[jax.Arr
     The caller must wait for the program's results (and its callbacks) before leaving the block.
     """
     token = next(_next_token) % 2**31
-    _open_bars[token] = tqdm(total=int(rounds), desc=description, unit="round")
+    bar = tqdm(total=int(rounds), desc=description, unit="round")
+    bar.set_postfix_str("compiling (if not cached)")
+    _open_bars[token] = bar
     try:
         yield jnp.int32(token)
     finally:
