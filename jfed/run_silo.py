@@ -128,21 +128,56 @@ def calibrate_silos(
             "epsilon": epsilon,
             "delta": delta,
         }
-    cache: dict[int, silo_privacy.SiloNoise] = {}
-    for n in np.unique(counts):
-        cache[int(n)] = silo_privacy.mbsgd_noise(
-            int(n), batch, rounds, epsilon, delta, clip, settings.calibration
+    return _minibatch_calibrations(task, [epsilon], delta, settings)[0]
+
+
+def _uses_minibatch_noise(name: str, sampling: str) -> bool:
+    """Whether :func:`calibrate_silos` reaches its minibatch (Noisy MB-SGD) calibration."""
+    return name == "noisy-mbsgd" or (name == "accel-mbsgd" and sampling != "one-pass")
+
+
+def calibrate_silos_many(
+    name: str,
+    task: SiloTask,
+    epsilons: list[float],
+    delta: float,
+    settings: SiloSettings,
+    sampling: str,
+) -> list[tuple[np.ndarray, dict]]:
+    """:func:`calibrate_silos` for several eps; the minibatch algorithms' exact calibration shares
+    its PLD work across them (one grid per distinct silo size, :func:`silo_privacy.mbsgd_noises`).
+    """
+    if not _uses_minibatch_noise(name, sampling):
+        return [calibrate_silos(name, task, e, delta, settings, sampling) for e in epsilons]
+    return _minibatch_calibrations(task, epsilons, delta, settings)
+
+
+def _minibatch_calibrations(
+    task: SiloTask, epsilons: list[float], delta: float, settings: SiloSettings
+) -> list[tuple[np.ndarray, dict]]:
+    counts = np.asarray(task.train.counts)
+    batch, rounds, clip, calibration = (
+        settings.batch, settings.rounds, settings.clip, settings.calibration,
+    )  # fmt: skip
+    by_size = {
+        int(n): silo_privacy.mbsgd_noises(
+            int(n), batch, rounds, list(epsilons), delta, clip, calibration
         )
-    results = [cache[int(n)] for n in counts]
-    fields = {
-        "accountant": {"exact": "pld-poisson-replace-one"}.get(
-            settings.calibration, f"seed-{settings.calibration}-formula"
-        ),
-        "epsilon": max(r.epsilon for r in results),
-        "delta": delta,
-        "exact_epsilon": max(r.exact_epsilon for r in results),
+        for n in np.unique(counts)
     }
-    return np.array([r.noise_std for r in results]), fields
+    calibrated = []
+    for index in range(len(epsilons)):
+        results = [by_size[int(n)][index] for n in counts]
+        fields = {
+            "accountant": {"exact": "pld-poisson-replace-one"}.get(
+                settings.calibration, f"seed-{settings.calibration}-formula"
+            ),
+            "epsilon": max(r.epsilon for r in results),
+            "delta": delta,
+            "exact_epsilon": max(r.exact_epsilon for r in results),
+        }
+        calibrated.append((np.array([r.noise_std for r in results]), fields))
+    return calibrated
 
 
 def run_silo(

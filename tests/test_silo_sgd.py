@@ -76,6 +76,22 @@ def test_noise_scales_match_the_spec_formulas():
     assert local == pytest.approx(math.sqrt(8 * K**2 * L**2 * math.log(1 / delta) * R) / (n * eps))
 
 
+def test_grid_calibration_of_several_eps_meets_every_target():
+    n, K, R, delta, L = 60, 10, 25, 1 / 47**2, 1.0
+    targets = [0.75, 3.0, 18.0]
+    grid = silo_privacy.mbsgd_noises(n, K, R, targets, delta, L)
+    for target, result in zip(targets, grid, strict=True):
+        # an independent evaluation of the exact eps of the returned noise
+        spent = silo_privacy.exact_mbsgd_epsilon(result.noise_std, n, K, R, delta, L)
+        assert spent <= target and spent == pytest.approx(result.epsilon, rel=1e-9)
+        alone = silo_privacy.mbsgd_noise(n, K, R, target, delta, L)
+        assert result.noise_std == pytest.approx(alone.noise_std, rel=3e-4)  # both at tol 1e-4
+    formula = silo_privacy.mbsgd_noises(n, K, R, targets, delta, L, "theorem")
+    assert [r.noise_std for r in formula] == [
+        silo_privacy.mbsgd_noise(n, K, R, t, delta, L, "theorem").noise_std for t in targets
+    ]
+
+
 def test_shuffle_chain_meets_its_target_and_refuses_too_few_messages():
     chain = silo_privacy.shuffle_noise(25_000, 25, 3.0, 1e-8, 1.0)
     assert chain.epsilon <= 3.0 and chain.epsilon > 2.9

@@ -177,3 +177,29 @@ def test_silo_sweep_tunes_on_training_loss_and_reports_test_error(tmp_path, caps
     assert "fixed on excess_train_risk" in tuned and "test_error_mean" in tuned
     assert (tmp_path / "silo" / "utility.png").stat().st_size > 1000
     assert main(["sweep", "noisy-mbsgd", "--set", "bogus=1", "--out", str(tmp_path / "y")]) == 2
+
+
+def test_silo_sweep_calibrates_all_eps_of_a_clip_together(tmp_path, monkeypatch):
+    from jfed import run_silo
+    from jfed.data.silos import load_silos
+    from jfed.sweep.adapters import SiloAdapter
+
+    calls = []
+    original = run_silo.calibrate_silos_many
+
+    def counting(name, task, epsilons, *args):
+        calls.append(tuple(epsilons))
+        return original(name, task, epsilons, *args)
+
+    monkeypatch.setattr(run_silo, "calibrate_silos_many", counting)
+    task = load_silos("digits-evenodd")
+    settings = run_silo.SiloSettings(rounds=3, batch=5, calibration="theorem")
+    adapter = SiloAdapter("noisy-mbsgd", task, settings)
+    configs = configurations([1.0, 4.0, 16.0], 1, {"clip": [0.5, 1.0], "step_size": [1.0]})
+    rows = run_sweep(adapter, configs, str(tmp_path / "runs.jsonl"), progress=False)
+    assert sorted(calls) == [(1.0, 4.0, 16.0), (1.0, 4.0, 16.0)]  # one call per clip
+    alone = run_silo.calibrate_silos(
+        "noisy-mbsgd", task, 4.0, adapter.delta, settings, adapter.sampling
+    )
+    row = next(r for r in rows if r["epsilon"] == 4.0 and r["clip"] == 1.0)
+    assert row["sigma"] == pytest.approx(float(np.max(alone[0])))

@@ -35,6 +35,7 @@ from jfed.privacy import (
     ApproximateDpEvent,
     analytic_gaussian_noise,
     calibrate_noise_multiplier,
+    calibrate_noise_multipliers,
     epsilon_for_noise,
     shuffle_epsilon,
 )
@@ -56,7 +57,7 @@ class SiloNoise:
       epsilon: eps the calibration certifies (the target for formula calibrations).
       delta: delta.
       calibration: which calibration (``theorem``, ``experiments``, ``exact``, ...).
-      exact_epsilon: eps certified for this noise by the exact RDP accountant (when computed).
+      exact_epsilon: eps certified for this noise by the exact PLD accountant (when computed).
     """
 
     noise_std: float
@@ -123,6 +124,32 @@ def mbsgd_noise(
     exact = exact_mbsgd_epsilon(noise, n, batch, rounds, delta, clip)
     spent = exact if calibration == "exact" else epsilon
     return SiloNoise(noise, spent, delta, calibration, exact)
+
+
+def mbsgd_noises(
+    n: int,
+    batch: int,
+    rounds: int,
+    epsilons: list[float],
+    delta: float,
+    clip_norm: float,
+    calibration: str = "exact",
+) -> list[SiloNoise]:
+    """:func:`mbsgd_noise` for several eps at once. With the exact calibration the PLD work is
+    shared across the targets (:func:`jfed.privacy.calibration.calibrate_noise_multipliers`: one
+    grid, interpolated, every answer verified to meet its target and its eps reported)."""
+    if calibration != "exact" or len(epsilons) < 2:
+        return [mbsgd_noise(n, batch, rounds, e, delta, clip_norm, calibration) for e in epsilons]
+    n, batch, rounds, _, delta, clip = _check(n, batch, rounds, min(epsilons), delta, clip_norm)
+    multipliers, info = calibrate_noise_multipliers(
+        np.asarray(epsilons, np.float64), delta, min(1.0, batch / n), rounds, "pld",
+        neighboring="replace-one", tolerance=1e-4, verify=True,
+        pld_discretization=PLD_DISCRETIZATION,
+    )  # fmt: skip
+    return [
+        SiloNoise(float(m) * clip / batch, spent, delta, calibration, spent)
+        for m, spent in zip(multipliers, info["achieved_epsilons"], strict=True)
+    ]
 
 
 def one_pass_noise(

@@ -167,6 +167,7 @@ def calibrate_noise_multipliers(
     grid_size: int = 12,
     max_refinements: int = 6,
     verify: bool | str = "auto",
+    pld_discretization: float = 1e-4,
 ) -> tuple[np.ndarray, dict]:
     """Noise multipliers for a grid of target eps, reusing accountant work across the grid.
 
@@ -183,10 +184,13 @@ def calibrate_noise_multipliers(
         eps(noise) has kinks (a minimum over a finite set of orders) where interpolation can err
         between checks, and whose evaluations are cheap; PLD's curve is smooth, and its answers
         are inflated by the largest disagreement seen at the checks instead.
+      pld_discretization: the PLD accountant's discretization interval.
 
     Returns:
       ``(noise_multipliers: f64[len(epsilons)], info)`` with ``info["evaluations"]`` (accountant
-      evaluations spent) and ``info["max_relative_error"]`` (the last midpoint disagreement).
+      evaluations spent), ``info["max_relative_error"]`` (the last midpoint disagreement) and,
+      when verified, ``info["achieved_epsilons"]`` (the exact eps of every returned multiplier,
+      flattened).
     """
     epsilons = np.asarray(epsilons, np.float64)
     for value in np.ravel(epsilons):
@@ -211,8 +215,9 @@ def calibrate_noise_multipliers(
     def eps_at(noise: float) -> float:
         if noise not in cache:
             cache[noise] = epsilon_for_noise(
-                noise, delta, sampling_rate, steps, accountant, sampling, dataset_size, neighboring
-            )
+                noise, delta, sampling_rate, steps, accountant, sampling, dataset_size, neighboring,
+                pld_discretization,
+            )  # fmt: skip
         return cache[noise]
 
     low_target, high_target = float(epsilons.min()), float(epsilons.max())
@@ -245,11 +250,13 @@ def calibrate_noise_multipliers(
             break
     interpolant = _inverse_interpolant(sorted(set(nodes)), [eps_at(x) for x in sorted(set(nodes))])
     noise = np.array([interpolant(e) for e in np.ravel(epsilons)]) * (1.0 + max_error)
+    info: dict = {"max_relative_error": max_error}
     if verify is True or (verify == "auto" and accountant == "rdp"):
         for index, target in enumerate(np.ravel(epsilons)):
             while eps_at(float(noise[index])) > target:
                 noise[index] *= 1.0 + tolerance
-    info = {"evaluations": len(cache), "max_relative_error": max_error}
+        info["achieved_epsilons"] = [eps_at(float(value)) for value in noise]
+    info["evaluations"] = len(cache)
     return noise.reshape(epsilons.shape), info
 
 

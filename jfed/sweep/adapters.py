@@ -240,20 +240,38 @@ class SiloAdapter:
     # the noise of a silo step is added to a gradient that the next step's clients see
     shared_noise_algorithm = None
 
-    def hyperparams(self, config: dict) -> tuple[Any, dict]:
+    def _settings(self, config: dict):
         import dataclasses
 
-        from jfed.algorithms import silo_sgd
-        from jfed.run_silo import calibrate_silos
+        overrides = {k: config[k] for k in self.tunable if k in config}
+        return dataclasses.replace(self.settings, **overrides)
 
-        overrides = {k: config[k] for k in ("step_size", "clip", "radius", "ridge") if k in config}
-        settings = dataclasses.replace(self.settings, **overrides)
+    def prepare(self, configs: list[dict]) -> None:
+        """Calibrate every (eps, clip) of ``configs`` up front, the eps of one clip together (the
+        exact calibration then shares its PLD work across them)."""
+        from jfed.run_silo import calibrate_silos_many
+
+        wanted: dict[float, set] = {}
+        for config in configs:
+            wanted.setdefault(self._settings(config).clip, set()).add(config["epsilon"])
+        for clip, epsilons in wanted.items():
+            missing = sorted(e for e in epsilons if (e, clip) not in self._noise)
+            if not missing:
+                continue
+            settings = self._settings({"clip": clip})
+            results = calibrate_silos_many(
+                self.name, self.task, missing, self.delta, settings, self.sampling
+            )
+            self._noise.update({(e, clip): r for e, r in zip(missing, results, strict=True)})
+
+    def hyperparams(self, config: dict) -> tuple[Any, dict]:
+        from jfed.algorithms import silo_sgd
+
+        settings = self._settings(config)
         # the noise depends on eps and the clip only (for fixed settings): calibrate each once
         cache_key = (config["epsilon"], settings.clip)
         if cache_key not in self._noise:
-            self._noise[cache_key] = calibrate_silos(
-                self.name, self.task, config["epsilon"], self.delta, settings, self.sampling
-            )
+            self.prepare([config])
         noise, fields = self._noise[cache_key]
         hp = silo_sgd.hyperparams(
             self.task.n_silos,

@@ -205,6 +205,8 @@ def run_sweep(
     shared_algorithm = adapter.shared_noise_algorithm if share_noise else None
     shared = shared_algorithm is not None
     if todo:
+        if hasattr(adapter, "prepare"):  # host calibration of the whole grid at once
+            adapter.prepare(todo)
         units = _units(todo, shared)
         per_unit = max(len(unit) for unit in units)  # shorter units are padded to this
         unit = _unit_function(
