@@ -4,7 +4,9 @@ import os
 import subprocess
 import sys
 
-from jfed.engine.cache import default_directory, resolve_directory
+import pytest
+
+from jfed.engine.cache import default_directory, enable_compilation_cache, resolve_directory
 
 CHILD = """
 import sys, jax.monitoring
@@ -49,3 +51,10 @@ def test_cache_folder_resolution(monkeypatch, tmp_path):
     monkeypatch.setenv("JFED_COMPILATION_CACHE", "OFF")
     assert resolve_directory() is None
     assert resolve_directory(str(tmp_path / "mine")) == str(tmp_path / "mine")
+
+
+def test_an_unwritable_folder_warns_and_leaves_the_cache_off(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.warns(UserWarning, match="compilation cache off"):
+        assert enable_compilation_cache(str(blocker / "xla")) is None

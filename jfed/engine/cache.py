@@ -12,6 +12,7 @@ The folder is, in order: the argument, ``$JFED_COMPILATION_CACHE``, ``$XDG_CACHE
 from __future__ import annotations
 
 import os
+import warnings
 
 import jax
 
@@ -35,7 +36,7 @@ def enable_compilation_cache(
     directory: str | None = None, min_compile_seconds: float = 0.2
 ) -> str | None:
     """Keep compiled programs in ``directory`` across processes; returns the folder (or ``None``
-    when it resolves to off).
+    when it resolves to off, or cannot be created: a warning says so and nothing else changes).
 
     Args:
       directory: the cache folder (see the module doc for the default); ``"off"`` disables.
@@ -45,7 +46,11 @@ def enable_compilation_cache(
     folder = resolve_directory(directory)
     if folder is None:
         return None
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as error:  # e.g. a read-only home: run on, compiling as usual
+        warnings.warn(f"compilation cache off: cannot create {folder} ({error})", stacklevel=2)
+        return None
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
