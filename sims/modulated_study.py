@@ -2,7 +2,12 @@
 an eps grid, hyper-parameters tuned on the validation split and held fixed across eps (the paper's
 rule), several seeds. Built on ``jfed.sweep`` (resumable: re-run with the same --out to continue).
 
-    python sims/modulated_study.py --out results/modulated_study [--seeds 5]
+    python sims/modulated_study.py --out results/modulated_study [--seeds 5] [--grid wide]
+
+``--grid paper`` (default) tunes what the paper tunes (step scale, ridge; DP-SGD's clip and
+step) with the map held at alpha 1, beta 0.5, omega 1, C 3. ``--grid wide`` also tunes the
+modulated map's feature clip C in {1, 2, 3} and modulation amplitude beta in {0, 0.5} (beta = 0
+is the unmodulated Gaussian map), still one setting for all eps.
 
 Writes ``<task>/<method>.jsonl`` (every run), ``tuned.csv`` (the chosen settings and test R^2 per
 (task, method, eps)), ``modulated_study.png/.pdf`` (5 panels: test R^2 vs eps with a
@@ -30,6 +35,11 @@ METHODS = {
     "modulated-one-shot": {"ridge": [0.5, 1.0, 2.0, 5.0]},
     "dpsgd": {"clip": [1.0, 2.0, 3.0], "learning_rate": [0.05, 0.1, 0.2]},
 }
+MAP_GRID = {"clip": [1.0, 2.0, 3.0], "beta": [0.0, 0.5]}
+GRIDS = {
+    "paper": METHODS,
+    "wide": {m: {**g, **MAP_GRID} if m.startswith("modulated") else g for m, g in METHODS.items()},
+}
 
 
 def main() -> None:
@@ -37,13 +47,15 @@ def main() -> None:
     parser.add_argument("--out", default="results/modulated_study")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--tasks", default=",".join(available_datasets()))
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="paper")
     args = parser.parse_args()
+    methods = GRIDS[args.grid]
     table = []
     tasks = args.tasks.split(",")
     for name in tasks:
         task = load_regression(name)
         os.makedirs(os.path.join(args.out, name), exist_ok=True)
-        for method, grid in METHODS.items():
+        for method, grid in methods.items():
             adapter = RegressionAdapter(method, task)
             path = os.path.join(args.out, name, f"{method}.jsonl")
             rows = run_sweep(
@@ -57,7 +69,7 @@ def main() -> None:
         writer.writeheader()
         writer.writerows(table)
     plot(table, tasks, os.path.join(args.out, "modulated_study"))
-    print_table(table, tasks)
+    print_table(table, tasks, methods)
 
 
 def plot(table: list[dict], tasks: list[str], prefix: str) -> None:
@@ -84,7 +96,7 @@ def plot(table: list[dict], tasks: list[str], prefix: str) -> None:
         figure.savefig(f"{prefix}.{extension}", dpi=110)
 
 
-def print_table(table: list[dict], tasks: list[str]) -> None:
+def print_table(table: list[dict], tasks: list[str], methods: dict) -> None:
     print("test R^2, mean (se) over seeds; settings tuned on validation, fixed across eps")
     print(f"{'task':16s} {'method':20s} " + " ".join(f"{e:>13g}" for e in EPSILONS))
     for name in tasks:
@@ -94,7 +106,7 @@ def print_table(table: list[dict], tasks: list[str]) -> None:
                 key=lambda r: r["epsilon"],
             )
             cells = [f"{r['test_r2_mean']:.3f}({r['test_r2_se']:.3f})" for r in rows]
-            chosen = {k: rows[0][k] for k in METHODS[method]}
+            chosen = {k: rows[0][k] for k in methods[method]}
             print(
                 f"{name:16s} {method:20s} " + " ".join(f"{c:>13s}" for c in cells) + f"  {chosen}"
             )
