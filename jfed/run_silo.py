@@ -170,7 +170,7 @@ def _minibatch_calibrations(
         results = [by_size[int(n)][index] for n in counts]
         fields = {
             "accountant": {"exact": "pld-poisson-replace-one"}.get(
-                settings.calibration, f"seed-{settings.calibration}-formula"
+                calibration, f"seed-{calibration}-formula"
             ),
             "epsilon": max(r.epsilon for r in results),
             "delta": delta,
