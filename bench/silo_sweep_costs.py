@@ -1,0 +1,109 @@
+"""Where a silo sweep's time goes, and what two of its savings are worth, side by side.
+
+    python bench/silo_sweep_costs.py [--json PATH]
+
+On the seed's digits-evenodd task (25 silos, R = 25, K = 10, Noisy MB-SGD, exact calibration):
+
+1. One run with the plan fitted to the population (25 silos vmapped 32 wide, what
+   ``simulate`` does) vs the same run with the silos padded to one 4,096-wide chunk (the plan
+   unfitted). Compiled beforehand; best of 5.
+2. Calibrating the per-silo noise for 6 eps: one eps at a time (``calibrate_silos``, a bisection
+   per distinct silo size and eps) vs all 6 together (``calibrate_silos_many``, one shared PLD
+   grid per distinct silo size, every answer verified). The largest relative noise difference
+   is reported too.
+
+Prints a table and writes JSON with ``rows`` (one per measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import numpy as np
+
+from jfed.algorithms import silo_sgd
+from jfed.data.silos import load_silos
+from jfed.engine import ExecutionPlan, run_rounds
+from jfed.report import versions
+from jfed.run_silo import SiloSettings, _algorithm, _sampling, calibrate_silos, calibrate_silos_many
+
+EPSILONS = (0.75, 1.5, 3.0, 6.0, 12.0, 18.0)
+
+
+def _best(fn, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        tic = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - tic)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args()
+    task = load_silos("digits-evenodd")
+    settings = SiloSettings(batch=10, rounds=25)
+    sampling = _sampling("noisy-mbsgd", settings)
+    algorithm = _algorithm("noisy-mbsgd", task, settings, sampling)
+    delta = 1.0 / float(np.asarray(task.train.counts).min()) ** 2
+    noise, _ = calibrate_silos("noisy-mbsgd", task, 1.0, delta, settings, sampling)
+    hp = silo_sgd.hyperparams(task.n_silos, step_size=1.0, clip_norm=1.0, radius=10.0,
+                              noise_std=noise)  # fmt: skip
+    key = jax.random.key(0)
+    run_seconds = {}
+    for label, plan in (
+        ("fitted", ExecutionPlan().fitted(task.n_silos)),
+        ("padded_to_4096", ExecutionPlan(block_size=4096, chunk_size=4096)),
+    ):
+        program = jax.jit(lambda hp, key, plan=plan: run_rounds(
+            algorithm, task.train, hp, key, settings.rounds, plan)[0].w)  # fmt: skip
+        compiled = program.lower(hp, key).compile()
+        jax.block_until_ready(compiled(hp, key))
+        run_seconds[label] = _best(
+            lambda compiled=compiled: jax.block_until_ready(compiled(hp, key))
+        )
+
+    tic = time.perf_counter()
+    alone = [calibrate_silos("noisy-mbsgd", task, e, delta, settings, sampling) for e in EPSILONS]
+    one_at_a_time = time.perf_counter() - tic
+    tic = time.perf_counter()
+    together = calibrate_silos_many("noisy-mbsgd", task, list(EPSILONS), delta, settings, sampling)
+    shared_grid = time.perf_counter() - tic
+    gap = max(
+        float(np.max(np.abs(b[0] / a[0] - 1.0))) for a, b in zip(alone, together, strict=True)
+    )
+    rows = [
+        {
+            "measurement": "one noisy-mbsgd run (25 silos, R = 25)",
+            "fitted_plan_seconds": run_seconds["fitted"],
+            "padded_to_4096_seconds": run_seconds["padded_to_4096"],
+            "ratio": run_seconds["padded_to_4096"] / run_seconds["fitted"],
+        },
+        {
+            "measurement": f"calibrating {len(EPSILONS)} eps (exact, PLD)",
+            "distinct_silo_sizes": len(np.unique(np.asarray(task.train.counts))),
+            "one_eps_at_a_time_seconds": one_at_a_time,
+            "shared_grid_seconds": shared_grid,
+            "ratio": one_at_a_time / shared_grid,
+            "largest_relative_noise_difference": gap,
+        },
+    ]
+    print(f"one run: fitted plan {run_seconds['fitted']:.4f} s, padded to a 4096 chunk "
+          f"{run_seconds['padded_to_4096']:.4f} s -> {rows[0]['ratio']:.0f}x")  # fmt: skip
+    print(f"calibrating {len(EPSILONS)} eps over {rows[1]['distinct_silo_sizes']} silo sizes: "
+          f"one at a time {one_at_a_time:.1f} s, shared grid {shared_grid:.1f} s -> "
+          f"{rows[1]['ratio']:.1f}x (largest noise difference {gap:.1e})")  # fmt: skip
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"benchmark": "silo_sweep_costs", "rows": rows, "versions": versions()},
+                      handle, indent=2)  # fmt: skip
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
