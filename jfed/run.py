@@ -19,12 +19,13 @@ from jfed._validation import check_int_range, check_open_unit, check_positive
 from jfed.algorithms import dpsgd, modulated, ols
 from jfed.algorithms import modulated_reconstruction as reconstruction
 from jfed.algorithms.linear import r2_curve, r2_score
+from jfed.catalog import MODULATED_ESTIMATORS
 from jfed.data import RegressionTask, load_regression, synthetic_regression
 from jfed.engine import ExecutionPlan, simulate
 from jfed.privacy import PrivacyGuarantee
 from jfed.report import versions
 
-ESTIMATORS = ("iterative", "one-shot")
+ESTIMATORS = MODULATED_ESTIMATORS
 
 
 def load_task(

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import jax
 import numpy as np
 
+from jfed import catalog
 from jfed._validation import check_int_range, check_open_unit, check_positive
 from jfed.algorithms import silo_metrics, silo_privacy, silo_sgd
 from jfed.algorithms.losses import Loss
@@ -22,7 +23,7 @@ from jfed.engine import ExecutionPlan, simulate
 from jfed.privacy import PrivacyGuarantee
 from jfed.report import versions
 
-SILO_ALGORITHMS = ("noisy-mbsgd", "mbsgd", "accel-mbsgd", "shuffle-mbsgd", "local-sgd", "fedavg")
+SILO_ALGORITHMS = catalog.SILO_ALGORITHMS
 PROTECTED = "one record of one silo (replace-one), against the server and the other silos"
 TRUST_MODEL = "ISRL-DP: people trust their own silo, not the server or other silos"
 

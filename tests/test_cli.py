@@ -56,7 +56,11 @@ def test_run_one_shot_dpsgd_ols_and_synthetic(capsys):
         (["--directions", "0"], "directions in [1, 8]"),
         (["--dataset", "nope"], "unknown dataset 'nope'"),
         (["--rounds", "0"], "rounds in [1,"),
-        (["--block-size", "1000"], "block_size a positive multiple"),
+        (["--block-size", "1000"], "--block-size a positive multiple"),
+        (["--clients", "0", "--synthetic"], "--clients in [1,"),
+        (["--synthetic", "--dim", "3", "--directions", "4"], "--directions in [1, 3]"),
+        (["--dataset", "nope"], "for --dataset"),
+        (["--estimator", "two-shot"], "invalid choice: 'two-shot'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jfed import catalog
 from jfed._validation import check_int_range, check_open_unit, check_positive
 from jfed.privacy import (
     AdvancedCompositionAccountant,
@@ -42,7 +43,7 @@ from jfed.privacy import (
 from jfed.privacy.gaussian import _bisect
 from jfed.privacy.shuffle import shuffle_validity_limit
 
-SILO_CALIBRATIONS = ("theorem", "experiments", "exact")
+SILO_CALIBRATIONS = catalog.SILO_CALIBRATIONS
 # PLD's estimates are pessimistic at any discretization; 1e-3 is 10x faster than the default 1e-4
 # and moved eps by about 1e-5 in the seed's settings.
 PLD_DISCRETIZATION = 1e-3

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from jfed.privacy import calibration, last_iterate, shuffle
+from jfed.catalog import CALIBRATION_ACCOUNTANTS
 
 ACCOUNTANT_HELP = (
     "pld (tight, dp-accounting), rdp (dp-accounting), zcdp (closed form, no subsampling), "
@@ -24,7 +24,7 @@ def _sampled(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sampling-rate", type=float, default=1.0, help="q per step (1)")
     parser.add_argument("--steps", type=int, default=1, help="composed steps (1)")
     parser.add_argument(
-        "--accountant", default="pld", choices=calibration.CALIBRATION_ACCOUNTANTS,
+        "--accountant", default="pld", choices=CALIBRATION_ACCOUNTANTS,
         help=ACCOUNTANT_HELP,
     )  # fmt: skip
     parser.add_argument("--sampling", default="poisson", choices=("poisson", "without-replacement"))
@@ -96,6 +96,8 @@ def _sampling_fields(args) -> dict:
 
 def run(args) -> tuple[dict, str]:
     """Answer the question; return ``(record, human line)``."""
+    from jfed.privacy import calibration, last_iterate, shuffle
+
     if args.question == "gaussian":
         epsilon = calibration.epsilon_for_noise(
             args.noise_multiplier, args.delta, args.sampling_rate, args.steps, args.accountant,

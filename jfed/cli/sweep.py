@@ -18,11 +18,15 @@ import csv
 import json
 import os
 
+from jfed.catalog import (
+    METRIC_LABELS,
+    REGRESSION_SWEEP_ALGORITHMS,
+    SILO_ALGORITHMS,
+    TUNING_RULES,
+)
+from jfed.cli.checks import parse_numbers
 from jfed.cli.options import cache_flag
-from jfed.sweep import RULES, SWEEP_ALGORITHMS
-from jfed.sweep.adapters import SILO_SWEEP_ALGORITHMS
 
-LABELS = {"test_r2": "test R^2", "test_error": "test error", "relative_rmse": "relative RMSE"}
 TUNABLE = (
     "step_scale", "alpha", "beta", "omega", "clip", "radius", "ridge", "learning_rate", "step_size",
 )  # fmt: skip
@@ -30,7 +34,7 @@ TUNABLE = (
 
 def add_parsers(commands) -> None:
     sweep = commands.add_parser("sweep", help="eps x seeds x hyper-parameters in one program")
-    sweep.add_argument("algorithm", choices=SWEEP_ALGORITHMS + SILO_SWEEP_ALGORITHMS)
+    sweep.add_argument("algorithm", choices=REGRESSION_SWEEP_ALGORITHMS + SILO_ALGORITHMS)
     sweep.add_argument(
         "--dataset", default=None,
         help="task (fair for regression algorithms, digits-evenodd for silo algorithms)",
@@ -49,7 +53,7 @@ def add_parsers(commands) -> None:
                        help="a fixed method parameter, e.g. beta=0.3")  # fmt: skip
     sweep.add_argument("--rounds", type=int, default=10, help="T (10)")
     sweep.add_argument("--delta", type=float, default=1e-5)
-    sweep.add_argument("--tune", choices=RULES, default="fixed",
+    sweep.add_argument("--tune", choices=TUNING_RULES, default="fixed",
                        help="fixed: one setting for all eps (paper); per-eps")  # fmt: skip
     sweep.add_argument("--out", default="results/sweep", help="results folder")
     sweep.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
@@ -64,7 +68,7 @@ def add_parsers(commands) -> None:
 
     plot = commands.add_parser("plot", help="redraw the tables and plots of a sweep")
     plot.add_argument("results", help="a sweep folder or its runs.jsonl")
-    plot.add_argument("--tune", choices=RULES, default="fixed")
+    plot.add_argument("--tune", choices=TUNING_RULES, default="fixed")
 
 
 def _pairs(items: list[str], many: bool) -> dict:
@@ -117,7 +121,7 @@ def _print_table(table: list[dict]) -> None:
         reference = f"; non-private OLS {reference:.4f}" if reference is not None else ""
         print(
             f"{row['algorithm']} on {row['dataset']}: eps={row['epsilon']:g} "
-            f"(delta={row['delta']:.3g}, {row['accountant']}): {LABELS.get(metric, metric)} "
+            f"(delta={row['delta']:.3g}, {row['accountant']}): {METRIC_LABELS.get(metric, metric)} "
             f"{row[metric + '_mean']:.4f} +- {row[metric + '_se']:.4f} over {row['seeds']} "
             f"seeds, chosen {chosen} ({row['choice_rule']}){reference}"
         )
@@ -153,9 +157,9 @@ def run(args: argparse.Namespace) -> None:
         rows = read_rows(path if path.endswith(".jsonl") else os.path.join(path, "runs.jsonl"))
         _print_table(finish(rows, folder, args.tune))
         return
-    epsilons = [float(e) for e in args.epsilon.split(",") if e]
+    epsilons = parse_numbers("--epsilon", args.epsilon)
     fixed = _pairs(args.set, many=False)
-    if args.algorithm in SILO_SWEEP_ALGORITHMS:
+    if args.algorithm in SILO_ALGORITHMS:
         adapter = _silo_adapter(args, fixed)
     else:
         args.dataset = args.dataset or "fair"

@@ -28,14 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfed._validation import check_finite_array, check_int_range
-
-_REGRESSION_TASKS = ("co2", "fair", "modechoice", "randhie-lncoins", "randhie-fmde")
-SILO_DATASETS = (
-    "digits-evenodd",
-    "digits-bylabel",
-    "synthetic",
-    *(f"{name}-sorted" for name in _REGRESSION_TASKS),
-)
+from jfed.catalog import SILO_DATASETS
 
 
 class SiloView(NamedTuple):

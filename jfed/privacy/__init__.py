@@ -16,84 +16,60 @@ for the noise (or for the eps a noise spends). Every reported eps names its acco
 - :mod:`~jfed.privacy.audit`: empirical lower bounds on eps.
 """
 
-from jfed.privacy.accountants import (
-    AdvancedCompositionAccountant,
-    ApproximateDpEvent,
-    DpAccountingAccountant,
-    ParallelComposition,
-    ZcdpAccountant,
-    epsilon_of,
-    make_accountant,
-    subsampled_gaussian_event,
-)
-from jfed.privacy.audit import AuditResult, audit_threshold
-from jfed.privacy.calibration import (
-    calibrate_noise_multiplier,
-    calibrate_noise_multipliers,
-    epsilon_for_noise,
-)
-from jfed.privacy.clipping import clip_per_example, clip_to_ball
-from jfed.privacy.gaussian import (
-    analytic_gaussian_delta,
-    analytic_gaussian_epsilon,
-    analytic_gaussian_noise,
-    classic_gaussian_epsilon,
-    classic_gaussian_noise,
-    hockey_stick,
-)
-from jfed.privacy.guarantee import PrivacyGuarantee
-from jfed.privacy.last_iterate import LastIterateSetting, last_iterate_delta, last_iterate_epsilon
-from jfed.privacy.mechanisms import (
-    AnisotropicGaussianMechanism,
-    GaussianMechanism,
-    LaplaceMechanism,
-    TwoPointMechanism,
-)
-from jfed.privacy.shuffle import shuffle_epsilon
-from jfed.privacy.zcdp import (
-    calibrate_gaussian,
-    epsilon_from_rho,
-    epsilon_of_gaussian,
-    gaussian_noise_for_rho,
-    gaussian_rho,
-    rho_from_epsilon,
-)
+# Each public name and the module that defines it. They load on first use (PEP 562), so
+# importing one light part of the layer (a closed form, the guarantee record) does not pay for
+# dp-accounting, scipy.signal or JAX.
+_EXPORTS = {
+    "AdvancedCompositionAccountant": "jfed.privacy.accountants",
+    "AnisotropicGaussianMechanism": "jfed.privacy.mechanisms",
+    "ApproximateDpEvent": "jfed.privacy.accountants",
+    "AuditResult": "jfed.privacy.audit",
+    "DpAccountingAccountant": "jfed.privacy.accountants",
+    "GaussianMechanism": "jfed.privacy.mechanisms",
+    "LaplaceMechanism": "jfed.privacy.mechanisms",
+    "LastIterateSetting": "jfed.privacy.last_iterate",
+    "ParallelComposition": "jfed.privacy.accountants",
+    "PrivacyGuarantee": "jfed.privacy.guarantee",
+    "TwoPointMechanism": "jfed.privacy.mechanisms",
+    "ZcdpAccountant": "jfed.privacy.accountants",
+    "analytic_gaussian_delta": "jfed.privacy.gaussian",
+    "analytic_gaussian_epsilon": "jfed.privacy.gaussian",
+    "analytic_gaussian_noise": "jfed.privacy.gaussian",
+    "audit_threshold": "jfed.privacy.audit",
+    "calibrate_gaussian": "jfed.privacy.zcdp",
+    "calibrate_noise_multiplier": "jfed.privacy.calibration",
+    "calibrate_noise_multipliers": "jfed.privacy.calibration",
+    "classic_gaussian_epsilon": "jfed.privacy.gaussian",
+    "classic_gaussian_noise": "jfed.privacy.gaussian",
+    "clip_per_example": "jfed.privacy.clipping",
+    "clip_to_ball": "jfed.privacy.clipping",
+    "epsilon_for_noise": "jfed.privacy.calibration",
+    "epsilon_from_rho": "jfed.privacy.zcdp",
+    "epsilon_of": "jfed.privacy.accountants",
+    "epsilon_of_gaussian": "jfed.privacy.zcdp",
+    "gaussian_noise_for_rho": "jfed.privacy.zcdp",
+    "gaussian_rho": "jfed.privacy.zcdp",
+    "hockey_stick": "jfed.privacy.gaussian",
+    "last_iterate_delta": "jfed.privacy.last_iterate",
+    "last_iterate_epsilon": "jfed.privacy.last_iterate",
+    "make_accountant": "jfed.privacy.accountants",
+    "rho_from_epsilon": "jfed.privacy.zcdp",
+    "shuffle_epsilon": "jfed.privacy.shuffle",
+    "subsampled_gaussian_event": "jfed.privacy.accountants",
+}
 
-__all__ = [
-    "AdvancedCompositionAccountant",
-    "AnisotropicGaussianMechanism",
-    "ApproximateDpEvent",
-    "AuditResult",
-    "DpAccountingAccountant",
-    "GaussianMechanism",
-    "LaplaceMechanism",
-    "LastIterateSetting",
-    "ParallelComposition",
-    "PrivacyGuarantee",
-    "TwoPointMechanism",
-    "ZcdpAccountant",
-    "analytic_gaussian_delta",
-    "analytic_gaussian_epsilon",
-    "analytic_gaussian_noise",
-    "audit_threshold",
-    "calibrate_gaussian",
-    "calibrate_noise_multiplier",
-    "calibrate_noise_multipliers",
-    "classic_gaussian_epsilon",
-    "classic_gaussian_noise",
-    "clip_per_example",
-    "clip_to_ball",
-    "epsilon_for_noise",
-    "epsilon_from_rho",
-    "epsilon_of",
-    "epsilon_of_gaussian",
-    "gaussian_noise_for_rho",
-    "gaussian_rho",
-    "hockey_stick",
-    "last_iterate_delta",
-    "last_iterate_epsilon",
-    "make_accountant",
-    "rho_from_epsilon",
-    "shuffle_epsilon",
-    "subsampled_gaussian_event",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -16,18 +16,17 @@ import itertools
 import math
 from collections.abc import Callable
 
-import dp_accounting
 import numpy as np
 from scipy.interpolate import PchipInterpolator
 
 from jfed._validation import check_open_unit, check_positive
+from jfed.catalog import CALIBRATION_ACCOUNTANTS, ROUNDS_ACCOUNTANTS
 from jfed.privacy import gaussian, zcdp
-from jfed.privacy.accountants import make_accountant, subsampled_gaussian_event
-
-CALIBRATION_ACCOUNTANTS = ("pld", "rdp", "zcdp", "analytic", "classic")
 
 
 def _event_factory(sampling_rate, steps, sampling, dataset_size):
+    from jfed.privacy.accountants import subsampled_gaussian_event
+
     def make_event(noise_multiplier: float):
         return subsampled_gaussian_event(
             noise_multiplier, sampling_rate, steps, sampling, dataset_size
@@ -61,6 +60,8 @@ def epsilon_for_noise(
     pld_discretization: float = 1e-4,
 ) -> float:
     """eps at ``delta`` of ``steps`` (subsampled) Gaussian steps with this noise multiplier."""
+    from jfed.privacy.accountants import make_accountant, subsampled_gaussian_event
+
     check_positive("noise_multiplier", noise_multiplier)
     if accountant == "analytic":
         _check_closed_form(accountant, sampling_rate, steps)
@@ -100,6 +101,10 @@ def calibrate_noise_multiplier(
       pld_discretization: the PLD accountant's discretization interval (see
         :func:`~jfed.privacy.make_accountant`).
     """
+    import dp_accounting
+
+    from jfed.privacy.accountants import make_accountant
+
     epsilon = check_positive("epsilon", epsilon)
     delta = check_open_unit("delta", delta)
     if accountant == "zcdp":
@@ -272,9 +277,6 @@ def _inverse_interpolant(noise: list[float], eps: list[float]) -> Callable[[floa
         return float(np.exp(spline(np.log(epsilon))))
 
     return evaluate
-
-
-ROUNDS_ACCOUNTANTS = ("zcdp", "classic", "pld", "analytic")
 
 
 def calibrate_rounds(

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jfed._validation import check_finite_array, check_nonnegative, check_positive
 from jfed.privacy import anisotropic, gaussian, laplace, two_point, zcdp
+
+if TYPE_CHECKING:  # imported where an event is made: dp-accounting takes about a second to load
+    import dp_accounting
 
 GAUSSIAN_CALIBRATIONS = ("analytic", "classic", "zcdp")
 
@@ -60,6 +63,8 @@ class GaussianMechanism:
         return x + self.noise(key, jnp.shape(x))
 
     def dp_event(self) -> dp_accounting.DpEvent:
+        import dp_accounting
+
         return dp_accounting.GaussianDpEvent(self.noise_multiplier)
 
     def epsilon(self, delta: float) -> float:
@@ -94,6 +99,8 @@ class LaplaceMechanism:
         return x + self.noise(key, jnp.shape(x))
 
     def dp_event(self) -> dp_accounting.DpEvent:
+        import dp_accounting
+
         return dp_accounting.LaplaceDpEvent(self.scale / self.l1_sensitivity)
 
     def epsilon(self, delta: float = 0.0) -> float:
@@ -132,6 +139,8 @@ class AnisotropicGaussianMechanism:
 
     def dp_event(self) -> dp_accounting.DpEvent:
         """Exact: whitened, it is an isotropic Gaussian with sensitivity ``||Delta / sigma||_2``."""
+        import dp_accounting
+
         return dp_accounting.GaussianDpEvent(
             anisotropic.anisotropic_noise_multiplier(
                 np.asarray(self.sensitivities), np.asarray(self.noise_std)
@@ -161,6 +170,8 @@ class TwoPointMechanism:
 
     def dp_event(self) -> dp_accounting.DpEvent:
         """Binary randomized response with the same likelihood ratio ``e^eps``."""
+        import dp_accounting
+
         noise_parameter = 2.0 / (math.exp(self.epsilon_per_report) + 1.0)
         return dp_accounting.RandomizedResponseDpEvent(noise_parameter, 2)
 

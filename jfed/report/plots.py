@@ -17,6 +17,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from jfed.catalog import METRIC_LABELS
+
+
+def _epsilon_label(rows: list[dict]) -> str:
+    """'eps' with the delta and accountant of the rows (each named once if shared)."""
+    deltas = sorted({f"{row['delta']:.3g}" for row in rows if row.get("delta") is not None})
+    accountants = sorted({str(row["accountant"]) for row in rows if row.get("accountant")})
+    details = []
+    if deltas:
+        details.append(f"delta = {', '.join(deltas)}")
+    if accountants:
+        details.append(f"accountant: {', '.join(accountants)}")
+    return f"eps ({'; '.join(details)})" if details else "eps"
+
 
 def _save(figure, prefix: str) -> list[str]:
     paths = []
@@ -49,9 +63,11 @@ def plot_utility(table: list[dict], prefix: str, metric: str = "test_r2") -> tup
         if references:
             axis.axhline(references[0], color="black", linestyle="--", label="non-private OLS")
         axis.set_xscale("log")
-        axis.set_xlabel("eps")
-        axis.set_ylabel(metric.replace("_", " "))
-        axis.set_title(dataset)
+        axis.set_xlabel(_epsilon_label(rows))
+        axis.set_ylabel(METRIC_LABELS.get(metric, metric.replace("_", " ")))
+        seeds = sorted({row.get("seeds") for row in rows if row.get("seeds")})
+        band = f"band: +-1 standard error over {'/'.join(map(str, seeds))} seeds" if seeds else ""
+        axis.set_title(f"{dataset}\n{band}" if band else dataset, fontsize=9)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
     figure.tight_layout()

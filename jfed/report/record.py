@@ -9,7 +9,10 @@ import sys
 from importlib import metadata
 from typing import Any
 
-PACKAGES = ("jfed", "jax", "jaxlib", "numpy", "scipy", "optax", "flax", "chex", "statsmodels")
+# jfed and the dependencies whose version can change a result (pyproject.toml)
+PACKAGES = (
+    "jfed", "jax", "jaxlib", "numpy", "scipy", "dp-accounting", "statsmodels", "scikit-learn",
+)  # fmt: skip
 
 
 def versions() -> dict[str, str]:

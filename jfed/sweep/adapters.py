@@ -17,10 +17,11 @@ import numpy as np
 
 from jfed.algorithms import dpsgd, modulated
 from jfed.algorithms.linear import r2_curve, r2_score
+from jfed.catalog import REGRESSION_SWEEP_ALGORITHMS, SILO_ALGORITHMS
 from jfed.data import RegressionTask
 from jfed.run import ModulatedSettings, modulated_hyperparams, ols_reference
 
-SWEEP_ALGORITHMS = ("modulated-iterative", "modulated-one-shot", "dpsgd")
+SWEEP_ALGORITHMS = REGRESSION_SWEEP_ALGORITHMS
 
 
 def check_hyper(name: str, tunable: tuple[str, ...], hyper: dict) -> None:
@@ -177,9 +178,7 @@ def stack(trees: list) -> Any:
     return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
 
 
-SILO_SWEEP_ALGORITHMS = (
-    "noisy-mbsgd", "mbsgd", "accel-mbsgd", "shuffle-mbsgd", "local-sgd", "fedavg",
-)  # fmt: skip
+SILO_SWEEP_ALGORITHMS = SILO_ALGORITHMS
 
 
 @dataclass

@@ -16,7 +16,9 @@ from collections import defaultdict
 
 import numpy as np
 
-RULES = ("per-eps", "fixed")
+from jfed.catalog import TUNING_RULES
+
+RULES = TUNING_RULES
 IDENTITY = ("config_key", "algorithm", "epsilon", "seed", "dataset")
 
 

@@ -1,0 +1,47 @@
+"""The names jfed accepts (methods, data sets, accountants, tuning rules), importable without JAX.
+
+The command line validates its arguments against these before it imports JAX or touches a
+device, so a mistyped flag answers in a fraction of a second with one line, on every backend.
+The modules that implement each name import their tuple from here, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+# name -> number of features d, for the five regression tasks of the modulated-learning paper
+# (statsmodels data sets; tests/test_imports.py checks these against the loaded tasks).
+REGRESSION_DATASETS: dict[str, int] = {
+    "co2": 7,
+    "fair": 8,
+    "modechoice": 7,
+    "randhie-lncoins": 9,
+    "randhie-fmde": 9,
+}
+DEFAULT_REGRESSION_DATASET = "fair"
+
+SILO_DATASETS: tuple[str, ...] = (
+    "digits-evenodd",
+    "digits-bylabel",
+    "synthetic",
+    *(f"{name}-sorted" for name in REGRESSION_DATASETS),
+)
+DEFAULT_SILO_DATASET = "digits-evenodd"
+
+MODULATED_ESTIMATORS = ("iterative", "one-shot")
+SILO_ALGORITHMS = ("noisy-mbsgd", "mbsgd", "accel-mbsgd", "shuffle-mbsgd", "local-sgd", "fedavg")
+REGRESSION_SWEEP_ALGORITHMS = ("modulated-iterative", "modulated-one-shot", "dpsgd")
+
+# accountants that calibrate T full-participation Gaussian releases (regression methods)
+ROUNDS_ACCOUNTANTS = ("zcdp", "classic", "pld", "analytic")
+# accountants of `jfed account` (subsampled Gaussian steps)
+CALIBRATION_ACCOUNTANTS = ("pld", "rdp", "zcdp", "analytic", "classic")
+# noise calibrations of the silo algorithms
+SILO_CALIBRATIONS = ("theorem", "experiments", "exact")
+
+TUNING_RULES = ("per-eps", "fixed")
+
+# how each reported metric is named in tables and on plot axes
+METRIC_LABELS = {
+    "test_r2": "test R^2",
+    "test_error": "test error rate",
+    "relative_rmse": "relative RMSE",
+}
