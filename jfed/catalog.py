@@ -17,6 +17,8 @@ REGRESSION_DATASETS: dict[str, int] = {
     "randhie-fmde": 9,
 }
 DEFAULT_REGRESSION_DATASET = "fair"
+# procedural clients of `jfed run --synthetic` when --clients / --dim are not given
+SYNTHETIC_CLIENTS, SYNTHETIC_DIM = 100_000, 10
 
 SILO_DATASETS: tuple[str, ...] = (
     "digits-evenodd",

@@ -123,10 +123,8 @@ def run_demo(out: str = "results/demo", scale_clients: int = 10**6, progress: bo
     )
     for line in format_table(table):
         print("  " + line)
-    print(
-        f"  eps protects, for the modulated methods, {modulated.PROTECTED}; for DP-SGD, "
-        f"{dpsgd.PROTECTED}."
-    )
+    print(f"  eps protects, modulated methods: {modulated.PROTECTED}")
+    print(f"               DP-SGD:            {dpsgd.PROTECTED}")
     print(f"  figure: {figure}  ({time.perf_counter() - start:.1f} s, compilation included)")
     scale = None
     if scale_clients:

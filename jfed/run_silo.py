@@ -228,14 +228,19 @@ def run_silo(
     jax.block_until_ready(state)
     seconds = time.perf_counter() - start
     metrics = evaluate(task, np.asarray(state.w_average, np.float64), settings.radius)
-    guarantee = PrivacyGuarantee(
-        epsilon=privacy_fields["epsilon"],
-        delta=privacy_fields["delta"],
-        accountant=privacy_fields["accountant"],
-        notion=privacy_fields.get("notion", "ISRL-DP: (eps, delta)-DP of each silo's transcript"),
-        protected=PROTECTED,
-        trust_model=TRUST_MODEL,
-    )
+    if math.isinf(privacy_fields["epsilon"]):  # mbsgd, fedavg: no noise, nothing protected
+        guarantee = PrivacyGuarantee.non_private()
+    else:
+        guarantee = PrivacyGuarantee(
+            epsilon=privacy_fields["epsilon"],
+            delta=privacy_fields["delta"],
+            accountant=privacy_fields["accountant"],
+            notion=privacy_fields.get(
+                "notion", "ISRL-DP: (eps, delta)-DP of each silo's transcript"
+            ),
+            protected=PROTECTED,
+            trust_model=TRUST_MODEL,
+        )
     sigma = float(noise[0]) if np.all(noise == noise[0]) else noise.tolist()
     return {
         "algorithm": name,
@@ -248,6 +253,8 @@ def run_silo(
         "batch": settings.batch,
         "sampling": sampling,
         **{k: v for k, v in privacy_fields.items() if k not in ("notion",)},
+        # what was asked for; `epsilon` is what the accountant certifies for the noise used
+        "epsilon_target": None if math.isinf(privacy_fields["epsilon"]) else float(epsilon),
         "sigma": sigma,
         "privacy": guarantee.to_dict(),
         "hyperparams": asdict(settings),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jfed.catalog import ROUNDS_ACCOUNTANTS, SILO_ALGORITHMS
+from jfed.catalog import ROUNDS_ACCOUNTANTS, SILO_ALGORITHMS, SYNTHETIC_CLIENTS, SYNTHETIC_DIM
 from jfed.cli import account, options, sweep
 from jfed.cli.checks import check_arguments
 
@@ -39,8 +39,12 @@ def _common(parser: argparse.ArgumentParser, private: bool = True) -> None:
     data.add_argument(
         "--synthetic", action="store_true", help="procedural linear clients generated on device"
     )
-    data.add_argument("--clients", type=int, default=100_000, help="--synthetic: number n")
-    data.add_argument("--dim", type=int, default=10, help="--synthetic: dimension d")
+    data.add_argument(
+        "--clients", type=int, default=None, help=f"--synthetic: number n ({SYNTHETIC_CLIENTS})"
+    )
+    data.add_argument(
+        "--dim", type=int, default=None, help=f"--synthetic: dimension d ({SYNTHETIC_DIM})"
+    )
     run = parser.add_argument_group("run")
     if private:
         run.add_argument("--epsilon", type=float, default=DEFAULTS["epsilon"], help="target eps")
@@ -88,12 +92,12 @@ def _silo_parser(parser: argparse.ArgumentParser) -> None:
         help="noise calibration: exact (PLD, Poisson sampling), or the seed's formulas",
     )  # fmt: skip
     run.add_argument("--availability", choices=("all", "fixed", "bernoulli"), default="all")
-    run.add_argument("--available", type=int, default=0, help="M for fixed / bernoulli")
+    run.add_argument("--available", type=int, default=None, help="M for fixed / bernoulli")
     run.add_argument(
         "--sampling", default=None,
         choices=("with-replacement", "without-replacement", "poisson", "one-pass"),
     )  # fmt: skip
-    run.add_argument("--ridge", type=float, default=0.0, help="accel ERM regulariser lambda")
+    run.add_argument("--ridge", type=float, default=None, help="accel ERM regulariser lambda (0)")
     run.add_argument("--multistage", action="store_true", help="accel: multi-stage restarts")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--json", metavar="PATH", help="write the JSON record ('-': stdout)")
@@ -140,9 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--adjacency-diameter", type=float, default=None, help="adjacency diameter D (2C)"
     )
     method.add_argument("--radius", type=float, default=10.0, help="projection radius B (10)")
-    method.add_argument("--ridge", type=float, default=1.0, help="one-shot ridge lambda (1.0)")
+    method.add_argument("--ridge", type=float, default=None, help="one-shot ridge lambda (1.0)")
     method.add_argument(
-        "--step-scale", type=float, default=0.8, help="iterative step scale c (0.8)"
+        "--step-scale", type=float, default=None, help="iterative step scale c (0.8)"
     )
     method.add_argument("--psd", action="store_true", help="one-shot: solve with PSD part")
     method.add_argument(
@@ -171,22 +175,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _given(**values) -> dict:
+    """The flags the user gave (``None`` means: the method's own default)."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
 def _run_silo(args: argparse.Namespace) -> dict:
     from jfed import run_silo
 
     task = run_silo.load_task(args.dataset, args.mixing, args.silos, args.data_seed)
     settings = run_silo.SiloSettings(
-        batch=args.batch,
-        rounds=args.rounds,
-        step_size=args.step_size,
-        clip=args.clip,
-        radius=args.radius,
-        calibration=args.accountant,
-        availability=args.availability,
-        available=args.available,
-        sampling=args.sampling,
-        ridge=args.ridge,
-        multistage=args.multistage,
+        **_given(
+            batch=args.batch,
+            rounds=args.rounds,
+            step_size=args.step_size,
+            clip=args.clip,
+            radius=args.radius,
+            calibration=args.accountant,
+            availability=args.availability,
+            available=args.available,
+            sampling=args.sampling,
+            ridge=args.ridge,
+            multistage=args.multistage,
+        )
     )
     return run_silo.run_silo(
         args.algorithm, task, args.epsilon, args.delta, settings, args.seed,
@@ -202,7 +213,9 @@ def _run(args: argparse.Namespace) -> dict:
         return _run_silo(args)
 
     plan = ExecutionPlan(block_size=args.block_size, chunk_size=args.chunk_size)
-    task = runner.load_task(args.dataset, args.synthetic, args.clients, args.dim)
+    task = runner.load_task(
+        args.dataset, args.synthetic, args.clients or SYNTHETIC_CLIENTS, args.dim or SYNTHETIC_DIM
+    )
     if args.algorithm == "ols":
         return runner.run_ols(task, plan)
     if args.algorithm == "dpsgd":
@@ -220,18 +233,20 @@ def _run(args: argparse.Namespace) -> dict:
             progress=options.show_progress(args),
         )
     settings = runner.ModulatedSettings(
-        estimator=args.estimator,
-        alpha=args.alpha,
-        beta=args.beta,
-        omega=args.omega,
-        directions=args.directions,
-        clip=args.clip,
-        radius=args.radius,
-        ridge=args.ridge,
-        step_scale=args.step_scale,
-        psd=args.psd,
-        accountant=args.accountant,
-        adjacency_diameter=args.adjacency_diameter,
+        **_given(
+            estimator=args.estimator,
+            alpha=args.alpha,
+            beta=args.beta,
+            omega=args.omega,
+            directions=args.directions,
+            clip=args.clip,
+            radius=args.radius,
+            ridge=args.ridge,
+            step_scale=args.step_scale,
+            psd=args.psd,
+            accountant=args.accountant,
+            adjacency_diameter=args.adjacency_diameter,
+        )
     )
     return runner.run_modulated(
         task, args.epsilon, args.delta, args.rounds, settings, args.seed, plan,
@@ -246,6 +261,25 @@ def _datasets() -> None:
     for name in available_datasets():
         _, _, info = _LOADERS[name]()
         print(f"{name:16s} target={info.target:12s} d={len(info.features):2d}  {info.description}")
+
+
+def _write_record(record: dict, path: str | None) -> int:
+    """Write the JSON record to ``path``; if that fails, say so and print it to stdout (exit 1)."""
+    if not path:
+        return 0
+    from jfed.report import write
+
+    try:
+        write(record, path)
+    except OSError as error:
+        print(
+            f"jfed: error: could not write the record to --json {path} ({error.strerror or error});"
+            " it follows on stdout instead",
+            file=sys.stderr,
+        )
+        write(record, "-")
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,18 +309,21 @@ def main(argv: list[str] | None = None) -> int:
             record, line = account.run(args)
             if args.json != "-":
                 print(line)
-            if args.json:
-                from jfed.report import write
-
-                write(record, args.json)
-            return 0
+            return _write_record(record, args.json)
         record = _run(args)
     except ValueError as error:
         print(f"jfed: error: {error}", file=sys.stderr)
         return 2
     from jfed import run as runner
-    from jfed.report import write
 
+    target, delivered = record.get("epsilon_target"), record.get("epsilon")
+    if target is not None and abs(float(delivered) - target) > 1e-3 * target:
+        print(
+            f"jfed: warning: the run certifies eps = {float(delivered):.4g} "
+            f"[{record.get('accountant')}], not the target --epsilon {target:g} (both are in "
+            "the record)",
+            file=sys.stderr,
+        )
     if args.json != "-":
         if args.algorithm in SILO_ALGORITHMS:
             from jfed.run_silo import summary_line
@@ -294,9 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             print(summary_line(record))
         else:
             print(runner.summary_line(record))
-    if args.json:
-        write(record, args.json)
-    return 0
+    return _write_record(record, args.json)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import argparse
 import csv
 import json
 import os
+import sys
 
 from jfed.catalog import (
     METRIC_LABELS,
@@ -24,7 +25,7 @@ from jfed.catalog import (
     SILO_ALGORITHMS,
     TUNING_RULES,
 )
-from jfed.cli.checks import parse_numbers
+from jfed.cli.checks import CHECKS, parse_numbers
 from jfed.cli.options import cache_flag
 
 TUNABLE = (
@@ -52,7 +53,11 @@ def add_parsers(commands) -> None:
     sweep.add_argument("--set", action="append", default=[], metavar="NAME=V",
                        help="a fixed method parameter, e.g. beta=0.3")  # fmt: skip
     sweep.add_argument("--rounds", type=int, default=10, help="T (10)")
-    sweep.add_argument("--delta", type=float, default=1e-5)
+    sweep.add_argument(
+        "--delta", type=float, default=None,
+        help="delta of every run (1e-5 for the regression methods; 1/n_min^2 per silo for the silo "
+        "methods, n_min the smallest silo)",
+    )  # fmt: skip
     sweep.add_argument("--tune", choices=TUNING_RULES, default="fixed",
                        help="fixed: one setting for all eps (paper); per-eps")  # fmt: skip
     sweep.add_argument("--out", default="results/sweep", help="results folder")
@@ -72,13 +77,25 @@ def add_parsers(commands) -> None:
 
 
 def _pairs(items: list[str], many: bool) -> dict:
+    """``--grid NAME=V1,V2`` (``many``) or ``--set NAME=V`` items as ``{name: values}``."""
+    flag = "--grid" if many else "--set"
     parsed = {}
     for item in items:
-        if "=" not in item:
-            raise ValueError(f"expected NAME=VALUE{'S' if many else ''}, got {item!r}")
-        name, values = item.split("=", 1)
-        numbers = [float(v) for v in values.split(",") if v]
-        parsed[name.strip().replace("-", "_")] = numbers if many else numbers[0]
+        name, _, values = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not name or not values.strip():
+            raise ValueError(f"expected {flag} NAME={'V1,V2' if many else 'V'}, got {item!r}")
+        numbers = parse_numbers(f"{flag} {name}", values)
+        if name in parsed:
+            raise ValueError(f"{flag} {name} is given twice")
+        if not many and len(numbers) != 1:
+            raise ValueError(f"expected one value in --set {name}, got {values!r} (--grid sweeps)")
+        if len(set(numbers)) != len(numbers):
+            raise ValueError(f"expected distinct values in {flag} {name}, got {values!r}")
+        if name in CHECKS:  # the same range as the flag of `jfed run`
+            for number in numbers:
+                CHECKS[name](f"{flag} {name}", number)
+        parsed[name] = numbers if many else numbers[0]
     return parsed
 
 
@@ -113,6 +130,22 @@ def finish(rows: list[dict], out: str, rule: str) -> list[dict]:
     return table
 
 
+def _warn_uncertified(rows: list[dict]) -> None:
+    """One stderr line per (algorithm, eps) whose certified eps differs from the target."""
+    seen = set()
+    for row in rows:
+        spent, target = row.get("epsilon_spent"), row["epsilon"]
+        key = (row["algorithm"], target)
+        if spent is None or key in seen or abs(float(spent) - target) <= 1e-3 * target:
+            continue
+        seen.add(key)
+        print(
+            f"jfed: warning: {row['algorithm']} at target eps {target:g} certifies eps = "
+            f"{float(spent):.4g} [{row.get('accountant')}] (both are in runs.jsonl)",
+            file=sys.stderr,
+        )
+
+
 def _print_table(table: list[dict]) -> None:
     for row in table:
         chosen = {k: v for k, v in row.items() if k in TUNABLE}
@@ -125,6 +158,32 @@ def _print_table(table: list[dict]) -> None:
             f"{row[metric + '_mean']:.4f} +- {row[metric + '_se']:.4f} over {row['seeds']} "
             f"seeds, chosen {chosen} ({row['choice_rule']}){reference}"
         )
+
+
+REGRESSION_DELTA = 1e-5
+# the numeric method parameters `--set` may fix, per regression method
+REGRESSION_SETTINGS = {
+    "dpsgd": ("clip", "learning_rate", "radius"),
+    "modulated-iterative": (
+        "alpha", "beta", "omega", "directions", "clip", "adjacency_diameter", "radius",
+        "step_scale", "step_floor",
+    ),
+    "modulated-one-shot": (
+        "alpha", "beta", "omega", "directions", "clip", "adjacency_diameter", "ridge",
+    ),
+}  # fmt: skip
+
+
+def check_regression_settings(algorithm: str, fixed: dict) -> None:
+    """Refuse ``--set`` names the method does not have (a misspelling would be ignored)."""
+    known = REGRESSION_SETTINGS[algorithm]
+    unknown = sorted(set(fixed) - set(known) - {"accountant"})
+    if unknown:
+        raise ValueError(
+            f"unknown --set {', '.join(unknown)} for {algorithm}; expected some of {list(known)}"
+        )
+    if "directions" in fixed and fixed["directions"] != int(fixed["directions"]):
+        raise ValueError(f"expected an integer for --set directions, got {fixed['directions']:g}")
 
 
 def _silo_adapter(args: argparse.Namespace, fixed: dict):
@@ -142,20 +201,32 @@ def _silo_adapter(args: argparse.Namespace, fixed: dict):
         raise ValueError(
             f"unknown silo settings {sorted(unknown)}; expected some of {sorted(known)}"
         )
+    for name in integers & set(fixed):
+        if fixed[name] != int(fixed[name]):
+            raise ValueError(f"expected an integer for --set {name}, got {fixed[name]:g}")
     values = {k: int(v) if k in integers else v for k, v in fixed.items()}
     settings = SiloSettings(rounds=args.rounds, calibration=args.accountant or "exact", **values)
-    return SiloAdapter(args.algorithm, load_silos(args.dataset), settings)
+    return SiloAdapter(args.algorithm, load_silos(args.dataset), settings, args.delta)
 
 
 def run(args: argparse.Namespace) -> None:
     from jfed.data import load_regression
     from jfed.sweep import RegressionAdapter, configurations, read_rows, run_sweep
+    from jfed.sweep.lock import folder_lock
 
     if args.command == "plot":
         path = args.results
+        if not os.path.exists(path):
+            raise ValueError(f"no such sweep folder or runs.jsonl: {path}")
+        if os.path.isfile(path) and not path.endswith(".jsonl"):
+            raise ValueError(f"expected a sweep folder or its runs.jsonl, got the file {path}")
         folder = os.path.dirname(path) if path.endswith(".jsonl") else path
-        rows = read_rows(path if path.endswith(".jsonl") else os.path.join(path, "runs.jsonl"))
-        _print_table(finish(rows, folder, args.tune))
+        results = path if path.endswith(".jsonl") else os.path.join(path, "runs.jsonl")
+        with folder_lock(folder or "."):
+            rows = read_rows(results)
+            if not rows:
+                raise ValueError(f"no finished runs in {results}")
+            _print_table(finish(rows, folder, args.tune))
         return
     epsilons = parse_numbers("--epsilon", args.epsilon)
     fixed = _pairs(args.set, many=False)
@@ -165,14 +236,20 @@ def run(args: argparse.Namespace) -> None:
         args.dataset = args.dataset or "fair"
         if args.accountant:
             fixed["accountant"] = args.accountant
+        check_regression_settings(args.algorithm, fixed)
         adapter = RegressionAdapter(
-            args.algorithm, load_regression(args.dataset), args.delta, args.rounds, fixed
+            args.algorithm,
+            load_regression(args.dataset),
+            REGRESSION_DELTA if args.delta is None else args.delta,
+            args.rounds,
+            fixed,
         )
     configs = configurations(epsilons, args.seeds, _pairs(args.grid, many=True))
-    os.makedirs(args.out, exist_ok=True)
-    rows = run_sweep(
-        adapter, configs, os.path.join(args.out, "runs.jsonl"), resume=args.resume,
-        slice_size=args.slice_size, progress=not args.no_progress,
-        identity={"dataset": args.dataset}, share_noise=not args.no_shared_noise,
-    )  # fmt: skip
-    _print_table(finish(rows, args.out, args.tune))
+    with folder_lock(args.out):  # the runs and the tables written from them: one writer
+        rows = run_sweep(
+            adapter, configs, os.path.join(args.out, "runs.jsonl"), resume=args.resume,
+            slice_size=args.slice_size, progress=not args.no_progress,
+            identity={"dataset": args.dataset}, share_noise=not args.no_shared_noise,
+        )  # fmt: skip
+        _warn_uncertified(rows)
+        _print_table(finish(rows, args.out, args.tune))

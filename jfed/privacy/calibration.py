@@ -23,6 +23,10 @@ from jfed._validation import check_open_unit, check_positive
 from jfed.catalog import CALIBRATION_ACCOUNTANTS, ROUNDS_ACCOUNTANTS
 from jfed.privacy import gaussian, zcdp
 
+# doublings / halvings from a noise multiplier of 1 before giving up: 2^+-40 covers every noise
+# a guarantee can use, and a failed search stops in seconds rather than running on
+_MAX_BRACKET_STEPS = 40
+
 
 def _event_factory(sampling_rate, steps, sampling, dataset_size):
     from jfed.privacy.accountants import subsampled_gaussian_event
@@ -151,11 +155,25 @@ def _bracket(
     """Noise multipliers ``(lo, hi)`` with eps(lo) >= high_target and eps(hi) <= low_target
     (eps decreases in the noise), found by doubling and halving from 1."""
     hi = 1.0
-    while eps_at(hi) > low_target:
+    for _ in range(_MAX_BRACKET_STEPS):
+        if eps_at(hi) <= low_target:
+            break
         hi *= 2.0
+    else:
+        raise ValueError(
+            f"cannot bracket the noise multiplier: eps stays above {low_target:g} up to a noise "
+            f"multiplier of {hi:g}"
+        )
     lo = hi / 2.0
-    while eps_at(lo) < high_target:
+    for _ in range(_MAX_BRACKET_STEPS):
+        if eps_at(lo) >= high_target:
+            break
         lo /= 2.0
+    else:
+        raise ValueError(
+            f"cannot bracket the noise multiplier: eps stays below {high_target:g} down to a "
+            f"noise multiplier of {lo:g}"
+        )
     return lo, hi
 
 

@@ -35,7 +35,7 @@ class PrivacyGuarantee:
             epsilon=math.inf,
             delta=0.0,
             accountant="none",
-            notion="non-private",
+            notion="none (non-private)",
             protected=protected,
             trust_model="trusted server sees raw data",
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import sys
 from importlib import metadata
@@ -58,5 +59,7 @@ def write(record: dict, path: str) -> None:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
         return
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text + "\n")

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from jfed.engine import ExecutionPlan, run_rounds
 from jfed.sweep.adapters import stack
+from jfed.sweep.lock import folder_lock
 
 DEFAULT_MEMORY_BUDGET = 2 * 2**30  # bytes of device memory a slice may use
 MAX_SLICE = 512
@@ -54,16 +55,25 @@ def config_key(config: dict) -> str:
 
 
 def read_rows(path: str) -> list[dict]:
-    """All complete rows of a JSON-lines results file (a torn last line is ignored)."""
+    """All complete rows of a JSON-lines results file, one per configuration (the first written;
+    a torn last line is ignored). Raises ``ValueError`` for a file that is not jfed's."""
     if not os.path.exists(path):
         return []
-    rows = []
+    rows, seen = [], set()
     with open(path, encoding="utf-8") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, 1):
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by an interruption; its configuration re-runs
+            if not isinstance(row, dict) or not {"config_key", "algorithm", "epsilon"} <= set(row):
+                raise ValueError(
+                    f"{path} line {number} is not a jfed sweep row (expected the fields "
+                    "config_key, algorithm, epsilon)"
+                )
+            if row["config_key"] not in seen:
+                seen.add(row["config_key"])
+                rows.append(row)
     return rows
 
 
@@ -192,12 +202,23 @@ def run_sweep(
     """
     for config in configs:
         adapter.check({k: v for k, v in config.items() if k not in ("epsilon", "seed")})
+    folder = os.path.dirname(os.path.abspath(results_path))
+    with folder_lock(folder):  # one writer per folder: rows are never written twice
+        return _run_sweep(
+            adapter, configs, results_path, resume, slice_size, memory_budget, plan, progress,
+            identity, on_slice, vector_width, share_noise,
+        )  # fmt: skip
+
+
+def _run_sweep(
+    adapter, configs, results_path, resume, slice_size, memory_budget, plan, progress, identity,
+    on_slice, vector_width, share_noise,
+) -> list[dict]:  # fmt: skip
     if os.path.exists(results_path) and not resume:
         raise ValueError(
             f"results file {results_path} exists; pass resume=True (--resume) to continue it "
             "or choose another path"
         )
-    os.makedirs(os.path.dirname(os.path.abspath(results_path)), exist_ok=True)
     done = {row["config_key"] for row in read_rows(results_path)}
     todo = [c for c in configs if config_key(c) not in done]
     population = adapter.task.train

@@ -1,0 +1,251 @@
+"""Every command refuses bad input with one line naming the flag, exit status 2, no traceback and
+no file written; a results folder has one writer at a time.
+
+To cover a new flag, add a row to BAD_INPUT: the arguments and a piece of the message that must
+appear (the flag as the user types it, and its range where it has one).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from jfed.cli.main import main
+from jfed.sweep.lock import LOCK_NAME, folder_lock
+from jfed.sweep.runner import read_rows
+
+RUN_MOD = ["run", "modulated"]
+SWEEP = ["sweep", "modulated-one-shot", "--seeds", "1", "--epsilon", "1"]
+CALIBRATE = ["account", "calibrate", "--delta", "1e-5"]
+
+BAD_INPUT = [
+    # jfed run (regression)
+    ([*RUN_MOD, "--epsilon", "0"], "--epsilon in [1e-06, 1e+06]"),
+    ([*RUN_MOD, "--epsilon", "1e-300"], "--epsilon in [1e-06"),
+    ([*RUN_MOD, "--epsilon", "nan"], "--epsilon in"),
+    ([*RUN_MOD, "--delta", "1"], "--delta in (0, 1)"),
+    ([*RUN_MOD, "--rounds", "1000000000"], "--rounds in [1, 1000000]"),
+    ([*RUN_MOD, "--seed", "-1"], "--seed in [0,"),
+    ([*RUN_MOD, "--clients", "5"], "--clients applies only with --synthetic"),
+    ([*RUN_MOD, "--synthetic", "--clients", "0"], "--clients in [1,"),
+    ([*RUN_MOD, "--synthetic", "--dim", "3", "--directions", "4"], "--directions in [1, 3]"),
+    ([*RUN_MOD, "--psd"], "--psd applies only to --estimator one-shot"),
+    ([*RUN_MOD, "--ridge", "2"], "--ridge applies only to --estimator one-shot"),
+    ([*RUN_MOD, "--estimator", "one-shot", "--step-scale", "1"], "--step-scale applies only"),
+    ([*RUN_MOD, "--beta", "-1"], "--beta >= 0"),
+    ([*RUN_MOD, "--clip", "inf"], "--clip > 0"),
+    ([*RUN_MOD, "--chunk-size", "0"], "--chunk-size in [1,"),
+    ([*RUN_MOD, "--block-size", "1000"], "--block-size a positive multiple of --chunk-size"),
+    ([*RUN_MOD, "--accountant", "pld", "--epsilon", "1000"], "--epsilon <= 100 with --accountant"),
+    ([*RUN_MOD, "--accountant", "magic"], "invalid choice: 'magic'"),
+    ([*RUN_MOD, "--dataset", "nope"], "for --dataset"),
+    ([*RUN_MOD, "--epsilon", "one"], "--epsilon: invalid float value"),
+    ([*RUN_MOD, "--json", "{tmp}"], "expected --json to name a file"),
+    ([*RUN_MOD, "--json", "{file}/record.json"], "is a file, not a folder"),
+    ([*RUN_MOD, "--json", "/proc/jfed/record.json"], "is not writable"),
+    # jfed run (silos)
+    (["run", "noisy-mbsgd", "--silos", "5"], "--silos applies only to the -sorted"),
+    (["run", "noisy-mbsgd", "--dataset", "fair-sorted", "--silos", "0"], "--silos in [1,"),
+    (["run", "noisy-mbsgd", "--mixing", "1.5"], "--mixing in [0, 1]"),
+    (["run", "noisy-mbsgd", "--data-seed", "-1"], "--data-seed in [0,"),
+    (["run", "noisy-mbsgd", "--batch", "0"], "--batch in [1,"),
+    (["run", "noisy-mbsgd", "--available", "3"], "--available applies only with --availability"),
+    (["run", "noisy-mbsgd", "--multistage"], "--multistage applies only to accel-mbsgd"),
+    (["run", "noisy-mbsgd", "--dataset", "co2"], "for --dataset"),
+    (["run", "noisy-mbsgd", "--epsilon", "500"], "--epsilon <= 100 with --accountant exact"),
+    # jfed sweep
+    ([*SWEEP, "--epsilon", "1,,2"], "comma-separated list of numbers for --epsilon"),
+    ([*SWEEP, "--epsilon", "1,x"], "a number in --epsilon, got 'x'"),
+    ([*SWEEP, "--epsilon", "1,1"], "distinct values in --epsilon"),
+    ([*SWEEP, "--epsilon", "-1"], "--epsilon in [1e-06"),
+    ([*SWEEP, "--rounds", "1000000000"], "--rounds in [1, 1000000]"),
+    ([*SWEEP, "--seeds", "0"], "--seeds in [1,"),
+    ([*SWEEP, "--slice-size", "0"], "--slice-size in [1,"),
+    ([*SWEEP, "--grid", "ridge="], "expected --grid NAME=V1,V2"),
+    ([*SWEEP, "--grid", "ridge=1,1"], "distinct values in --grid ridge"),
+    ([*SWEEP, "--grid", "ridge=1,a"], "a number in --grid ridge, got 'a'"),
+    ([*SWEEP, "--set", "beta="], "expected --set NAME=V"),
+    ([*SWEEP, "--set", "betta=0.3"], "unknown --set betta"),
+    ([*SWEEP, "--set", "beta=1,2"], "one value in --set beta"),
+    ([*SWEEP, "--grid", "ridge=1,-1"], "--grid ridge >= 0"),
+    ([*SWEEP, "--set", "alpha=0"], "--set alpha > 0"),
+    (["sweep", "noisy-mbsgd", "--grid", "step_size=0.5,0"], "--grid step_size > 0"),
+    ([*SWEEP, "--accountant", "exact"], "unknown --accountant 'exact'"),
+    ([*SWEEP, "--out", "{file}"], "expected --out to name a folder"),
+    ([*SWEEP, "--out", "{file}/sub"], "is a file, not a folder"),
+    ([*SWEEP, "--out", "/proc/jfed-results"], "is not writable"),
+    (["sweep", "noisy-mbsgd", "--set", "batch=2.5"], "integer --set batch in [1,"),
+    (["sweep", "noisy-mbsgd", "--set", "average_last=1.5"], "an integer for --set average_last"),
+    (["sweep", "dpsgd", "--delta", "2"], "--delta in (0, 1)"),
+    # jfed plot
+    (["plot", "{tmp}/missing"], "no such sweep folder"),
+    (["plot", "{file}"], "expected a sweep folder or its runs.jsonl"),
+    (["plot", "{tmp}"], "no finished runs in"),
+    (["plot", "{foreign}"], "is not a jfed sweep row"),
+    # jfed account
+    ([*CALIBRATE, "--epsilon", "1", "--sensitivity", "0"], "--sensitivity > 0"),
+    ([*CALIBRATE, "--epsilon", "1", "--sensitivity", "nan"], "--sensitivity > 0"),
+    ([*CALIBRATE, "--epsilon", "1e6"], "--epsilon <= 100 with --accountant pld"),
+    ([*CALIBRATE, "--epsilon", "1,,2"], "comma-separated list of numbers for --epsilon"),
+    ([*CALIBRATE, "--epsilon", "1", "--json", "{file}/x.json"], "is a file, not a folder"),
+    (
+        [
+            "account",
+            "gaussian",
+            "--noise-multiplier",
+            "1",
+            "--steps",
+            "1000000000000",
+            "--accountant",
+            "pld",
+        ],
+        "--steps in [1, 1000000]",
+    ),
+    (["account", "gaussian", "--noise-multiplier", "0"], "--noise-multiplier > 0"),
+    (["account", "gaussian", "--noise-multiplier", "1", "--sampling-rate", "2"], "--sampling-rate"),
+    (
+        ["account", "shuffle", "--epsilon0", "1", "--n", "100", "--delta0", "1"],
+        "--delta0 in [0, 1)",
+    ),
+    (["account", "shuffle", "--epsilon0", "1", "--n", "0"], "--n in [1,"),
+    # jfed demo, and the command itself
+    (["demo", "--scale-clients", "-1"], "--scale-clients in [0,"),
+    (["demo", "--out", "{file}"], "expected --out to name a folder"),
+    (["nonsense"], "invalid choice: 'nonsense'"),
+    (["run", "modulated", "--epsilonn", "1"], "unrecognized arguments: --epsilonn"),
+]
+
+
+@pytest.fixture
+def places(tmp_path):
+    """Paths the table refers to: an empty folder, a plain file, a file that is not jfed's."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    plain = tmp_path / "plain.txt"
+    plain.write_text("not a folder\n")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "runs.jsonl").write_text(json.dumps({"x": 1}) + "\n")
+    return {"tmp": str(folder), "file": str(plain), "foreign": str(foreign)}
+
+
+def _snapshot(root) -> set[str]:
+    return {os.path.join(d, f) for d, _, files in os.walk(root) for f in files} | {
+        os.path.join(d, s) for d, subs, _ in os.walk(root) for s in subs
+    }
+
+
+@pytest.mark.parametrize(
+    "argv, message", BAD_INPUT, ids=[" ".join(argv)[:60] for argv, _ in BAD_INPUT]
+)
+def test_bad_input_is_one_line_naming_the_flag(argv, message, places, tmp_path, capsys,
+                                               monkeypatch):  # fmt: skip
+    monkeypatch.chdir(places["tmp"])
+    argv = [a.format(**places) for a in argv]
+    before = _snapshot(tmp_path)
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("jfed: error:") and "\n" not in err, err
+    assert message.format(**places) in err, err
+    assert "Traceback" not in captured.out + captured.err and captured.out == ""
+    assert _snapshot(tmp_path) == before  # nothing written, not even a results folder
+
+
+def test_every_command_has_rows():
+    commands = {argv[0] if argv[0] != "run" else f"run {argv[1]}" for argv, _ in BAD_INPUT}
+    assert {"run modulated", "run noisy-mbsgd", "sweep", "plot", "account", "demo"} <= commands
+
+
+def test_failed_write_prints_the_record(tmp_path, capsys, monkeypatch):
+    """A write that fails after the work says so and prints the record instead (exit 1)."""
+    import jfed.report
+
+    real_write = jfed.report.write
+
+    def failing_write(record, path):
+        if path != "-":
+            raise OSError(28, "No space left on device")
+        real_write(record, path)
+
+    monkeypatch.setattr(jfed.report, "write", failing_write)
+    argv = ["account", "shuffle", "--epsilon0", "1", "--n", "1000", "--json"]
+    assert main([*argv, str(tmp_path / "record.json")]) == 1
+    captured = capsys.readouterr()
+    assert "could not write the record" in captured.err and "No space left" in captured.err
+    assert json.loads(captured.out[captured.out.index("{") :])["quantity"] == "epsilon"
+    assert not (tmp_path / "record.json").exists()
+
+
+def test_non_private_silo_runs_say_so(capsys):
+    assert main(["run", "mbsgd", "--rounds", "2", "--json", "-"]) == 0
+    privacy = json.loads(capsys.readouterr().out)["privacy"]
+    assert privacy["notion"] == "none (non-private)" and privacy["protected"] == "nothing"
+
+
+def test_delivered_epsilon_differing_from_the_target_warns(capsys):
+    argv = ["run", "shuffle-mbsgd", "--rounds", "2", "--epsilon", "100"]
+    assert main([*argv, "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    record = json.loads(captured.out)
+    assert record["epsilon_target"] == 100 and record["epsilon"] < 100
+    assert "jfed: warning: the run certifies eps" in captured.err
+
+
+# ---------------------------------------------------------------------------- one writer
+
+
+def _hold_lock(folder: str, seconds: float) -> subprocess.Popen:
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        from jfed.sweep.lock import folder_lock
+        with folder_lock({folder!r}):
+            print("locked", flush=True)
+            time.sleep({seconds})
+        """
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def test_second_writer_is_refused_and_rows_stay_unique(tmp_path, capsys):
+    out = str(tmp_path / "sweep")
+    argv = ["sweep", "modulated-one-shot", "--dataset", "modechoice", "--epsilon", "1,2",
+            "--seeds", "2", "--no-progress", "--out", out]  # fmt: skip
+    holder = _hold_lock(out, 30)
+    try:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"is in use by process {holder.pid}" in err and "\n" not in err.strip()
+        assert not os.path.exists(os.path.join(out, "runs.jsonl"))
+        assert main([*argv[:-2], "--resume", "--out", out]) == 2  # a resume is refused too
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is gone: its stale lock is taken over with a warning, and the sweep runs
+    with pytest.warns(UserWarning, match="no longer runs"):
+        assert main(argv) == 0
+    assert not os.path.exists(os.path.join(out, LOCK_NAME))
+    rows = read_rows(os.path.join(out, "runs.jsonl"))
+    assert len(rows) == 4 == len({row["config_key"] for row in rows})
+
+
+def test_duplicated_rows_count_once(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    row = {"config_key": "a", "algorithm": "dpsgd", "epsilon": 1.0, "seed": 0, "test_r2": 0.5}
+    other = {**row, "config_key": "b", "seed": 1}
+    path.write_text("".join(json.dumps(r) + "\n" for r in (row, row, other, row)))
+    assert [r["config_key"] for r in read_rows(str(path))] == ["a", "b"]
+
+
+def test_lock_is_reentrant_and_released(tmp_path):
+    with folder_lock(str(tmp_path)) as path:
+        with folder_lock(str(tmp_path)):
+            assert os.path.exists(path)
+        assert os.path.exists(path)  # the inner block does not release the outer lock
+    assert not os.path.exists(path)
