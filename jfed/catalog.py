@@ -38,8 +38,12 @@ ROUNDS_ACCOUNTANTS = ("zcdp", "classic", "pld", "analytic")
 CALIBRATION_ACCOUNTANTS = ("pld", "rdp", "zcdp", "analytic", "classic")
 # noise calibrations of the silo algorithms
 SILO_CALIBRATIONS = ("theorem", "experiments", "exact")
+# silo algorithms whose `exact` calibration is dp-accounting's PLD over Poisson-sampled steps
+PLD_CALIBRATED_SILO_ALGORITHMS = ("noisy-mbsgd", "accel-mbsgd", "local-sgd")
 
 TUNING_RULES = ("per-eps", "fixed")
+# how a setting's validation values are scored when tuning
+SELECTION_STATISTICS = ("median", "mean", "trimmed-mean")
 
 # how each reported metric is named in tables and on plot axes
 METRIC_LABELS = {

@@ -106,9 +106,12 @@ def _base_record(algorithm: str, task: RegressionTask, rounds: int, seed: int) -
     }
 
 
-def _privacy_fields(guarantee: PrivacyGuarantee, sigma: float) -> dict:
+def _privacy_fields(guarantee: PrivacyGuarantee, sigma: float, target: float) -> dict:
+    """``epsilon`` is the target, ``epsilon_certified`` what the accountant certifies for the
+    noise used (at most the target; equal up to float rounding for closed forms)."""
     return {
-        "epsilon": guarantee.epsilon,
+        "epsilon": target,
+        "epsilon_certified": guarantee.epsilon,
         "delta": guarantee.delta,
         "accountant": guarantee.accountant,
         "sigma": sigma,
@@ -234,7 +237,7 @@ def run_modulated(
     return {
         **_base_record("modulated", task, rounds, seed),
         "estimator": settings.estimator,
-        **_privacy_fields(guarantee, sigma),
+        **_privacy_fields(guarantee, sigma, float(epsilon)),
         "sensitivity": message_sensitivity,
         "lipschitz": modulated.lipschitz_constant(
             settings.alpha, settings.beta, settings.omega, settings.directions
@@ -280,7 +283,7 @@ def run_dpsgd(
     theta = np.asarray(state.theta)
     return {
         **_base_record("dpsgd", task, rounds, seed),
-        **_privacy_fields(guarantee, sigma),
+        **_privacy_fields(guarantee, sigma, float(epsilon)),
         "sensitivity": dpsgd.sensitivity(clip),
         "hyperparams": {"clip": clip, "learning_rate": learning_rate, "radius": radius},
         "test_r2": r2_score(theta, *task.test),
@@ -299,7 +302,7 @@ def run_ols(task: RegressionTask, plan: ExecutionPlan | None = None) -> dict:
     guarantee = PrivacyGuarantee.non_private()
     return {
         **_base_record("ols", task, 1, 0),
-        **_privacy_fields(guarantee, 0.0),
+        **_privacy_fields(guarantee, 0.0, guarantee.epsilon),
         "test_r2": reference["test_r2"],
         "validation_r2": reference["validation_r2"],
         "ols_r2": reference["test_r2"],

@@ -20,12 +20,13 @@ from jfed.algorithms import silo_metrics, silo_privacy, silo_sgd
 from jfed.algorithms.losses import Loss
 from jfed.data.silos import SiloTask, load_silos
 from jfed.engine import ExecutionPlan, simulate
-from jfed.privacy import PrivacyGuarantee
+from jfed.privacy import PrivacyGuarantee, analytic_gaussian_epsilon
 from jfed.report import versions
 
 SILO_ALGORITHMS = catalog.SILO_ALGORITHMS
 PROTECTED = "one record of one silo (replace-one), against the server and the other silos"
 TRUST_MODEL = "ISRL-DP: people trust their own silo, not the server or other silos"
+PLD_CALIBRATED = catalog.PLD_CALIBRATED_SILO_ALGORITHMS
 
 
 @dataclass(frozen=True)
@@ -69,28 +70,44 @@ def _algorithm(name: str, task: SiloTask, settings: SiloSettings, sampling: str)
         return silo_sgd.AcceleratedMBSGD(**common, sampling=sampling, stages=stages)
     if name == "shuffle-mbsgd":
         return silo_sgd.ShuffleMBSGD(**common)
-    return silo_sgd.LocalSGD(**common)
+    return silo_sgd.LocalSGD(**common, sampling=sampling)
 
 
 def _sampling(name: str, settings: SiloSettings) -> str:
+    """The sampler a run uses: the one its calibration accounts for, unless ``settings.sampling``
+    names another. The exact (PLD) calibration covers Poisson sampling only: a run that samples
+    otherwise under it is refused rather than reported with a guarantee that does not model it."""
+    exact = settings.calibration == "exact" and name in PLD_CALIBRATED
     if settings.sampling is not None:
-        return settings.sampling
-    if name == "accel-mbsgd":
-        return "one-pass"
-    return (
-        "poisson"
-        if settings.calibration == "exact" and name == "noisy-mbsgd"
-        else ("with-replacement")
-    )
+        sampling = settings.sampling
+    elif name == "accel-mbsgd":
+        sampling = "one-pass"
+    else:
+        sampling = "poisson" if exact else "with-replacement"
+    if exact and sampling not in ("poisson", "one-pass"):
+        raise ValueError(
+            f"the exact (PLD) calibration of {name} accounts Poisson sampling, got --sampling "
+            f"{sampling}; use --sampling poisson, or a formula calibration (--accountant theorem)"
+        )
+    return sampling
 
 
 def calibrate_silos(
     name: str, task: SiloTask, epsilon: float, delta: float, settings: SiloSettings, sampling: str
 ) -> tuple[np.ndarray, dict]:
-    """Per-silo noise std ``f64[N]`` and the privacy fields of the record."""
+    """Per-silo noise std ``f64[N]`` and the privacy fields of the record.
+
+    The fields: ``accountant``; ``epsilon``, the eps of the privacy statement (what the
+    accountant certifies, or a formula's claim); ``epsilon_certified``, the eps that an
+    accountant certifies for the run as it samples (``None`` for the seed's formula calibrations
+    of Noisy MB-SGD and Local SGD, whose ``exact_epsilon`` then reports what PLD gives their noise
+    under Poisson sampling, for reference); ``delta``.
+    """
     counts = np.asarray(task.train.counts)
     if name in ("mbsgd", "fedavg"):
-        return np.zeros(len(counts)), {"accountant": "none", "epsilon": math.inf, "delta": 0.0}
+        return np.zeros(len(counts)), {
+            "accountant": "none", "epsilon": math.inf, "epsilon_certified": math.inf, "delta": 0.0
+        }  # fmt: skip
     clip, batch, rounds = settings.clip, settings.batch, settings.rounds
     extra: dict = {}
     if name == "shuffle-mbsgd":
@@ -105,8 +122,8 @@ def calibrate_silos(
             "shuffled_messages_per_round": chain.messages,
         }
         notion = "central (eps, delta)-DP via shuffling; each message (eps0, delta0)-LDP"
-        return noise, {"accountant": label, "epsilon": spent, "delta": delta, "notion": notion,
-                       **extra}  # fmt: skip
+        return noise, {"accountant": label, "epsilon": spent, "epsilon_certified": spent,
+                       "delta": delta, "notion": notion, **extra}  # fmt: skip
     if name == "accel-mbsgd" and sampling == "one-pass":
         if rounds * batch > counts.min():
             raise ValueError(
@@ -114,12 +131,15 @@ def calibrate_silos(
                 f"one-pass algorithm, got {rounds} * {batch}"
             )
         result = silo_privacy.one_pass_noise(batch, epsilon, delta, clip, settings.calibration)
+        # one Gaussian release of sensitivity 2L/K per record: its exact eps certifies any noise
+        certified = float(analytic_gaussian_epsilon(2.0 * clip / batch, result.noise_std, delta))
         return np.full(len(counts), result.noise_std), {
             "accountant": f"{result.calibration}+parallel-composition",
             "epsilon": result.epsilon,
+            "epsilon_certified": certified,
             "delta": delta,
         }
-    if name == "local-sgd":
+    if name == "local-sgd" and settings.calibration != "exact":
         results = [
             silo_privacy.local_sgd_noise(int(n), batch, rounds, epsilon, delta, clip)
             for n in counts
@@ -127,13 +147,19 @@ def calibrate_silos(
         return np.array([r.noise_std for r in results]), {
             "accountant": "local-sgd-seed-formula",
             "epsilon": epsilon,
+            "epsilon_certified": None,
             "delta": delta,
+            "exact_epsilon": max(r.exact_epsilon for r in results),
         }
-    return _minibatch_calibrations(task, [epsilon], delta, settings)[0]
+    return _minibatch_calibrations(name, task, [epsilon], delta, settings)[0]
 
 
-def _uses_minibatch_noise(name: str, sampling: str) -> bool:
-    """Whether :func:`calibrate_silos` reaches its minibatch (Noisy MB-SGD) calibration."""
+def _uses_minibatch_noise(name: str, sampling: str, calibration: str) -> bool:
+    """Whether :func:`calibrate_silos` reaches its minibatch (Noisy MB-SGD) calibration: Noisy
+    MB-SGD, accelerated MB-SGD beyond one pass, and Local SGD calibrated exactly (its K R local
+    steps are Poisson-sampled minibatches of expected size 1)."""
+    if name == "local-sgd":
+        return calibration == "exact"
     return name == "noisy-mbsgd" or (name == "accel-mbsgd" and sampling != "one-pass")
 
 
@@ -148,18 +174,20 @@ def calibrate_silos_many(
     """:func:`calibrate_silos` for several eps; the minibatch algorithms' exact calibration shares
     its PLD work across them (one grid per distinct silo size, :func:`silo_privacy.mbsgd_noises`).
     """
-    if not _uses_minibatch_noise(name, sampling):
+    if not _uses_minibatch_noise(name, sampling, settings.calibration):
         return [calibrate_silos(name, task, e, delta, settings, sampling) for e in epsilons]
-    return _minibatch_calibrations(task, epsilons, delta, settings)
+    return _minibatch_calibrations(name, task, epsilons, delta, settings)
 
 
 def _minibatch_calibrations(
-    task: SiloTask, epsilons: list[float], delta: float, settings: SiloSettings
+    name: str, task: SiloTask, epsilons: list[float], delta: float, settings: SiloSettings
 ) -> list[tuple[np.ndarray, dict]]:
     counts = np.asarray(task.train.counts)
     batch, rounds, clip, calibration = (
         settings.batch, settings.rounds, settings.clip, settings.calibration,
     )  # fmt: skip
+    if name == "local-sgd":  # K R steps, each a Poisson minibatch of expected size 1
+        batch, rounds = 1, settings.batch * settings.rounds
     by_size = {
         int(n): silo_privacy.mbsgd_noises(
             int(n), batch, rounds, list(epsilons), delta, clip, calibration
@@ -174,6 +202,9 @@ def _minibatch_calibrations(
                 calibration, f"seed-{calibration}-formula"
             ),
             "epsilon": max(r.epsilon for r in results),
+            "epsilon_certified": (
+                max(r.epsilon for r in results) if calibration == "exact" else None
+            ),
             "delta": delta,
             "exact_epsilon": max(r.exact_epsilon for r in results),
         }
@@ -253,8 +284,8 @@ def run_silo(
         "batch": settings.batch,
         "sampling": sampling,
         **{k: v for k, v in privacy_fields.items() if k not in ("notion",)},
-        # what was asked for; `epsilon` is what the accountant certifies for the noise used
-        "epsilon_target": None if math.isinf(privacy_fields["epsilon"]) else float(epsilon),
+        # the target; `epsilon_certified` is what an accountant certifies for the run as it ran
+        "epsilon": math.inf if math.isinf(privacy_fields["epsilon"]) else float(epsilon),
         "sigma": sigma,
         "privacy": guarantee.to_dict(),
         "hyperparams": asdict(settings),

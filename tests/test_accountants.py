@@ -158,12 +158,83 @@ def test_last_iterate_formula_on_the_seed_figure2_setting():
     assert eps_back == pytest.approx(eps, rel=1e-6)
 
 
+def _hockey_stick_by_cdf(eps, ratio):
+    """theta_eps(r) of two Gaussians at distance r (unit noise), from scipy's normal CDF."""
+    from scipy.stats import norm
+
+    return norm.cdf(-eps / ratio + ratio / 2) - math.exp(eps) * norm.cdf(-eps / ratio - ratio / 2)
+
+
 def test_last_iterate_m_equals_one_warm_up_and_comparison():
+    """m = 1 against the formula evaluated independently (scipy's normal CDF); negative control:
+    the seed's printed first ratio gives another delta."""
     single = last_iterate.LastIterateSetting(0.5, 1.0, 1.0, 3.0, 20, 0.05)
     assert single.batch_size == 1 and single.iterations == 20
     assert 0 < float(last_iterate.last_iterate_delta(single, 1.0)) < 1
+    a, b = 2 * 1.0 / 3.0, 2 * 1.0 / (0.5 * 3.0)
+    expected = (
+        0.05
+        * _hockey_stick_by_cdf(1.0, a)
+        * sum(_hockey_stick_by_cdf(1.0, b) ** (20 - t) for t in range(1, 21))
+    )
+    assert float(last_iterate.last_iterate_delta(single, 1.0)) == pytest.approx(expected, rel=1e-9)
+    typo = 0.05 * _hockey_stick_by_cdf(1.0, 2 * 1.0 * 1 / 3.0 * 3) * 20  # theta(2 L sqrt(m)/sigma)
+    assert abs(typo - expected) > 0.1 * expected
     figure = last_iterate.LastIterateSetting(0.5, 1.0, 1.0, 1.5, 100, 0.3)
     assert last_iterate.standard_composition_epsilon(figure, 1e-5) > 0
+
+
+def test_every_iterate_baselines_against_dp_accounting():
+    """The partition's every-iterate bound is ONE Gaussian release (ratio a), the comparators are
+    what dp-accounting computes for their events; negative control: the partition bound is not
+    the Poisson-sampled one."""
+    import dp_accounting
+    from dp_accounting.privacy_accountant import NeighboringRelation
+
+    for q in (0.1, 0.2, 0.3):
+        setting = last_iterate.LastIterateSetting(0.5, 1.0, 1.0, 1.5, 100, q)
+        m, T, a = setting.batch_size, setting.iterations, setting.first_ratio
+        single = dp_accounting.pld.PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE, 1e-5)
+        single.compose(dp_accounting.GaussianDpEvent(1.0 / a))
+        assert last_iterate.partition_epsilon(setting, 1e-5) == pytest.approx(
+            single.get_epsilon(1e-5), rel=1e-3
+        )
+        assert float(last_iterate.partition_delta(setting, 1.0)) == pytest.approx(
+            _hockey_stick_by_cdf(1.0, a), rel=1e-9
+        )
+        rdp = dp_accounting.rdp.RdpAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE)
+        step = dp_accounting.SampledWithoutReplacementDpEvent(
+            100, m, dp_accounting.GaussianDpEvent(1 / a)
+        )
+        rdp.compose(dp_accounting.SelfComposedDpEvent(step, T))
+        assert last_iterate.standard_composition_epsilon(setting, 1e-5) == pytest.approx(
+            rdp.get_epsilon(1e-5), rel=1e-9
+        )
+        poisson = last_iterate.poisson_epsilon(setting, 1e-5)
+        assert abs(poisson - last_iterate.partition_epsilon(setting, 1e-5)) > 0.05
+
+
+def test_when_the_last_iterate_bound_wins():
+    """Figure 2 (rho = 1): the contraction factor theta(b) is close to 1 and the last-iterate bound
+    is no better than releasing every iterate of the partition (ties at q = 0.1, 0.2; at q = 0.3
+    slightly worse: T = ceil(100 / 30) = 4 counts a partial batch). With a small projection radius
+    the later steps contract and the last iterate wins by about the factor q."""
+    for q, relation in ((0.1, "tie"), (0.2, "tie"), (0.3, "worse")):
+        setting = last_iterate.LastIterateSetting(0.5, 1.0, 1.0, 1.5, 100, q)
+        last = last_iterate.last_iterate_epsilon(setting, 1e-5)
+        partition = last_iterate.partition_epsilon(setting, 1e-5)
+        if relation == "tie":
+            assert last == pytest.approx(partition, rel=1e-4)
+        else:
+            assert last > partition * 1.01
+    small = last_iterate.LastIterateSetting(0.5, 1.0, 0.01, 1.5, 100, 0.1)
+    ratio = float(last_iterate.last_iterate_delta(small, 1.0)) / float(
+        last_iterate.partition_delta(small, 1.0)
+    )
+    assert 0.09 < ratio < 0.12  # ~ q: the release is hidden among the T batches
+    assert last_iterate.last_iterate_epsilon(small, 1e-5) < last_iterate.partition_epsilon(
+        small, 1e-5
+    )
 
 
 @pytest.mark.parametrize(

@@ -241,3 +241,65 @@ def test_multistage_schedule_and_bad_configurations():
         Loss("hinge")
     with pytest.raises(ValueError, match="noise_std >= 0"):
         silo_sgd.hyperparams(3, step_size=1.0, noise_std=-1.0)
+
+
+def _independent_pld_epsilon(noise_std, n, steps, delta, clip):
+    """eps of ``steps`` Poisson-sampled (q = 1/n) Gaussian steps, straight from dp-accounting."""
+    import dp_accounting
+    from dp_accounting.privacy_accountant import NeighboringRelation
+
+    step = dp_accounting.PoissonSampledDpEvent(
+        1.0 / n, dp_accounting.GaussianDpEvent(noise_std / clip)
+    )
+    accountant = dp_accounting.pld.PLDAccountant(NeighboringRelation.REPLACE_ONE, 1e-3)
+    return accountant.compose(dp_accounting.SelfComposedDpEvent(step, steps)).get_epsilon(delta)
+
+
+def test_local_sgd_exact_noise_is_certified_by_an_independent_pld():
+    """What a Local SGD run calibrated `exact` uses is certified, by dp-accounting called
+    directly, for what it runs: K R Poisson-sampled one-record steps. Negative control: the seed's
+    formula noise (what Local SGD used before) does not certify its target at eps 18."""
+    from jfed import run_silo
+
+    # two silos of 68 records: the largest digits-evenodd silo, where the issue was seen
+    task = synthetic_silos(jax.random.key(0), n_silos=2, records_per_silo=68, dim=3)
+    n = int(np.asarray(task.train.counts)[0])
+    K, R, L = 10, 25, 1.0
+    delta = 1.0 / n**2
+    exact = run_silo.SiloSettings(batch=K, rounds=R, clip=L, calibration="exact")
+    formula = run_silo.SiloSettings(batch=K, rounds=R, clip=L, calibration="experiments")
+    assert run_silo._sampling("local-sgd", exact) == "poisson"
+    assert run_silo._sampling("local-sgd", formula) == "with-replacement"
+    for target in (1.5, 18.0):
+        noise, fields = run_silo.calibrate_silos("local-sgd", task, target, delta, exact, "poisson")
+        certified = _independent_pld_epsilon(float(noise[0]), n, K * R, delta, L)
+        assert certified <= target * (1 + 1e-3) and certified > 0.97 * target
+        assert fields["accountant"] == "pld-poisson-replace-one"
+        assert fields["epsilon"] == pytest.approx(certified, rel=2e-3)
+    noise, fields = run_silo.calibrate_silos(
+        "local-sgd", task, 18.0, delta, formula, "with-replacement"
+    )
+    reference = _independent_pld_epsilon(float(noise[0]), n, K * R, delta, L)
+    assert reference > 18.0  # the formula's claim is not what PLD certifies
+    assert fields["exact_epsilon"] == pytest.approx(reference, rel=2e-3)
+
+
+def test_exact_calibration_refuses_a_sampler_it_does_not_model():
+    from jfed import run_silo
+
+    settings = run_silo.SiloSettings(calibration="exact", sampling="with-replacement")
+    for name in ("noisy-mbsgd", "local-sgd", "accel-mbsgd"):
+        with pytest.raises(ValueError, match="accounts Poisson sampling"):
+            run_silo._sampling(name, settings)
+    formula = run_silo.SiloSettings(calibration="theorem", sampling="with-replacement")
+    assert run_silo._sampling("local-sgd", formula) == "with-replacement"
+
+
+def test_poisson_local_sgd_runs_and_reports_its_accountant(capsys):
+    from jfed.cli.main import main
+
+    assert main(["run", "local-sgd", "--dataset", "synthetic", "--silos", "4", "--rounds", "3",
+                 "--epsilon", "3", "--json", "-"]) == 0  # fmt: skip
+    record = __import__("json").loads(capsys.readouterr().out)
+    assert record["sampling"] == "poisson" and record["accountant"] == "pld-poisson-replace-one"
+    assert record["epsilon"] <= 3.0 and np.isfinite(record["excess_train_risk"])

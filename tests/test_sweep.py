@@ -12,6 +12,7 @@ from jfed.data import load_regression
 from jfed.engine import simulate
 from jfed.report.plots import plot_convergence, plot_utility
 from jfed.sweep import RegressionAdapter, choose, configurations, read_rows, run_sweep, tuned_table
+from jfed.sweep.tuning import beyond_edge, edge_choices, sweep_until_interior
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +114,7 @@ def test_choice_reads_only_the_validation_metric():
     assert choose(rows, ("ridge",), "per-eps")[(None, "a", 1.0)] == (0.5,)
     (row,) = tuned_table(rows, ("ridge",), "fixed")
     assert row["ridge"] == 0.5 and row["test_r2_mean"] == pytest.approx(0.1)
-    assert row["choice_rule"] == "fixed on validation_r2"
+    assert row["choice_rule"] == "fixed on validation_r2 (median)"
 
 
 def test_poisoning_the_test_split_does_not_change_the_choice(task, tmp_path):
@@ -135,9 +136,12 @@ def test_plots_from_a_results_file(task, tmp_path):
     for dataset in ("modechoice", "co2"):
         adapter = RegressionAdapter("modulated-iterative", load_regression(dataset), rounds=2)
         rows += run_sweep(
-            adapter, configurations([1.0, 10.0], 2, {"step_scale": [0.5, 1.0]}),
-            str(tmp_path / f"{dataset}.jsonl"), progress=False, identity={"dataset": dataset},
-        )  # fmt: skip
+            adapter,
+            configurations([1.0, 10.0], 2, {"step_scale": [0.5, 1.0]}),
+            str(tmp_path / f"{dataset}.jsonl"),
+            progress=False,
+            identity={"dataset": dataset},
+        )
     table = tuned_table(rows, ("step_scale",))
     paths, panels = plot_utility(table, str(tmp_path / "utility"))
     assert panels == 2 and all((tmp_path / p).stat().st_size > 1000 for p in paths)
@@ -148,7 +152,8 @@ def test_plots_from_a_results_file(task, tmp_path):
 def test_sweep_and_plot_commands(tmp_path, capsys):
     out = str(tmp_path / "sweep")
     argv = ["sweep", "modulated-one-shot", "--dataset", "modechoice", "--epsilon", "1,10",
-            "--seeds", "2", "--grid", "ridge=0.5,2", "--out", out, "--no-progress"]  # fmt: skip
+            "--seeds", "2", "--grid", "ridge=0.5,2", "--out", out, "--no-progress",
+            "--extend-edges", "0"]  # fmt: skip
     assert main(argv) == 0
     assert "test R^2" in capsys.readouterr().out
     for name in ("runs.jsonl", "runs.csv", "tuned.csv", "utility.png", "utility.pdf"):
@@ -167,7 +172,7 @@ def test_silo_sweep_tunes_on_training_loss_and_reports_test_error(tmp_path, caps
     out = str(tmp_path / "silo")
     argv = ["sweep", "noisy-mbsgd", "--epsilon", "2,8", "--seeds", "2", "--rounds", "4",
             "--grid", "step_size=0.5,2", "--set", "batch=5", "--accountant", "theorem",
-            "--out", out, "--no-progress"]  # fmt: skip
+            "--out", out, "--no-progress", "--extend-edges", "0"]  # fmt: skip
     assert main(argv) == 0
     assert "test error" in capsys.readouterr().out
     rows = read_rows(out + "/runs.jsonl")
@@ -203,3 +208,78 @@ def test_silo_sweep_calibrates_all_eps_of_a_clip_together(tmp_path, monkeypatch)
     )
     row = next(r for r in rows if r["epsilon"] == 4.0 and r["clip"] == 1.0)
     assert row["sigma"] == pytest.approx(float(np.max(alone[0])))
+
+
+def _rows(scores: dict, seeds: int = 5, epsilons=(1.0,)) -> list[dict]:
+    """Synthetic sweep rows: validation value per (ridge, eps, seed) from ``scores``."""
+    return [
+        dict(
+            config_key=f"{r}-{e}-{s}",
+            algorithm="a",
+            epsilon=e,
+            seed=s,
+            ridge=r,
+            validation_r2=scores[r](e, s),
+            test_r2=0.0,
+        )
+        for r in scores
+        for e in epsilons
+        for s in range(seeds)
+    ]
+
+
+def test_median_choice_resists_an_outlier_that_the_mean_follows():
+    """One-shot R^2 is heavy-tailed: one run of -800 must not decide. Negative control: the mean
+    is decided by it."""
+    rows = _rows({
+        1.0: lambda e, s: 0.60 if s else -800.0,  # better in 4 of 5 seeds, one disaster
+        2.0: lambda e, s: 0.50,
+    })  # fmt: skip
+    assert choose(rows, ("ridge",), "fixed", statistic="median")[(None, "a", 1.0)] == (1.0,)
+    assert choose(rows, ("ridge",), "fixed", statistic="mean")[(None, "a", 1.0)] == (2.0,)
+    (row,) = tuned_table(rows, ("ridge",), "fixed", statistic="trimmed-mean")
+    assert row["choice_rule"] == "fixed on validation_r2 (trimmed-mean)"
+
+
+def test_edge_choices_and_the_step_past_them():
+    rows = _rows({0.5: lambda e, s: 0.1, 1.0: lambda e, s: 0.2, 2.0: lambda e, s: 0.3})
+    table = tuned_table(rows, ("ridge",), "fixed")
+    (edge,) = edge_choices(rows, table, ("ridge",))
+    assert (edge["name"], edge["value"], edge["side"]) == ("ridge", 2.0, "upper")
+    assert beyond_edge([0.5, 1.0, 2.0], "upper") == 4.0
+    assert beyond_edge([0.5, 1.0, 2.0], "lower") == 0.25
+    assert beyond_edge([0.0, 0.5], "lower") == -0.5  # arithmetic when the grid reaches 0
+    interior = _rows({0.5: lambda e, s: 0.1, 1.0: lambda e, s: 0.3, 2.0: lambda e, s: 0.2})
+    assert edge_choices(interior, tuned_table(interior, ("ridge",), "fixed"), ("ridge",)) == []
+
+
+def test_sweep_until_interior_extends_to_the_peak_and_stops_at_the_range():
+    """The validation score peaks at ridge = 8: a grid of 0.5..2 grows 4, 8, 16 and stops with 8
+    inside. A grid that would step below the allowed range (ridge >= 0.3 here) is reported."""
+    ran = []
+
+    def score(ridge):
+        return -abs(np.log2(ridge) - 3.0)
+
+    def run_grid(grid):
+        ran.append(list(grid["ridge"]))
+        return _rows({r: (lambda e, s, r=r: score(r)) for r in grid["ridge"]}, seeds=2)
+
+    def tune(rows):
+        return tuned_table(rows, ("ridge",), "fixed")
+
+    _, table, notes = sweep_until_interior(run_grid, {"ridge": [0.5, 1.0, 2.0]}, tune)
+    assert table[0]["ridge"] == 8.0 and ran[-1] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+    assert len(notes) == 3 and "grows to 16" in notes[-1]
+
+    def low_score_run(grid):
+        return _rows({r: (lambda e, s, r=r: -r) for r in grid["ridge"]}, seeds=2)
+
+    _, table, notes = sweep_until_interior(
+        low_score_run, {"ridge": [0.5, 1.0]}, tune, allowed=lambda name, value: value >= 0.3
+    )
+    assert table[0]["ridge"] == 0.5 and "outside the allowed range" in notes[-1]
+    _, _, notes = sweep_until_interior(low_score_run, {"ridge": [0.5, 1.0]}, tune,
+                                       max_extensions=0)  # fmt: skip
+    assert notes == ["a: the choice ridge = 0.5 is on the lower edge of the grid (the extensions "
+                     "ran out)"]  # fmt: skip

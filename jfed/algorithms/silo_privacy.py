@@ -174,11 +174,18 @@ def one_pass_noise(
 def local_sgd_noise(
     n: int, steps: int, rounds: int, epsilon: float, delta: float, clip_norm: float
 ) -> SiloNoise:
-    """sigma per local step of ISRL-DP Local SGD (seed appendix I):
-    ``sigma^2 = 8 K^2 L^2 ln(1/delta) R / (n^2 eps^2)``."""
+    """sigma per local step of ISRL-DP Local SGD by the seed's formula (appendix I):
+    ``sigma^2 = 8 K^2 L^2 ln(1/delta) R / (n^2 eps^2)``.
+
+    ``exact_epsilon`` is what PLD certifies for this noise over the K R local steps, each
+    Poisson-sampled at rate 1 / n (replace-one): the accounting of the ``exact`` calibration
+    (:func:`mbsgd_noise` with K = 1 and K R rounds). The formula's own runs draw one record with
+    replacement per step, which no accountant here models exactly, so for them it is a reference.
+    """
     n, steps, rounds, epsilon, delta, clip = _check(n, steps, rounds, epsilon, delta, clip_norm)
     noise = math.sqrt(8 * steps**2 * clip**2 * math.log(1 / delta) * rounds) / (n * epsilon)
-    return SiloNoise(noise, epsilon, delta, "local-sgd-seed")
+    exact = exact_mbsgd_epsilon(noise, n, 1, steps * rounds, delta, clip)
+    return SiloNoise(noise, epsilon, delta, "local-sgd-seed", exact)
 
 
 @dataclass(frozen=True)

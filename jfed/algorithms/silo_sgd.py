@@ -437,13 +437,22 @@ class ShuffleMBSGD(_SiloConfig):
         return self._advance(state, w, w, available, clipped)
 
 
-def _local_sgd_client(loss, steps, broadcast, silo, key):
-    """K local steps, one uniformly drawn record each, w <- w - eta (grad + u)."""
+def _local_sgd_client(loss, steps, sampling, broadcast, silo, key):
+    """K local steps from the global model, ``w <- w - eta (g + u)``: g is the clipped gradient
+    of one uniformly drawn record (``with-replacement``, the seed's), or the sum of the clipped
+    gradients of the records Poisson-sampled at rate 1 / n_i (``poisson``: one record in
+    expectation; what the exact PLD calibration covers)."""
     w, mask, hp = broadcast
 
     def step(carry, step_key):
         w_local, clipped_total = carry
         index_key, noise_key = jax.random.split(step_key)
+        if sampling == "poisson":
+            indices, weights = minibatch_weights(index_key, silo.count, silo.n_max, 1, "poisson")
+            gradient, clipped = noisy_minibatch_gradient(
+                loss, w_local, silo, indices, weights, hp, noise_key
+            )
+            return (w_local - hp.step_size * gradient, clipped_total + clipped), None
         X, y = silo.rows(jax.random.randint(index_key, (1,), 0, silo.count))
         gradient, clipped = clipped_gradients(loss, w_local, X, y, hp.clip_norm)
         noise = hp.noise_std[silo.silo_id] * jax.random.normal(noise_key, w_local.shape)
@@ -458,11 +467,27 @@ def _local_sgd_client(loss, steps, broadcast, silo, key):
 class LocalSGD(_SiloConfig):
     """ISRL-DP Local SGD (seed appendix I): each silo takes ``batch`` = K noisy one-sample local
     steps from the global model and sends its K-th iterate; the server averages the iterates of
-    the available silos (and projects). Zero noise gives non-private Local SGD (FedAvg)."""
+    the available silos (and projects). Zero noise gives non-private Local SGD (FedAvg).
+
+    Attributes (beyond :class:`_SiloConfig`):
+      sampling: ``with-replacement`` (one uniform record per local step, the seed's) or
+        ``poisson`` (each record with probability 1 / n_i per step, what the exact PLD
+        calibration covers).
+    """
+
+    sampling: str = "with-replacement"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.sampling not in ("with-replacement", "poisson"):
+            raise ValueError(
+                f"unknown Local SGD sampling {self.sampling!r}; expected 'with-replacement' or "
+                "'poisson'"
+            )
 
     def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
         hp = state.hyperparams
-        client = partial(_local_sgd_client, self.loss, self.batch)
+        client = partial(_local_sgd_client, self.loss, self.batch, self.sampling)
         iterate_sum, available, clipped = clients(
             client, (state.w, self._mask(key), hp), _available_sum
         )

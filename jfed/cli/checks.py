@@ -80,6 +80,7 @@ CHECKS: dict[str, Callable] = {
     "step_size": check_positive,
     "available": _int_range(0, 10**6),
     "scale_clients": _int_range(0, MAX_CLIENTS),
+    "extend_edges": _int_range(0, 10),
 }
 
 
@@ -197,8 +198,8 @@ def _check_numerical_accountant(args: argparse.Namespace) -> None:
     accountant = getattr(args, "accountant", None)
     algorithm = getattr(args, "algorithm", None)
     if algorithm in catalog.SILO_ALGORITHMS:
-        if algorithm not in ("noisy-mbsgd", "accel-mbsgd"):
-            return  # non-private, or calibrated in closed form (shuffle, one-pass, Local SGD)
+        if algorithm not in catalog.PLD_CALIBRATED_SILO_ALGORITHMS:
+            return  # non-private, or calibrated in closed form (shuffle)
         accountant = accountant or "exact"
     if accountant not in NUMERICAL_ACCOUNTANTS:
         return

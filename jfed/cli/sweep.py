@@ -22,11 +22,12 @@ import sys
 from jfed.catalog import (
     METRIC_LABELS,
     REGRESSION_SWEEP_ALGORITHMS,
+    SELECTION_STATISTICS,
     SILO_ALGORITHMS,
     TUNING_RULES,
 )
 from jfed.cli.checks import CHECKS, parse_numbers
-from jfed.cli.options import cache_flag
+from jfed.cli.options import cache_flag, progress_flag, show_progress
 
 TUNABLE = (
     "step_scale", "alpha", "beta", "omega", "clip", "radius", "ridge", "learning_rate", "step_size",
@@ -58,12 +59,18 @@ def add_parsers(commands) -> None:
         help="delta of every run (1e-5 for the regression methods; 1/n_min^2 per silo for the silo "
         "methods, n_min the smallest silo)",
     )  # fmt: skip
+    _statistic_flag(sweep)
+    sweep.add_argument(
+        "--extend-edges", type=int, default=2, metavar="N",
+        help="when a chosen value is on the edge of its --grid, extend the grid past it and sweep "
+        "again, up to N times (2; 0: only warn)",
+    )  # fmt: skip
     sweep.add_argument("--tune", choices=TUNING_RULES, default="fixed",
                        help="fixed: one setting for all eps (paper); per-eps")  # fmt: skip
     sweep.add_argument("--out", default="results/sweep", help="results folder")
     sweep.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
     sweep.add_argument("--slice-size", type=int, default=None, help="runs per compiled call")
-    sweep.add_argument("--no-progress", action="store_true")
+    progress_flag(sweep)
     cache_flag(sweep)
     sweep.add_argument(
         "--no-shared-noise", action="store_true",
@@ -74,6 +81,15 @@ def add_parsers(commands) -> None:
     plot = commands.add_parser("plot", help="redraw the tables and plots of a sweep")
     plot.add_argument("results", help="a sweep folder or its runs.jsonl")
     plot.add_argument("--tune", choices=TUNING_RULES, default="fixed")
+    _statistic_flag(plot)
+
+
+def _statistic_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--statistic", choices=SELECTION_STATISTICS, default="median",
+        help="how a setting's validation values (over seeds, and eps for --tune fixed) are scored "
+        "(median: robust to the one-shot estimator's heavy-tailed R^2)",
+    )  # fmt: skip
 
 
 def _pairs(items: list[str], many: bool) -> dict:
@@ -110,7 +126,7 @@ def _write_csv(path: str, rows: list[dict]) -> None:
             )
 
 
-def finish(rows: list[dict], out: str, rule: str) -> list[dict]:
+def finish(rows: list[dict], out: str, rule: str, statistic: str = "median") -> list[dict]:
     """Write runs.csv, tuned.csv and the plots of a finished (or partial) sweep."""
     from jfed.report.plots import plot_convergence, plot_utility
     from jfed.sweep import tuned_table
@@ -122,7 +138,7 @@ def finish(rows: list[dict], out: str, rule: str) -> list[dict]:
     selection = rows[0].get("selection_metric", "validation_r2")
     report = rows[0].get("report_metric", "test_r2")
     maximize = rows[0].get("selection_maximize", True)
-    table = tuned_table(rows, hyper, rule, selection, report, maximize)
+    table = tuned_table(rows, hyper, rule, selection, report, maximize, statistic)
     _write_csv(os.path.join(out, "runs.csv"), rows)
     _write_csv(os.path.join(out, "tuned.csv"), table)
     plot_utility(table, os.path.join(out, "utility"), report)
@@ -131,18 +147,25 @@ def finish(rows: list[dict], out: str, rule: str) -> list[dict]:
 
 
 def _warn_uncertified(rows: list[dict]) -> None:
-    """One stderr line per (algorithm, eps) whose certified eps differs from the target."""
+    """One stderr line per (algorithm, eps) whose certified eps differs from the target, or that
+    no accountant certifies (the seed's formula calibrations)."""
     seen = set()
     for row in rows:
-        spent, target = row.get("epsilon_spent"), row["epsilon"]
+        certified, target = row.get("epsilon_certified", row["epsilon"]), row["epsilon"]
         key = (row["algorithm"], target)
-        if spent is None or key in seen or abs(float(spent) - target) <= 1e-3 * target:
+        if key in seen:
+            continue
+        if certified is None:
+            message = f"eps {target:g} is the claim of the {row.get('accountant')} calibration; "
+            message += "no accountant here certifies it"
+        elif abs(float(certified) - target) > 1e-2 * target:
+            message = f"target eps {target:g} certifies eps = {float(certified):.4g} "
+            message += f"[{row.get('accountant')}]"
+        else:
             continue
         seen.add(key)
         print(
-            f"jfed: warning: {row['algorithm']} at target eps {target:g} certifies eps = "
-            f"{float(spent):.4g} [{row.get('accountant')}] (both are in runs.jsonl)",
-            file=sys.stderr,
+            f"jfed: warning: {row['algorithm']}: {message} (runs.jsonl has both)", file=sys.stderr
         )
 
 
@@ -211,8 +234,9 @@ def _silo_adapter(args: argparse.Namespace, fixed: dict):
 
 def run(args: argparse.Namespace) -> None:
     from jfed.data import load_regression
-    from jfed.sweep import RegressionAdapter, configurations, read_rows, run_sweep
+    from jfed.sweep import RegressionAdapter, configurations, read_rows, run_sweep, tuned_table
     from jfed.sweep.lock import folder_lock
+    from jfed.sweep.tuning import sweep_until_interior
 
     if args.command == "plot":
         path = args.results
@@ -226,7 +250,7 @@ def run(args: argparse.Namespace) -> None:
             rows = read_rows(results)
             if not rows:
                 raise ValueError(f"no finished runs in {results}")
-            _print_table(finish(rows, folder, args.tune))
+            _print_table(finish(rows, folder, args.tune, args.statistic))
         return
     epsilons = parse_numbers("--epsilon", args.epsilon)
     fixed = _pairs(args.set, many=False)
@@ -244,12 +268,41 @@ def run(args: argparse.Namespace) -> None:
             args.rounds,
             fixed,
         )
-    configs = configurations(epsilons, args.seeds, _pairs(args.grid, many=True))
-    with folder_lock(args.out):  # the runs and the tables written from them: one writer
-        rows = run_sweep(
-            adapter, configs, os.path.join(args.out, "runs.jsonl"), resume=args.resume,
-            slice_size=args.slice_size, progress=not args.no_progress,
-            identity={"dataset": args.dataset}, share_noise=not args.no_shared_noise,
+    grid = _pairs(args.grid, many=True)
+    results = os.path.join(args.out, "runs.jsonl")
+    calls = []
+
+    def run_grid(grid: dict) -> list[dict]:
+        calls.append(grid)
+        return run_sweep(
+            adapter, configurations(epsilons, args.seeds, grid), results,
+            resume=args.resume or len(calls) > 1, slice_size=args.slice_size,
+            progress=show_progress(args), identity={"dataset": args.dataset},
+            share_noise=not args.no_shared_noise,
         )  # fmt: skip
+
+    def tune(rows: list[dict]) -> list[dict]:
+        return tuned_table(
+            rows, tuple(sorted(grid)), args.tune, adapter.selection_metric,
+            adapter.report_metric, adapter.selection_maximize, args.statistic,
+        )  # fmt: skip
+
+    with folder_lock(args.out):  # the runs and the tables written from them: one writer
+        rows, _, notes = sweep_until_interior(
+            run_grid, grid, tune, _allowed, max_extensions=args.extend_edges
+        )
+        for note in notes:
+            print(f"jfed: note: {note}", file=sys.stderr)
         _warn_uncertified(rows)
-        _print_table(finish(rows, args.out, args.tune))
+        _print_table(finish(rows, args.out, args.tune, args.statistic))
+
+
+def _allowed(name: str, value: float) -> bool:
+    """Whether a grid value is inside its flag's declared range."""
+    if name not in CHECKS:
+        return True
+    try:
+        CHECKS[name](name, value)
+    except ValueError:
+        return False
+    return True

@@ -110,7 +110,7 @@ class RegressionAdapter:
                 settings, config["epsilon"], self.delta, self.rounds
             )
         fields = {
-            "epsilon_spent": guarantee.epsilon,
+            "epsilon_certified": guarantee.epsilon,
             "delta": guarantee.delta,
             "accountant": guarantee.accountant,
             "sigma": sigma,
@@ -281,7 +281,9 @@ class SiloAdapter:
             ridge=settings.ridge,
         )
         return hp, {
-            "epsilon_spent": fields["epsilon"],
+            "epsilon_certified": fields["epsilon_certified"],
+            # for the formula calibrations: what PLD gives their noise under Poisson sampling
+            "exact_epsilon": fields.get("exact_epsilon"),
             "delta": fields["delta"],
             "accountant": fields["accountant"],
             "sigma": float(np.max(noise)),

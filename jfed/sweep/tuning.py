@@ -1,11 +1,20 @@
 """Choosing hyper-parameters on the validation split, as the source papers do.
 
-Two rules, recorded in every chosen row as ``choice_rule``:
+Two rules, recorded in every chosen row as ``choice_rule`` with the statistic used:
 
-- ``per-eps``: for each (algorithm, eps), the hyper-parameters with the best mean validation
-  metric across seeds;
-- ``fixed``: for each algorithm, ONE setting for all eps, the one with the best validation metric
-  averaged over eps and seeds (the modulated-learning paper's rule).
+- ``per-eps``: for each (algorithm, eps), the hyper-parameters with the best validation
+  statistic across seeds;
+- ``fixed``: for each algorithm, ONE setting for all eps, the one with the best validation
+  statistic over eps and seeds (the modulated-learning paper's rule).
+
+The statistic is the median by default: validation R^2 of the one-shot estimator is heavy-tailed
+(a near-singular ridge solve gives R^2 of -800 in one run where the median is -0.02), so a mean
+lets a few outliers choose. ``mean`` and ``trimmed-mean`` (10% cut at each end) are options.
+
+A choice on the edge of its grid says the grid was too narrow: :func:`edge_choices` finds them and
+:func:`sweep_until_interior` extends the grid beyond the edge and sweeps again (the sweep resumes,
+so only the new values run) until the choice is interior, the allowed range ends, or the
+extensions run out; what remains on an edge is reported.
 
 Only the validation metric is read to choose; the test metric is reported for the choice.
 """
@@ -13,12 +22,28 @@ Only the validation metric is read to choose; the test metric is reported for th
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
+from scipy.stats import trim_mean
 
-from jfed.catalog import TUNING_RULES
+from jfed.catalog import SELECTION_STATISTICS, TUNING_RULES
 
 RULES = TUNING_RULES
+STATISTICS = SELECTION_STATISTICS
+TRIM = 0.1  # the trimmed mean's cut at each end
+
+
+def _statistic(values: list[float], statistic: str) -> float:
+    if statistic == "median":
+        return float(np.median(values))
+    if statistic == "mean":
+        return float(np.mean(values))
+    if statistic == "trimmed-mean":
+        return float(trim_mean(values, TRIM))
+    raise ValueError(f"unknown selection statistic {statistic!r}; expected one of {STATISTICS}")
+
+
 IDENTITY = ("config_key", "algorithm", "epsilon", "seed", "dataset")
 
 
@@ -33,9 +58,11 @@ def choose(
     rule: str = "fixed",
     validation: str = "validation_r2",
     maximize: bool = True,
+    statistic: str = "median",
 ) -> dict:
     """``{(dataset, algorithm, eps): hyper-values tuple}`` chosen by ``rule`` from validation
-    only (``dataset`` is ``None`` in rows without one)."""
+    only (``dataset`` is ``None`` in rows without one), scoring each setting by ``statistic``
+    of its validation values (over seeds, and over eps for the ``fixed`` rule)."""
     if rule not in RULES:
         raise ValueError(f"unknown choice rule {rule!r}; expected one of {RULES}")
     sign = 1.0 if maximize else -1.0
@@ -47,7 +74,7 @@ def choose(
         scores[(_group(row, rule), combo)].append(sign * value)
     best: dict = {}
     for (group, combo), values in scores.items():
-        score = float(np.mean(values))
+        score = _statistic(values, statistic)
         if group not in best or score > best[group][0]:
             best[group] = (score, combo)
     return {_group(row, "per-eps"): best[_group(row, rule)][1] for row in rows}
@@ -66,10 +93,11 @@ def tuned_table(
     validation: str = "validation_r2",
     test: str = "test_r2",
     maximize: bool = True,
+    statistic: str = "median",
 ) -> list[dict]:
     """One row per (algorithm, eps): the chosen hyper-parameters and the test metric over seeds
     (mean, standard error, seeds), with ``choice_rule`` recorded."""
-    chosen = choose(rows, hyper, rule, validation, maximize)
+    chosen = choose(rows, hyper, rule, validation, maximize, statistic)
     groups: dict = defaultdict(list)
     for row in rows:
         key = _group(row, "per-eps")
@@ -89,7 +117,7 @@ def tuned_table(
                 "delta": first.get("delta"),
                 "accountant": first.get("accountant"),
                 **{h: first[h] for h in hyper},
-                "choice_rule": f"{rule} on {validation}",
+                "choice_rule": f"{rule} on {validation} ({statistic})",
                 f"{test}_mean": float(values.mean()),
                 f"{test}_se": float(values.std(ddof=1) / np.sqrt(len(values)))
                 if len(values) > 1
@@ -99,3 +127,91 @@ def tuned_table(
             }
         )
     return table
+
+
+def edge_choices(rows: list[dict], table: list[dict], hyper: tuple[str, ...]) -> list[dict]:
+    """Chosen values that sit on the edge of their swept values (two or more swept), one entry
+    per (data set, algorithm, name, value): ``{"dataset", "algorithm", "name", "value", "side",
+    "epsilons"}``."""
+    swept: dict = defaultdict(set)
+    for row in rows:
+        for name in hyper:
+            swept[(row.get("dataset"), row["algorithm"], name)].add(row[name])
+    found: dict = {}
+    for row in table:
+        for name in hyper:
+            values = sorted(swept[(row.get("dataset"), row["algorithm"], name)])
+            if len(values) < 2 or row[name] not in (values[0], values[-1]):
+                continue
+            side = "upper" if row[name] == values[-1] else "lower"
+            key = (row.get("dataset"), row["algorithm"], name, row[name])
+            entry = found.setdefault(key, {
+                "dataset": key[0], "algorithm": key[1], "name": name, "value": row[name],
+                "side": side, "epsilons": [],
+            })  # fmt: skip
+            entry["epsilons"].append(row["epsilon"])
+    return list(found.values())
+
+
+def beyond_edge(values: list[float], side: str) -> float:
+    """The next grid value past an edge: a geometric step for positive grids (the ratio of the
+    two outermost values), else an arithmetic one."""
+    values = sorted(values)
+    edge, neighbour = (values[-1], values[-2]) if side == "upper" else (values[0], values[1])
+    if edge > 0 and neighbour > 0:
+        return edge * edge / neighbour
+    return 2 * edge - neighbour
+
+
+def sweep_until_interior(
+    run_grid: Callable[[dict], list[dict]],
+    grid: dict[str, list[float]],
+    tune: Callable[[list[dict]], list[dict]],
+    allowed: Callable[[str, float], bool] = lambda name, value: True,
+    max_extensions: int = 3,
+) -> tuple[list[dict], list[dict], list[str]]:
+    """Sweep ``grid``, tune, and extend the grid past every edge choice, up to
+    ``max_extensions`` times.
+
+    Args:
+      run_grid: runs (resumably) every configuration of a grid and returns all its rows.
+      grid: the swept values per name.
+      tune: rows -> tuned table (:func:`tuned_table` with the sweep's rule and metrics).
+      allowed: whether a value is in its name's allowed range (an edge at the end of the range
+        is not extended).
+      max_extensions: how many times the grid may grow.
+
+    Returns:
+      ``(rows, table, notes)``: the notes say, in words, what was extended and what choice is
+      still on an edge.
+    """
+    grid = {name: sorted(values) for name, values in grid.items()}
+    notes: list[str] = []
+    for attempt in range(max_extensions + 1):
+        rows = run_grid(grid)
+        table = tune(rows)
+        edges = edge_choices(rows, table, tuple(grid))
+        grown = {name: list(values) for name, values in grid.items()}
+        for edge in edges:
+            where = f"{edge['algorithm']}" + (f" on {edge['dataset']}" if edge["dataset"] else "")
+            value = beyond_edge(grown[edge["name"]], edge["side"])
+            if attempt == max_extensions or not allowed(edge["name"], value):
+                reason = (
+                    "the extensions ran out"
+                    if attempt == max_extensions
+                    else f"{value:g} is outside the allowed range"
+                )
+                notes.append(
+                    f"{where}: the choice {edge['name']} = {edge['value']:g} is on the "
+                    f"{edge['side']} edge of the grid ({reason})"
+                )
+            elif value not in grown[edge["name"]]:
+                grown[edge["name"]] = sorted([*grown[edge["name"]], value])
+                notes.append(
+                    f"{where}: {edge['name']} = {edge['value']:g} was on the {edge['side']} edge; "
+                    f"the grid grows to {value:g}"
+                )
+        if grown == grid:
+            return rows, table, notes
+        grid = grown
+    return rows, table, notes
