@@ -40,7 +40,8 @@ import numpy as np
 EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 METHODS = {
     "modulated-iterative": {"step_scale": [0.5, 0.8, 1.0]},
-    "modulated-one-shot": {"ridge": [0.5, 1.0, 2.0, 5.0]},
+    # lambda = ridge_scale * (sigma / alpha)^2 * 2 sqrt(d / n), the default noise-scaled ridge
+    "modulated-one-shot": {"ridge_scale": [0.3, 1.0, 3.0]},
     "dpsgd": {"clip": [1.0, 2.0, 3.0], "learning_rate": [0.05, 0.1, 0.2]},
 }
 MAP_GRID = {"clip": [1.0, 2.0, 3.0], "beta": [0.0, 0.5]}
@@ -180,7 +181,8 @@ def print_table(table: list[dict], tasks: list[str], methods: dict) -> None:
                     key=lambda r: r["epsilon"],
                 )
                 cells = [f"{r['test_r2_mean']:.3f}({r['test_r2_se']:.3f})" for r in rows]
-                chosen = {k: rows[0][k] for k in methods[method]}
+                names = set(methods[method]) | set(paper_settings(name, method))
+                chosen = {k: rows[0][k] for k in sorted(names) if k in rows[0]}
                 print(
                     f"{name:16s} {arm:38s} " + " ".join(f"{c:>13s}" for c in cells) + f"  {chosen}"
                 )

@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import pytest
+from scipy.stats import chi2
 
 from jfed.algorithms.linear import r2_score
 from jfed.data import (
@@ -73,3 +74,22 @@ def test_synthetic_task_has_expected_r2():
     # Bayes R^2 = ||theta*||^2 / (||theta*||^2 + s^2) = 0.8; test split of 10^4: SE about 0.004
     assert r2_score(theta_star, *task.test) == pytest.approx(0.8, abs=0.02)
     assert not np.array_equal(task.test[0], task.validation[0])
+
+
+def test_procedural_clip_radius_comes_from_the_feature_distribution():
+    """C defaults to the 95% quantile of ||x|| for procedural clients: a run clips 5% of them
+    (within three binomial standard errors). Negative control: the old fixed C = 3 clips about
+    half of them in d = 10."""
+    from jfed.run import ModulatedSettings, default_feature_clip, load_task, run_modulated
+
+    task = load_task(synthetic=True, n_clients=20_000, dim=10)
+    clip = default_feature_clip(task.train)
+    assert clip == pytest.approx(float(np.sqrt(chi2.ppf(0.95, 10))), rel=1e-12)
+    assert default_feature_clip(load_regression("modechoice").train) == 3.0
+    record = run_modulated(task, 1.0, 1e-5, 1, ModulatedSettings(estimator="one-shot"))
+    assert record["hyperparams"]["clip"] == pytest.approx(clip)
+    standard_error = np.sqrt(0.05 * 0.95 / 20_000)
+    assert abs(record["clipped_fraction"] - 0.05) < 3 * standard_error
+    fixed = run_modulated(task, 1.0, 1e-5, 1, ModulatedSettings(estimator="one-shot", clip=3.0))
+    assert abs(fixed["clipped_fraction"] - chi2.sf(9.0, 10)) < 3 * np.sqrt(0.25 / 20_000)
+    assert fixed["clipped_fraction"] > 0.5

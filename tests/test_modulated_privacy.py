@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jfed import privacy
-from jfed.algorithms import modulated
+from jfed.algorithms import dpsgd, modulated
 
 ALPHA, BETA, OMEGA, DIM = 0.7, 1.1, 2.5, 6
 
@@ -81,3 +81,38 @@ def test_classic_accountant_needs_more_noise_than_zcdp_over_rounds():
     classic_sigma, guarantee = modulated.calibrate(5.0, 1e-5, 10, sensitivity, "classic")
     assert guarantee.accountant == "classic-gaussian+basic-composition"
     assert classic_sigma > zcdp_sigma
+
+
+def _zcdp_epsilon(rounds, sensitivity, noise_std, delta):
+    """eps of T Gaussian releases by the zCDP closed form, written out independently."""
+    rho = rounds * sensitivity**2 / (2 * noise_std**2)
+    return rho + 2 * math.sqrt(rho * math.log(1 / delta))
+
+
+def test_a_plan_bundles_the_clip_the_noise_and_the_guarantee():
+    """The plan's guarantee is what its noise certifies for ITS clip (independent closed form),
+    and its hyper-parameters carry that clip and noise; the privacy-carrying parameters cannot be
+    passed again. Negative control: the drift a plan prevents (noise for clip 1 used with clip 3)
+    certifies far more than the eps it would report."""
+    privacy_plan = modulated.plan(2.0, 1e-6, 10, clip_norm=1.0, beta=0.5)
+    lipschitz = 1.0 + 0.5 * 1.0 / 1.0
+    certified = _zcdp_epsilon(10, lipschitz * 2 * 1.0, privacy_plan.noise_std, 1e-6)
+    assert certified == pytest.approx(privacy_plan.guarantee.epsilon, rel=1e-9)
+    assert certified == pytest.approx(2.0, rel=1e-6)
+    hp = privacy_plan.hyperparams(step_scale=0.5, ridge=2.0)
+    assert float(hp.clip_norm) == 1.0 and float(hp.beta) == 0.5
+    assert float(hp.noise_std) == pytest.approx(privacy_plan.noise_std, rel=1e-6)
+    with pytest.raises(TypeError):
+        privacy_plan.hyperparams(clip_norm=3.0)
+    drifted = _zcdp_epsilon(10, lipschitz * 2 * 3.0, privacy_plan.noise_std, 1e-6)
+    assert drifted > 3 * privacy_plan.guarantee.epsilon
+
+    sgd_plan = dpsgd.plan(1.0, 1e-5, 10, clip_norm=0.5)
+    assert _zcdp_epsilon(10, 2 * 0.5, sgd_plan.noise_std, 1e-5) == pytest.approx(
+        sgd_plan.guarantee.epsilon, rel=1e-9
+    )
+    sgd_hp = sgd_plan.hyperparams(learning_rate=0.05)
+    assert float(sgd_hp.clip_norm) == 0.5
+    assert float(sgd_hp.noise_std) == pytest.approx(sgd_plan.noise_std, rel=1e-6)
+    with pytest.raises(TypeError):
+        sgd_plan.hyperparams(clip_norm=2.0)

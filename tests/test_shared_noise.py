@@ -1,6 +1,7 @@
 """Shared-noise runs (one pass for every noise level of a seed) equal the separate runs."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -57,3 +58,15 @@ def test_negative_control_dropping_the_cross_term_is_caught(task, monkeypatch):
         assert _largest_gap(task, modulated.OneShot(task.dim), 1) > 100 * TOLERANCE
     finally:
         jax.clear_caches()
+
+
+def test_shared_units_must_agree_on_what_the_clients_read():
+    """Runs that share one pass over the clients may differ in the noise and the server's fields
+    (the noise-scaled ridge differs per eps) but not in the map or the clip."""
+    shared = modulated.SharedNoise(modulated.OneShot(dim=3))
+    base = modulated.hyperparams(noise_std=1.0, ridge=0.5)
+    shared.check_shared([base, base._replace(noise_std=jnp.float32(2.0), ridge=jnp.float32(3.0))])
+    for field in ("clip_norm", "alpha", "beta"):
+        other = base._replace(**{field: jnp.float32(0.25)})
+        with pytest.raises(ValueError, match=f"same {field}"):
+            shared.check_shared([base, other])

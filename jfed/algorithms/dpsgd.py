@@ -74,6 +74,39 @@ def calibrate(
     return noise_std, guarantee
 
 
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """The gradient clip, the noise calibrated for it and the guarantee it certifies, built
+    together by :func:`plan` so they cannot drift apart; :meth:`hyperparams` takes only what does
+    not change privacy (learning rate, radius).
+
+    Attributes:
+      clip_norm: G; rounds: T; noise_std: sigma per coordinate per round; guarantee: what it
+      certifies.
+    """
+
+    clip_norm: float
+    rounds: int
+    noise_std: float
+    guarantee: privacy.PrivacyGuarantee
+
+    def hyperparams(self, *, learning_rate: float = 0.1, radius: float = 10.0) -> Hyperparams:
+        """The traced hyper-parameters; the clip and the noise are the plan's."""
+        return hyperparams(
+            clip_norm=self.clip_norm, learning_rate=learning_rate, noise_std=self.noise_std,
+            radius=radius,
+        )  # fmt: skip
+
+
+def plan(
+    epsilon: float, delta: float, rounds: int, *, clip_norm: float = 2.0, accountant: str = "zcdp"
+) -> PrivacyPlan:
+    """Calibrate T rounds of clipped gradients (clip G) to be (eps, delta)-LDP and bundle the
+    clip, the noise and the guarantee (:class:`PrivacyPlan`)."""
+    noise_std, guarantee = calibrate(epsilon, delta, rounds, clip_norm, accountant)
+    return PrivacyPlan(float(clip_norm), int(rounds), float(noise_std), guarantee)
+
+
 class State(NamedTuple):
     """``theta: f32[d]``, ``theta_sum: f32[d]``, ``rounds_done: i32[]``, hyper-parameters."""
 

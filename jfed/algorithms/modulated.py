@@ -191,6 +191,108 @@ def calibrate(
 # ----------------------------------------------------------------------------- client (one)
 
 
+def noise_scaled_ridge(
+    noise_std: float, alpha: float, n_clients: int, dim: int, scale: float = 1.0
+) -> float:
+    """The one-shot ridge ``lambda = scale * (sigma / alpha)^2 * 2 sqrt(d / n)``: the spectral
+    size of the privacy noise in ``S_hat``.
+
+    Each message carries ``sigma xi_i`` with ``xi_i ~ N(0, I_d)``; after debiasing, S_hat keeps
+    ``(sigma / alpha)^2 (1/n) sum (xi xi^T - I)``, whose eigenvalues spread over
+    ``+-2 sqrt(d / n)`` times ``(sigma / alpha)^2`` (Bai-Yin). A fixed ridge is too small when
+    that spread is large (small eps, or a fixed lambda as n grows: S_hat + lambda I turns
+    near-singular and R^2 goes far below 0) and too large when it is small (large eps: the
+    estimate is shrunk to a plateau). Measured (``sims/one_shot_ridge.py``, 3 seeds): scale 1
+    came within 0.035 of OLS at eps 100 on co2, Fair, ModeChoice and procedural clients (n = 10^5,
+    10^6), and stayed above R^2 -0.06 at every eps in 0.5 .. 100 there except on 10^5 procedural
+    clients at eps 0.5 (-0.43); single seeds still fail at eps 1 to 5 on the RandHIE targets
+    (``sims/modulated_study.py``). README, "The one-shot ridge".
+    """
+    level = (check_positive("noise_std", noise_std) / check_positive("alpha", alpha)) ** 2
+    n_clients = check_int_range("n_clients", n_clients, 1, 2**62)
+    dim = check_int_range("dim", dim, 1, 10**6)
+    return check_positive("scale", scale) * level * 2.0 * math.sqrt(dim / n_clients)
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """The privacy-carrying parameters of the modulated map, the noise calibrated for them and the
+    guarantee that noise certifies, built together by :func:`plan` so that they cannot drift
+    apart (as jax_privacy's plans bundle clipping, noise and accounting). Build the traced
+    hyper-parameters with :meth:`hyperparams`, which takes only what does not change privacy.
+
+    Attributes:
+      alpha, beta, omega, directions, clip_norm, adjacency_diameter: the map (see
+        :func:`sensitivity`).
+      rounds: releases per client (T; 1 for the one-shot estimator).
+      noise_std: sigma per coordinate per release.
+      sensitivity: L2 sensitivity of one message.
+      guarantee: what the plan certifies (eps, delta, accountant, notion, what is protected).
+    """
+
+    alpha: float
+    beta: float
+    omega: float
+    directions: int
+    clip_norm: float
+    adjacency_diameter: float | None
+    rounds: int
+    noise_std: float
+    sensitivity: float
+    guarantee: privacy.PrivacyGuarantee
+
+    def hyperparams(
+        self,
+        *,
+        radius: float = 10.0,
+        step_scale: float = 0.8,
+        step_floor: float = 1e-3,
+        ridge: float = 1.0,
+        directions: np.ndarray | None = None,
+    ) -> Hyperparams:
+        """The traced hyper-parameters of this plan; the map's parameters and the noise are the
+        plan's. ``directions`` (fixed, ``f[d, k]``) must have the plan's k columns."""
+        if directions is not None and np.shape(directions)[1] != self.directions:
+            raise ValueError(
+                f"expected fixed directions with {self.directions} columns (the plan's k), got "
+                f"shape {np.shape(directions)}"
+            )
+        return hyperparams(
+            alpha=self.alpha, beta=self.beta, omega=self.omega, noise_std=self.noise_std,
+            clip_norm=self.clip_norm, radius=radius, step_scale=step_scale,
+            step_floor=step_floor, ridge=ridge, directions=directions,
+        )  # fmt: skip
+
+
+def plan(
+    epsilon: float,
+    delta: float,
+    rounds: int,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.5,
+    omega: float = 1.0,
+    directions: int = 1,
+    clip_norm: float = 3.0,
+    adjacency_diameter: float | None = None,
+    accountant: str = "zcdp",
+) -> PrivacyPlan:
+    """Calibrate the noise of ``rounds`` releases of the map with these parameters to be
+    (eps, delta)-LDP, and bundle everything (see :class:`PrivacyPlan`).
+
+    Example:
+      >>> plan = modulated.plan(5.0, 1e-5, 10, clip_norm=3.0)
+      >>> hp = plan.hyperparams(step_scale=0.5)   # clip and noise come from the plan
+      >>> plan.guarantee.describe()
+    """
+    message_sensitivity = sensitivity(alpha, beta, omega, directions, clip_norm, adjacency_diameter)
+    noise_std, guarantee = calibrate(epsilon, delta, rounds, message_sensitivity, accountant)
+    return PrivacyPlan(
+        float(alpha), float(beta), float(omega), int(directions), float(clip_norm),
+        adjacency_diameter, int(rounds), float(noise_std), message_sensitivity, guarantee,
+    )  # fmt: skip
+
+
 class Broadcast(NamedTuple):
     """What the server sends each round: the public map parameters and directions."""
 
@@ -437,15 +539,32 @@ class SharedNoise:
     eps sweep costs about one run per seed instead of one per (eps, seed); each run equals its
     separate run up to float32 rounding (the sums are grouped differently).
 
-    ``hyperparams`` leaves carry a leading axis ``E`` (one entry per noise level); every field
-    but ``noise_std`` must be the same across it (the caller's contract). The state and the
-    per-round infos gain that axis (infos: ``[rounds, E, ...]``).
+    ``hyperparams`` leaves carry a leading axis ``E`` (one entry per noise level); the fields
+    the shared pass over the clients reads (:attr:`SHARED_FIELDS`: the map and the clip) must be
+    the same across it (:meth:`check_shared`); the noise and the server's own fields (ridge,
+    step scale, floor, radius) may differ, since each level's server step reads its own. The
+    state and the per-round infos gain that axis (infos: ``[rounds, E, ...]``).
 
     Attributes:
       estimator: an :class:`Iterative` or :class:`OneShot`.
     """
 
     estimator: Iterative | OneShot
+
+    SHARED_FIELDS = ("alpha", "beta", "omega", "clip_norm", "directions")
+
+    def check_shared(self, hps: list[Hyperparams]) -> None:
+        """Raise ``ValueError`` unless the runs agree on :attr:`SHARED_FIELDS`."""
+        for hp in hps[1:]:
+            for name in self.SHARED_FIELDS:
+                first, other = getattr(hps[0], name), getattr(hp, name)
+                if (first is None) != (other is None) or (
+                    first is not None and not np.array_equal(first, other)
+                ):
+                    raise ValueError(
+                        f"runs sharing their noise must have the same {name} (the clients' "
+                        "pass is shared); they may differ in the noise and the server's fields"
+                    )
 
     def init(self, hp: Hyperparams, key: jax.Array):
         return jax.vmap(lambda h: self.estimator.init(h, key))(hp)

@@ -71,6 +71,7 @@ CHECKS: dict[str, Callable] = {
     "adjacency_diameter": check_positive,
     "radius": check_positive,
     "ridge": check_nonnegative,
+    "ridge_scale": check_positive,
     "step_scale": check_positive,
     "learning_rate": check_positive,
     "silos": _int_range(1, 10**6),
@@ -223,8 +224,9 @@ def _check_applicable(args: argparse.Namespace) -> None:
             not getattr(args, "synthetic", True),
             "only with --synthetic",
         ),
-        (("psd", "ridge"), getattr(args, "estimator", "one-shot") != "one-shot", "only to "
-         "--estimator one-shot"),
+        (("psd", "ridge", "ridge_scale"), getattr(args, "estimator", "one-shot") != "one-shot",
+         "only to --estimator one-shot"),
+        (("ridge_scale",), getattr(args, "ridge", None) is not None, "only without --ridge"),
         (("step_scale",), getattr(args, "estimator", "iterative") != "iterative", "only to "
          "--estimator iterative"),
         (

@@ -30,7 +30,8 @@ from jfed.cli.checks import CHECKS, parse_numbers
 from jfed.cli.options import cache_flag, progress_flag, show_progress
 
 TUNABLE = (
-    "step_scale", "alpha", "beta", "omega", "clip", "radius", "ridge", "learning_rate", "step_size",
+    "step_scale", "alpha", "beta", "omega", "clip", "radius", "ridge", "ridge_scale",
+    "learning_rate", "step_size",
 )  # fmt: skip
 
 
@@ -180,6 +181,7 @@ def _print_table(table: list[dict]) -> None:
             f"(delta={row['delta']:.3g}, {row['accountant']}): {METRIC_LABELS.get(metric, metric)} "
             f"{row[metric + '_mean']:.4f} +- {row[metric + '_se']:.4f} over {row['seeds']} "
             f"seeds, chosen {chosen} ({row['choice_rule']}){reference}"
+            + (f" | eps: {row['notion']}" if row.get("notion") else "")
         )
 
 
@@ -193,6 +195,7 @@ REGRESSION_SETTINGS = {
     ),
     "modulated-one-shot": (
         "alpha", "beta", "omega", "directions", "clip", "adjacency_diameter", "ridge",
+        "ridge_scale",
     ),
 }  # fmt: skip
 

@@ -115,6 +115,15 @@ class SyntheticLinear:
     def dim(self) -> int:
         return self.theta_star.shape[0]
 
+    def feature_norm_quantile(self, level: float) -> float:
+        """The ``level`` quantile of ``||x||`` (x ~ N(0, I_d), so ``||x||^2`` is chi-square with d
+        degrees of freedom): a clip radius that clips a fraction ``1 - level`` of the clients."""
+        from scipy.stats import chi2
+
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"expected level in (0, 1), got level={level}")
+        return float(np.sqrt(chi2.ppf(level, self.dim)))
+
     def record(self, client_id: jax.Array) -> Record:
         """The record ``(x: f32[d], y: f32[])`` of one client."""
         normals, _ = normals_and_uniforms(

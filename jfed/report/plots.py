@@ -29,7 +29,9 @@ def _epsilon_label(rows: list[dict]) -> str:
         details.append(f"delta = {', '.join(deltas)}")
     if accountants:
         details.append(f"accountant: {', '.join(accountants)}")
-    return f"eps ({'; '.join(details)})" if details else "eps"
+    notions = sorted({str(row["notion"]).split(":")[0] for row in rows if row.get("notion")})
+    label = f"eps ({'; '.join(details)})" if details else "eps"
+    return label + ("\n" + "; ".join(notions) if notions else "")
 
 
 def _save(figure, prefix: str) -> list[str]:

@@ -64,7 +64,7 @@ class RegressionAdapter:
         if self.name == "modulated-iterative":
             return ("step_scale", "alpha", "beta", "omega", "clip", "radius")
         if self.name == "modulated-one-shot":
-            return ("ridge", "alpha", "beta", "omega", "clip")
+            return ("ridge", "ridge_scale", "alpha", "beta", "omega", "clip")
         return ("clip", "learning_rate", "radius")
 
     @property
@@ -92,14 +92,16 @@ class RegressionAdapter:
         """Host calibration of one configuration: ``(hyperparams pytree, privacy fields)``."""
         values = {**self.base, **{k: v for k, v in config.items() if k in self.tunable}}
         if self.name == "dpsgd":
-            clip = float(values.get("clip", 2.0))
-            sigma, guarantee = dpsgd.calibrate(
-                config["epsilon"], self.delta, self.rounds, clip, values.get("accountant", "zcdp")
+            privacy_plan = dpsgd.plan(
+                config["epsilon"],
+                self.delta,
+                self.rounds,
+                clip_norm=float(values.get("clip", 2.0)),
+                accountant=values.get("accountant", "zcdp"),
             )
-            hp = dpsgd.hyperparams(
-                clip_norm=clip,
+            sigma, guarantee = privacy_plan.noise_std, privacy_plan.guarantee
+            hp = privacy_plan.hyperparams(
                 learning_rate=float(values.get("learning_rate", 0.1)),
-                noise_std=sigma,
                 radius=float(values.get("radius", 10.0)),
             )
         else:
@@ -107,12 +109,14 @@ class RegressionAdapter:
                 **{k: v for k, v in values.items() if k in ModulatedSettings.__annotations__}
             )
             hp, sigma, guarantee, _ = modulated_hyperparams(
-                settings, config["epsilon"], self.delta, self.rounds
+                settings, config["epsilon"], self.delta, self.rounds, self.task.train
             )
         fields = {
+            **({"ridge_used": float(hp.ridge)} if self.name == "modulated-one-shot" else {}),
             "epsilon_certified": guarantee.epsilon,
             "delta": guarantee.delta,
             "accountant": guarantee.accountant,
+            "notion": f"{guarantee.notion} of {guarantee.protected}",
             "sigma": sigma,
         }
         return hp, fields
@@ -265,6 +269,7 @@ class SiloAdapter:
 
     def hyperparams(self, config: dict) -> tuple[Any, dict]:
         from jfed.algorithms import silo_sgd
+        from jfed.run_silo import PROTECTED as SILO_PROTECTED
 
         settings = self._settings(config)
         # the noise depends on eps and the clip only (for fixed settings): calibrate each once
@@ -286,6 +291,8 @@ class SiloAdapter:
             "exact_epsilon": fields.get("exact_epsilon"),
             "delta": fields["delta"],
             "accountant": fields["accountant"],
+            "notion": fields.get("notion", "ISRL-DP: (eps, delta)-DP of each silo's transcript")
+            + f" of {SILO_PROTECTED}",
             "sigma": float(np.max(noise)),
         }
 

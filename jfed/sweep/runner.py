@@ -111,15 +111,11 @@ def _units(configs: list[dict], shared: bool) -> list[list[dict]]:
     return list(groups.values())
 
 
-def _stack_unit(hps: list, shared: bool):
-    """Stack a unit's hyper-parameters (leaves ``[E, ...]``); with shared noise, check that they
-    differ in ``noise_std`` alone (the contract of the shared-noise algorithms)."""
-    if shared:
-        first = hps[0]._replace(noise_std=None)
-        for hp in hps[1:]:
-            same = jax.tree.map(np.array_equal, first, hp._replace(noise_std=None))
-            if not all(jax.tree.leaves(same)):
-                raise ValueError("runs sharing their noise must differ in noise_std alone")
+def _stack_unit(hps: list, shared_algorithm):
+    """Stack a unit's hyper-parameters (leaves ``[E, ...]``); runs that share their noise are
+    checked against the shared-noise algorithm's contract first (``check_shared``)."""
+    if shared_algorithm is not None:
+        shared_algorithm.check_shared(hps)
     return stack(hps)
 
 
@@ -241,7 +237,7 @@ def _run_sweep(
         def prepared(unit_configs):
             padded = unit_configs + [unit_configs[-1]] * (per_unit - len(unit_configs))
             calibrated = [adapter.hyperparams(c) for c in padded]
-            hp = _stack_unit([hp for hp, _ in calibrated], shared)
+            hp = _stack_unit([hp for hp, _ in calibrated], shared_algorithm if shared else None)
             return hp, [fields for _, fields in calibrated]
 
         if slice_size is not None:

@@ -116,6 +116,7 @@ def tuned_table(
                 "epsilon": epsilon,
                 "delta": first.get("delta"),
                 "accountant": first.get("accountant"),
+                "notion": first.get("notion"),
                 **{h: first[h] for h in hyper},
                 "choice_rule": f"{rule} on {validation} ({statistic})",
                 f"{test}_mean": float(values.mean()),
@@ -212,6 +213,6 @@ def sweep_until_interior(
                     f"the grid grows to {value:g}"
                 )
         if grown == grid:
-            return rows, table, notes
+            break
         grid = grown
-    return rows, table, notes
+    return rows, table, list(dict.fromkeys(notes))  # a boundary is noted once
