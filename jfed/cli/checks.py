@@ -1,7 +1,7 @@
 """The command line's arguments checked before JAX is imported or any device is touched.
 
 Every number a flag takes has its allowed range here, named as the user typed the flag; a bad
-value answers with one line (``jfed: error: expected --epsilon > 0 (finite), got
+value answers with one line (``jfed: error: expected --epsilon in [1e-06, 1e+06], got
 --epsilon=-1.0``) and exit status 2, in a fraction of a second, on every backend (an accelerator's
 start-up log never precedes it). The library's own checks still guard the Python API.
 """
@@ -26,8 +26,6 @@ MAX_CLIENTS = 2**31 - 1
 MAX_DIM = 100_000
 MAX_SEED = 2**31 - 1
 MAX_SEEDS = 10_000
-
-
 MIN_EPSILON, MAX_EPSILON = 1e-6, 1e6
 
 
