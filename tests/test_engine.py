@@ -62,9 +62,9 @@ def test_array_clients_are_block_invariant_too():
 
 
 def test_eight_device_sharding_matches_one_device(population):
-    assert len(jax.devices()) >= 8, "conftest forces 8 CPU devices"
+    assert len(jax.devices("cpu")) >= 8, "conftest forces 8 CPU devices"
     one = ExecutionPlan(block_size=256, chunk_size=256)
-    eight = ExecutionPlan(block_size=256, chunk_size=256, mesh=client_mesh(8))
+    eight = ExecutionPlan(block_size=256, chunk_size=256, mesh=client_mesh(8, backend="cpu"))
     hp = modulated.hyperparams(noise_std=2.0)
     V = modulated.random_directions(jax.random.key(9), DIM, 2)
     broadcast = modulated.Broadcast(V, hp.alpha, hp.beta, hp.omega, hp.noise_std, hp.clip_norm)
@@ -129,6 +129,8 @@ def test_plan_validation():
     small = ExecutionPlan().fitted(25)
     assert (small.chunk_size, small.block_size) == (32, 32)
     assert (
-        ExecutionPlan(chunk_size=256, block_size=256, mesh=client_mesh(8)).fitted(100).chunk_size
+        ExecutionPlan(chunk_size=256, block_size=256, mesh=client_mesh(8, backend="cpu"))
+        .fitted(100)
+        .chunk_size
         == 16
     )

@@ -33,9 +33,14 @@ def test_random_pairs_respect_lipschitz_bound(k):
     x = rng.normal(size=(20_000, DIM)) * rng.uniform(0, 1, (20_000, 1)) / math.sqrt(DIM)
     x_other = x + rng.normal(size=x.shape) * rng.choice([1e-3, 1e-1, 1.0], size=(20_000, 1))
     phases = rng.uniform(0, 2 * np.pi, size=(20_000, k))
-    difference = np.asarray(f(x, phases) - f(x_other, phases), np.float64)
-    ratio = np.linalg.norm(difference, axis=1) / np.linalg.norm(x - x_other, axis=1)
-    assert ratio.max() <= L * (1 + 1e-4)
+    fx, fy = np.asarray(f(x, phases), np.float64), np.asarray(f(x_other, phases), np.float64)
+    distance = np.linalg.norm(x - x_other, axis=1)
+    ratio = np.linalg.norm(fx - fy, axis=1) / distance
+    # float32 rounding of each message (a few ulps of its norm, dot products of length d) is
+    # magnified by 1 / ||x - x'|| for close pairs: the bound allows exactly that, pair by pair
+    rounding = 4 * DIM * np.finfo(np.float32).eps
+    slack = rounding * (np.linalg.norm(fx, axis=1) + np.linalg.norm(fy, axis=1)) / distance
+    assert np.all(ratio <= L + slack), float(np.max(ratio - L - slack))
 
 
 @pytest.mark.parametrize("k", [1, 2, 4])

@@ -63,9 +63,11 @@ class ExecutionPlan:
         return ExecutionPlan(block, chunk, self.mesh)
 
 
-def client_mesh(n_devices: int | None = None) -> Mesh:
-    """A 1-D mesh named ``"clients"`` over the first ``n_devices`` devices (default: all)."""
-    devices = jax.devices()
+def client_mesh(n_devices: int | None = None, backend: str | None = None) -> Mesh:
+    """A 1-D mesh named ``"clients"`` over the first ``n_devices`` devices (default: all) of
+    ``backend`` (default: JAX's default backend; ``"cpu"`` pins the mesh to the host devices,
+    e.g. the forced CPU devices of the tests on a machine whose default backend is a GPU)."""
+    devices = jax.devices(backend)
     n_devices = len(devices) if n_devices is None else n_devices
     if not 1 <= n_devices <= len(devices):
         raise ValueError(f"expected n_devices in [1, {len(devices)}], got n_devices={n_devices}")
