@@ -43,17 +43,31 @@ def load_task(
 
 
 def _timed_simulate(algorithm, task, hp, seed, rounds, plan, progress=False):
+    """Simulate and time it: ``(state, infos, timing)`` with ``timing`` the record fields
+    ``seconds`` (the whole call), ``compile_seconds`` and ``run_seconds`` (apart, except with a
+    progress bar), the ``plan`` used and the ``device``."""
+    plan = (plan or ExecutionPlan.for_backend()).fitted(task.train.n_clients)
+    timings: dict = {}
     start = time.perf_counter()
     state, infos = simulate(
-        algorithm, task.train, hp, jax.random.key(seed), rounds, plan, progress=progress
-    )
+        algorithm, task.train, hp, jax.random.key(seed), rounds, plan, progress=progress,
+        timings=None if progress else timings,
+    )  # fmt: skip
     jax.block_until_ready((state, infos))
-    return state, infos, time.perf_counter() - start
+    device = jax.devices()[0]
+    timing = {
+        "seconds": time.perf_counter() - start,
+        "compile_seconds": timings.get("compile_seconds"),
+        "run_seconds": timings.get("run_seconds"),
+        "plan": plan.describe(),
+        "device": f"{device.platform}: {device.device_kind}",
+    }
+    return state, infos, timing
 
 
 def ols_reference(task: RegressionTask, plan: ExecutionPlan | None = None) -> dict:
     """Non-private OLS on the training clients: its parameter and test / validation R^2."""
-    state, _, seconds = _timed_simulate(
+    state, _, timing = _timed_simulate(
         ols.LeastSquares(task.dim), task, jnp.float32(0.0), 0, 1, plan
     )
     theta = np.asarray(state.theta, np.float64)
@@ -61,7 +75,8 @@ def ols_reference(task: RegressionTask, plan: ExecutionPlan | None = None) -> di
         "theta": theta,
         "test_r2": r2_score(theta, *task.test),
         "validation_r2": r2_score(theta, *task.validation),
-        "seconds": seconds,
+        "seconds": timing["seconds"],
+        "timing": timing,
     }
 
 
@@ -235,7 +250,7 @@ def run_modulated(
         algorithm = modulated.OneShot(task.dim, settings.directions)
     else:
         algorithm = modulated.Iterative(task.dim, settings.directions)
-    state, infos, seconds = _timed_simulate(
+    state, infos, timing = _timed_simulate(
         algorithm, task, hp, seed, rounds, plan, progress and f"modulated {settings.estimator}"
     )
     reference = reference or ols_reference(task, plan)
@@ -275,7 +290,7 @@ def run_modulated(
         if sigma > 0
         else None,
         "ols_r2": reference["test_r2"],
-        "seconds": seconds,
+        **timing,
         "versions": versions(),
     }
 
@@ -302,7 +317,7 @@ def run_dpsgd(
     privacy_plan = dpsgd.plan(epsilon, delta, rounds, clip_norm=clip, accountant=accountant)
     sigma, guarantee = privacy_plan.noise_std, privacy_plan.guarantee
     hp = privacy_plan.hyperparams(learning_rate=learning_rate, radius=radius)
-    state, infos, seconds = _timed_simulate(
+    state, infos, timing = _timed_simulate(
         dpsgd.FedAvg(task.dim), task, hp, seed, rounds, plan, progress and "dpsgd"
     )
     reference = reference or ols_reference(task, plan)
@@ -317,7 +332,7 @@ def run_dpsgd(
         "test_r2_per_round": r2_curve(np.asarray(infos.theta), *task.test).tolist(),
         "clipped_fraction": float(infos.clipped_fraction[-1]),
         "ols_r2": reference["test_r2"],
-        "seconds": seconds,
+        **timing,
         "versions": versions(),
     }
 
@@ -332,7 +347,7 @@ def run_ols(task: RegressionTask, plan: ExecutionPlan | None = None) -> dict:
         "test_r2": reference["test_r2"],
         "validation_r2": reference["validation_r2"],
         "ols_r2": reference["test_r2"],
-        "seconds": reference["seconds"],
+        **reference["timing"],
         "versions": versions(),
     }
 

@@ -285,6 +285,11 @@ def check_arguments(args: argparse.Namespace) -> None:
                 f"of {list(known)}"
             )
     block, chunk = getattr(args, "block_size", None), getattr(args, "chunk_size", None)
+    if block is not None and chunk is None:
+        raise ValueError(
+            "expected --block-size a positive multiple of --chunk-size: give --chunk-size too "
+            "(its default depends on the backend)"
+        )
     if block is not None and chunk is not None and block % chunk:
         raise ValueError(
             f"expected --block-size a positive multiple of --chunk-size={chunk}, "

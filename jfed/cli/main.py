@@ -53,9 +53,13 @@ def _common(parser: argparse.ArgumentParser, private: bool = True) -> None:
         run.add_argument("--rounds", type=int, default=DEFAULTS["rounds"], help="rounds T")
         run.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="run seed")
     run.add_argument(
-        "--block-size", type=int, default=65_536, help="clients per streaming step (65536)"
-    )
-    run.add_argument("--chunk-size", type=int, default=4_096, help="clients vmapped at once (4096)")
+        "--block-size", type=int, default=None,
+        help="clients per streaming step (65536 on CPU, 1048576 on GPU / TPU)",
+    )  # fmt: skip
+    run.add_argument(
+        "--chunk-size", type=int, default=None,
+        help="clients vmapped at once (4096 on CPU, 262144 on GPU / TPU)",
+    )  # fmt: skip
     run.add_argument("--json", metavar="PATH", help="write the JSON record to PATH ('-': stdout)")
     options.progress_flag(run)
     options.cache_flag(run)
@@ -225,7 +229,11 @@ def _run(args: argparse.Namespace) -> dict:
     if args.algorithm in SILO_ALGORITHMS:
         return _run_silo(args)
 
-    plan = ExecutionPlan(block_size=args.block_size, chunk_size=args.chunk_size)
+    default = ExecutionPlan.for_backend()
+    plan = ExecutionPlan(
+        block_size=args.block_size or default.block_size,
+        chunk_size=args.chunk_size or default.chunk_size,
+    )
     task = runner.load_task(
         args.dataset, args.synthetic, args.clients or SYNTHETIC_CLIENTS, args.dim or SYNTHETIC_DIM
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol
 
 import jax
@@ -51,6 +52,7 @@ def simulate(
     rounds: int,
     plan: ExecutionPlan | None = None,
     progress: bool | str = False,
+    timings: dict | None = None,
 ) -> tuple[PyTree, PyTree]:
     """Run ``rounds`` rounds of ``algorithm`` on ``population`` as one jitted program.
 
@@ -60,10 +62,14 @@ def simulate(
       hyperparams: traced hyper-parameters (e.g. a NamedTuple of f32 scalars).
       key: the run key; see :mod:`jfed.engine.keys` for how it is split.
       rounds: number of rounds T >= 1 (static).
-      plan: batching plan (default :class:`ExecutionPlan`); shrunk to fit small populations.
+      plan: batching plan (default: :meth:`ExecutionPlan.for_backend`, sized for the default
+        backend); shrunk to fit small populations.
       progress: show a progress bar over rounds, reported from inside the compiled scan (a
         string names the bar); the call then waits for the results. See
         :mod:`jfed.engine.progress` for what it costs.
+      timings: a dict that receives ``compile_seconds`` (lowering and compiling, or loading the
+        program from the persistent cache) and ``run_seconds`` (the run, waited for); the call
+        then waits for the results. Not measured with ``progress`` (the bar's wait mixes both).
 
     Returns:
       ``(final_state, infos)`` where every leaf of ``infos`` has a leading axis of length
@@ -71,8 +77,16 @@ def simulate(
     """
     if int(rounds) != rounds or rounds < 1:
         raise ValueError(f"expected rounds >= 1 (integer), got rounds={rounds}")
-    plan = (plan or ExecutionPlan()).fitted(population.n_clients)
+    plan = (plan or ExecutionPlan.for_backend()).fitted(population.n_clients)
     rounds = int(rounds)
+    if timings is not None and not progress:
+        start = time.perf_counter()
+        compiled = _simulate.lower(algorithm, population, hyperparams, key, rounds, plan).compile()
+        timings["compile_seconds"] = time.perf_counter() - start
+        start = time.perf_counter()
+        result = jax.block_until_ready(compiled(population, hyperparams, key))
+        timings["run_seconds"] = time.perf_counter() - start
+        return result
     if not progress:
         return _simulate(algorithm, population, hyperparams, key, rounds, plan)
     description = progress if isinstance(progress, str) else "rounds"

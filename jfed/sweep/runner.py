@@ -218,7 +218,7 @@ def _run_sweep(
     done = {row["config_key"] for row in read_rows(results_path)}
     todo = [c for c in configs if config_key(c) not in done]
     population = adapter.task.train
-    plan = (plan or ExecutionPlan()).fitted(population.n_clients)
+    plan = (plan or ExecutionPlan.for_backend()).fitted(population.n_clients)
     shared_algorithm = adapter.shared_noise_algorithm if share_noise else None
     shared = shared_algorithm is not None
     if todo:
