@@ -29,7 +29,7 @@ import os
 import matplotlib
 from modulated_eps_grid import PAPER_TUNED  # sims/ is on the path when a script runs
 
-from jfed.cli.checks import CHECKS
+from jfed.cli.checks import within_range
 from jfed.data import available_datasets, load_regression
 from jfed.sweep import RegressionAdapter, configurations, run_sweep, tuned_table
 from jfed.sweep.tuning import sweep_until_interior
@@ -120,16 +120,7 @@ def run_arm(task, name: str, method: str, arm: str, grid: dict, args) -> tuple:
     def tune(rows: list[dict]) -> list[dict]:
         return tuned_table(rows, hyper, rule="fixed")
 
-    return sweep_until_interior(run_grid, grid, tune, allowed, MAX_EXTENSIONS)
-
-
-def allowed(name: str, value: float) -> bool:
-    """Whether a grid value is inside the declared range of its flag."""
-    try:
-        CHECKS[name](name, value)
-    except ValueError:
-        return False
-    return True
+    return sweep_until_interior(run_grid, grid, tune, within_range, MAX_EXTENSIONS)
 
 
 def plot(table: list[dict], tasks: list[str], prefix: str) -> None:

@@ -83,6 +83,18 @@ CHECKS: dict[str, Callable] = {
 }
 
 
+def within_range(name: str, value: float) -> bool:
+    """Whether ``value`` is inside the declared range of the flag ``name`` (true for names
+    without one): used to extend a grid only where the value would be accepted."""
+    if name not in CHECKS:
+        return True
+    try:
+        CHECKS[name](name, value)
+    except ValueError:
+        return False
+    return True
+
+
 def flag_name(dest: str) -> str:
     """``block_size`` -> ``--block-size``."""
     return "--" + dest.replace("_", "-")

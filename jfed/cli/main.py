@@ -359,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"jfed: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # the file system refused, after the checks passed
+        print(f"jfed: error: {error.strerror or error}: {error.filename}", file=sys.stderr)
+        return 1
     from jfed import run as runner
 
     _warn_uncertified(record)

@@ -26,7 +26,7 @@ from jfed.catalog import (
     SILO_ALGORITHMS,
     TUNING_RULES,
 )
-from jfed.cli.checks import CHECKS, parse_numbers
+from jfed.cli.checks import CHECKS, parse_numbers, within_range
 from jfed.cli.options import cache_flag, progress_flag, show_progress
 
 TUNABLE = (
@@ -292,20 +292,9 @@ def run(args: argparse.Namespace) -> None:
 
     with folder_lock(args.out):  # the runs and the tables written from them: one writer
         rows, _, notes = sweep_until_interior(
-            run_grid, grid, tune, _allowed, max_extensions=args.extend_edges
+            run_grid, grid, tune, within_range, max_extensions=args.extend_edges
         )
         for note in notes:
             print(f"jfed: note: {note}", file=sys.stderr)
         _warn_uncertified(rows)
         _print_table(finish(rows, args.out, args.tune, args.statistic))
-
-
-def _allowed(name: str, value: float) -> bool:
-    """Whether a grid value is inside its flag's declared range."""
-    if name not in CHECKS:
-        return True
-    try:
-        CHECKS[name](name, value)
-    except ValueError:
-        return False
-    return True
