@@ -249,3 +249,15 @@ def test_lock_is_reentrant_and_released(tmp_path):
             assert os.path.exists(path)
         assert os.path.exists(path)  # the inner block does not release the outer lock
     assert not os.path.exists(path)
+
+
+def test_one_certification_warning_for_runs_and_sweep_rows():
+    from jfed.cli.options import certification_warning
+
+    assert certification_warning({"epsilon": 3.0, "epsilon_certified": 2.999}) is None
+    assert "certifies eps = 2" in certification_warning({"epsilon": 3.0, "epsilon_certified": 2.0})
+    claim = certification_warning({"epsilon": 3.0, "epsilon_certified": None, "exact_epsilon": 9.0})
+    assert "no accountant here certifies" in claim and "eps = 9" in claim
+    # a non-private silo row keeps its placeholder eps and certifies nothing: no warning
+    assert certification_warning({"epsilon": 0.75, "epsilon_certified": float("inf")}) is None
+    assert certification_warning({"epsilon": float("inf"), "epsilon_certified": None}) is None

@@ -90,12 +90,11 @@ class PrivacyPlan:
     noise_std: float
     guarantee: privacy.PrivacyGuarantee
 
-    def hyperparams(self, *, learning_rate: float = 0.1, radius: float = 10.0) -> Hyperparams:
-        """The traced hyper-parameters; the clip and the noise are the plan's."""
-        return hyperparams(
-            clip_norm=self.clip_norm, learning_rate=learning_rate, noise_std=self.noise_std,
-            radius=radius,
-        )  # fmt: skip
+    def hyperparams(self, **server: float) -> Hyperparams:
+        """The traced hyper-parameters; the clip and the noise are the plan's, ``server`` takes
+        ``learning_rate`` and ``radius`` (with :func:`hyperparams`' defaults); passing the clip or
+        the noise again is a ``TypeError``."""
+        return hyperparams(clip_norm=self.clip_norm, noise_std=self.noise_std, **server)
 
 
 def plan(

@@ -241,17 +241,12 @@ class PrivacyPlan:
     sensitivity: float
     guarantee: privacy.PrivacyGuarantee
 
-    def hyperparams(
-        self,
-        *,
-        radius: float = 10.0,
-        step_scale: float = 0.8,
-        step_floor: float = 1e-3,
-        ridge: float = 1.0,
-        directions: np.ndarray | None = None,
-    ) -> Hyperparams:
-        """The traced hyper-parameters of this plan; the map's parameters and the noise are the
-        plan's. ``directions`` (fixed, ``f[d, k]``) must have the plan's k columns."""
+    def hyperparams(self, *, directions: np.ndarray | None = None, **server: float) -> Hyperparams:
+        """The traced hyper-parameters of this plan: the map's parameters and the noise are the
+        plan's; ``server`` takes what does not change privacy (``radius``, ``step_scale``,
+        ``step_floor``, ``ridge``, with :func:`hyperparams`' defaults), and passing a
+        privacy-carrying field again is a ``TypeError``. ``directions`` (fixed, ``f[d, k]``) must
+        have the plan's k columns."""
         if directions is not None and np.shape(directions)[1] != self.directions:
             raise ValueError(
                 f"expected fixed directions with {self.directions} columns (the plan's k), got "
@@ -259,8 +254,7 @@ class PrivacyPlan:
             )
         return hyperparams(
             alpha=self.alpha, beta=self.beta, omega=self.omega, noise_std=self.noise_std,
-            clip_norm=self.clip_norm, radius=radius, step_scale=step_scale,
-            step_floor=step_floor, ridge=ridge, directions=directions,
+            clip_norm=self.clip_norm, directions=directions, **server,
         )  # fmt: skip
 
 

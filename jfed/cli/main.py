@@ -17,7 +17,6 @@ needs them, so ``jfed --help`` answers at once.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 from jfed.catalog import ROUNDS_ACCOUNTANTS, SILO_ALGORITHMS, SYNTHETIC_CLIENTS, SYNTHETIC_DIM
@@ -285,29 +284,6 @@ def _datasets() -> None:
         print(f"{name:16s} target={info.target:12s} d={len(info.features):2d}  {info.description}")
 
 
-def _warn_uncertified(record: dict) -> None:
-    """A stderr line when the certified eps is not the target, or when nothing certifies it."""
-    target = record.get("epsilon")
-    certified = record.get("epsilon_certified", target)
-    if target is None or math.isinf(float(target)):
-        return
-    accountant = record.get("accountant")
-    if certified is None:
-        reference = record.get("exact_epsilon")
-        note = f" (PLD with Poisson sampling gives its noise eps = {reference:.4g})"
-        print(
-            f"jfed: warning: eps = {target:g} is the claim of the {accountant} calibration; no "
-            f"accountant here certifies this run{note if reference else ''}",
-            file=sys.stderr,
-        )
-    elif abs(float(certified) - target) > 1e-2 * target:
-        print(
-            f"jfed: warning: the run certifies eps = {float(certified):.4g} [{accountant}], not "
-            f"the target --epsilon {target:g} (both are in the record)",
-            file=sys.stderr,
-        )
-
-
 def _write_record(record: dict, path: str | None) -> int:
     """Write the JSON record to ``path``; if that fails, say so and print it to stdout (exit 1)."""
     if not path:
@@ -364,7 +340,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from jfed import run as runner
 
-    _warn_uncertified(record)
+    warning = options.certification_warning(record)
+    if warning:
+        print(f"jfed: warning: {warning} (both are in the record)", file=sys.stderr)
     if args.json != "-":
         if args.algorithm in SILO_ALGORITHMS:
             from jfed.run_silo import summary_line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 
@@ -25,3 +26,26 @@ def cache_flag(group) -> None:
         help="folder of compiled programs kept across processes (default: "
         "$JFED_COMPILATION_CACHE, else ~/.cache/jfed/xla); 'off' disables",
     )  # fmt: skip
+
+
+def certification_warning(record: dict) -> str | None:
+    """What to warn about a run record or sweep row whose certified eps is not its target
+    (``epsilon`` vs ``epsilon_certified``), or that no accountant certifies; ``None`` when the
+    target is certified, and for non-private runs (they claim nothing)."""
+    target = record.get("epsilon")
+    certified = record.get("epsilon_certified", target)
+    if target is None or math.isinf(float(target)):
+        return None
+    accountant = record.get("accountant")
+    if certified is None:
+        reference = record.get("exact_epsilon")
+        note = f" (PLD with Poisson sampling gives its noise eps = {reference:.4g})"
+        return (
+            f"eps = {target:g} is the claim of the {accountant} calibration; no accountant here "
+            f"certifies this run{note if reference else ''}"
+        )
+    if math.isinf(float(certified)) or abs(float(certified) - target) <= 1e-2 * target:
+        return None
+    return (
+        f"the run certifies eps = {float(certified):.4g} [{accountant}], not the target {target:g}"
+    )

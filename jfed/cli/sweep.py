@@ -27,7 +27,7 @@ from jfed.catalog import (
     TUNING_RULES,
 )
 from jfed.cli.checks import CHECKS, parse_numbers, within_range
-from jfed.cli.options import cache_flag, progress_flag, show_progress
+from jfed.cli.options import cache_flag, certification_warning, progress_flag, show_progress
 
 TUNABLE = (
     "step_scale", "alpha", "beta", "omega", "clip", "radius", "ridge", "ridge_scale",
@@ -152,22 +152,12 @@ def _warn_uncertified(rows: list[dict]) -> None:
     no accountant certifies (the seed's formula calibrations)."""
     seen = set()
     for row in rows:
-        certified, target = row.get("epsilon_certified", row["epsilon"]), row["epsilon"]
-        key = (row["algorithm"], target)
-        if key in seen:
-            continue
-        if certified is None:
-            message = f"eps {target:g} is the claim of the {row.get('accountant')} calibration; "
-            message += "no accountant here certifies it"
-        elif abs(float(certified) - target) > 1e-2 * target:
-            message = f"target eps {target:g} certifies eps = {float(certified):.4g} "
-            message += f"[{row.get('accountant')}]"
-        else:
-            continue
-        seen.add(key)
-        print(
-            f"jfed: warning: {row['algorithm']}: {message} (runs.jsonl has both)", file=sys.stderr
-        )
+        key = (row["algorithm"], row["epsilon"])
+        warning = None if key in seen else certification_warning(row)
+        if warning:
+            seen.add(key)
+            print(f"jfed: warning: {row['algorithm']}: {warning} (runs.jsonl has both)",
+                  file=sys.stderr)  # fmt: skip
 
 
 def _print_table(table: list[dict]) -> None:
