@@ -7,10 +7,10 @@ On the seed's digits-evenodd task (25 silos, R = 25, K = 10, Noisy MB-SGD, exact
 1. One run with the plan fitted to the population (25 silos vmapped 32 wide, what
    ``simulate`` does) vs the same run with the silos padded to one 4,096-wide chunk (the plan
    unfitted). Compiled beforehand; best of 5.
-2. Calibrating the per-silo noise for 6 eps: one eps at a time (``calibrate_silos``, a bisection
-   per distinct silo size and eps) vs all 6 together (``calibrate_silos_many``, one shared PLD
-   grid per distinct silo size, every answer verified). The largest relative noise difference
-   is reported too.
+2. Calibrating the per-silo noise for 6 eps: one eps at a time (``calibrate_many`` with one eps,
+   a bisection per distinct silo size and eps) vs all 6 together (one ``calibrate_many``, one
+   shared PLD grid per distinct silo size, every answer verified). The largest relative noise
+   difference is reported too.
 
 Prints a table and writes JSON with ``rows`` (one per measurement).
 """
@@ -27,8 +27,9 @@ import numpy as np
 from jfed.algorithms import silo_sgd
 from jfed.data.silos import load_silos
 from jfed.engine import ExecutionPlan, run_rounds
+from jfed.methods import NoisyMBSGD
+from jfed.methods.running import experiment
 from jfed.report import versions
-from jfed.run_silo import SiloSettings, _algorithm, _sampling, calibrate_silos, calibrate_silos_many
 
 EPSILONS = (0.75, 1.5, 3.0, 6.0, 12.0, 18.0)
 
@@ -47,11 +48,11 @@ def main() -> None:
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
     task = load_silos("digits-evenodd")
-    settings = SiloSettings(batch=10, rounds=25)
-    sampling = _sampling("noisy-mbsgd", settings)
-    algorithm = _algorithm("noisy-mbsgd", task, settings, sampling)
-    delta = 1.0 / float(np.asarray(task.train.counts).min()) ** 2
-    noise, _ = calibrate_silos("noisy-mbsgd", task, 1.0, delta, settings, sampling)
+    settings = NoisyMBSGD(batch=10, rounds=25)
+    runner = experiment(settings, task=task)
+    algorithm = runner.algorithm
+    delta = runner.delta
+    ((noise, _),) = runner.calibrate_many(settings, [1.0], delta)
     hp = silo_sgd.hyperparams(task.n_silos, step_size=1.0, clip_norm=1.0, radius=10.0,
                               noise_std=noise)  # fmt: skip
     key = jax.random.key(0)
@@ -69,10 +70,10 @@ def main() -> None:
         )
 
     tic = time.perf_counter()
-    alone = [calibrate_silos("noisy-mbsgd", task, e, delta, settings, sampling) for e in EPSILONS]
+    alone = [runner.calibrate_many(settings, [e], delta)[0] for e in EPSILONS]
     one_at_a_time = time.perf_counter() - tic
     tic = time.perf_counter()
-    together = calibrate_silos_many("noisy-mbsgd", task, list(EPSILONS), delta, settings, sampling)
+    together = runner.calibrate_many(settings, list(EPSILONS), delta)
     shared_grid = time.perf_counter() - tic
     gap = max(
         float(np.max(np.abs(b[0] / a[0] - 1.0))) for a, b in zip(alone, together, strict=True)

@@ -30,19 +30,22 @@ import numpy as np
 
 from jfed.data import load_regression
 from jfed.engine import ExecutionPlan, run_rounds, simulate
+from jfed.methods import ModulatedOneShot
+from jfed.methods.running import experiment
 from jfed.report import versions
-from jfed.sweep import RegressionAdapter, configurations
-from jfed.sweep.adapters import stack
-from jfed.sweep.runner import _program, _unit_function, _units
+from jfed.sweep import configurations
+from jfed.sweep.runner import _program, _unit_function, _units, stack
 
 FRESH_PROCESS = """
 import sys, time
 from jfed.engine.cache import enable_compilation_cache
 enable_compilation_cache(sys.argv[1])
-from jfed.data import load_regression
-from jfed.sweep import RegressionAdapter, configurations, run_sweep
-adapter = RegressionAdapter("modulated-one-shot", load_regression("fair"))
-configs = configurations([float(e) for e in sys.argv[3].split(",")], 10, {})
+from jfed.methods import ModulatedOneShot
+from jfed.methods.running import experiment
+from jfed.sweep import configurations, run_sweep
+base = ModulatedOneShot(dataset="fair")
+adapter = experiment(base)
+configs = configurations(base, [float(e) for e in sys.argv[3].split(",")], 10)
 tic = time.perf_counter()
 run_sweep(adapter, configs, sys.argv[2], progress=False)
 print("SECONDS", time.perf_counter() - tic)
@@ -70,17 +73,18 @@ def main() -> None:
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
     task = load_regression("fair")
-    adapter = RegressionAdapter("modulated-one-shot", task)
-    configs = configurations(np.geomspace(0.1, 100, 20), 10, {})
-    calibrated = [adapter.hyperparams(c)[0] for c in configs]
-    keys = [jax.random.key(c["seed"]) for c in configs]
+    base = ModulatedOneShot(dataset="fair")
+    adapter = experiment(base, task=task)
+    configs = configurations(base, np.geomspace(0.1, 100, 20), 10)
+    calibrated = [adapter.calibrate(c)[0] for c in configs]
+    keys = [jax.random.key(c.seed) for c in configs]
     plan = ExecutionPlan().fitted(task.n_clients)
 
     def one(hp, key):
         return adapter.outputs(*run_rounds(adapter.algorithm, task.train, hp, key, 1, plan))
 
     hps = stack(calibrated)
-    key_batch = jax.vmap(jax.random.key)(np.array([c["seed"] for c in configs]))
+    key_batch = jax.vmap(jax.random.key)(np.array([c.seed for c in configs]))
 
     def timed(fn, *args):
         jax.block_until_ready(fn(*args))
@@ -93,14 +97,15 @@ def main() -> None:
 
     units = _units(configs, shared=True)
     unit = _unit_function(adapter.shared_noise_algorithm, 1, plan, adapter.outputs, True)
-    shared_program = _program(unit, None, 1)
-    unit_hps = stack([stack([adapter.hyperparams(c)[0] for c in u]) for u in units])
-    unit_keys = jax.vmap(jax.random.key)(np.array([u[0]["seed"] for u in units]))
+    shared_program = _program(unit, 1)
+    unit_hps = stack([stack([adapter.calibrate(c)[0] for c in u]) for u in units])
+    unit_keys = jax.vmap(jax.random.key)(np.array([u[0].seed for u in units]))
+    token = np.int32(0)
     tic = time.perf_counter()
-    shared_compiled = shared_program.lower(task.train, unit_hps, unit_keys).compile()
+    shared_compiled = shared_program.lower(task.train, unit_hps, unit_keys, token).compile()
     shared_compile = time.perf_counter() - tic
-    shared_seconds = timed(shared_compiled, task.train, unit_hps, unit_keys)
-    shared_theta = np.asarray(shared_compiled(task.train, unit_hps, unit_keys)["theta"])
+    shared_seconds = timed(shared_compiled, task.train, unit_hps, unit_keys, token)
+    shared_theta = np.asarray(shared_compiled(task.train, unit_hps, unit_keys, token)["theta"])
 
     one_program = {}
     for width in (1, len(configs)):
@@ -113,7 +118,7 @@ def main() -> None:
 
     def simulate_calls():
         return [
-            simulate(adapter.algorithm, task.train, hp, jax.random.key(config["seed"]), 1)
+            simulate(adapter.algorithm, task.train, hp, jax.random.key(config.seed), 1)
             for hp, config in zip(calibrated, configs, strict=True)
         ]
 
@@ -123,7 +128,7 @@ def main() -> None:
         # each result read back before the next call, as a loop writing one row per run does
         return [
             jax.device_get(
-                simulate(adapter.algorithm, task.train, hp, jax.random.key(c["seed"]), 1)[0].theta
+                simulate(adapter.algorithm, task.train, hp, jax.random.key(c.seed), 1)[0].theta
             )
             for hp, c in zip(calibrated, configs, strict=True)
         ]

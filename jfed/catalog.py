@@ -1,4 +1,5 @@
-"""The names jfed accepts (methods, data sets, accountants, tuning rules), importable without JAX.
+"""The names jfed accepts (data sets, accountants, tuning rules), importable without JAX. The
+methods are declared in :mod:`jfed.methods.declarations`.
 
 The command line validates its arguments against these before it imports JAX or touches a
 device, so a mistyped flag answers in a fraction of a second with one line, on every backend.
@@ -28,18 +29,12 @@ SILO_DATASETS: tuple[str, ...] = (
 )
 DEFAULT_SILO_DATASET = "digits-evenodd"
 
-MODULATED_ESTIMATORS = ("iterative", "one-shot")
-SILO_ALGORITHMS = ("noisy-mbsgd", "mbsgd", "accel-mbsgd", "shuffle-mbsgd", "local-sgd", "fedavg")
-REGRESSION_SWEEP_ALGORITHMS = ("modulated-iterative", "modulated-one-shot", "dpsgd")
-
 # accountants that calibrate T full-participation Gaussian releases (regression methods)
 ROUNDS_ACCOUNTANTS = ("zcdp", "classic", "pld", "analytic")
 # accountants of `jfed account` (subsampled Gaussian steps)
 CALIBRATION_ACCOUNTANTS = ("pld", "rdp", "zcdp", "analytic", "classic")
 # noise calibrations of the silo algorithms
 SILO_CALIBRATIONS = ("theorem", "experiments", "exact")
-# silo algorithms whose `exact` calibration is dp-accounting's PLD over Poisson-sampled steps
-PLD_CALIBRATED_SILO_ALGORITHMS = ("noisy-mbsgd", "accel-mbsgd", "local-sgd")
 
 TUNING_RULES = ("per-eps", "fixed")
 # how a setting's validation values are scored when tuning

@@ -21,8 +21,11 @@ import jax
 
 from jfed.algorithms import dpsgd, modulated
 from jfed.data import RegressionTask, load_regression
-from jfed.run import load_task
-from jfed.sweep import RegressionAdapter, configurations, run_sweep, tuned_table
+from jfed.methods import DPSGD, ModulatedIterative, ModulatedOneShot
+from jfed.methods.regression import ols_reference
+from jfed.methods.running import experiment
+from jfed.sweep import configurations, run_sweep, tuned_table
+from jfed.sweep.schema import manifest_path
 
 EPSILONS = (1.0, 10.0, 100.0)
 SEEDS = 3
@@ -32,10 +35,14 @@ DATASET = "fair"
 # The settings the modulated study (paper grid) chose on Fair's validation split, one for all eps:
 # the iterative step scale c; the one-shot estimator's default noise-scaled ridge (scale 1); and
 # DP-SGD's clip and step (still on the edge of the study's grid after three extensions).
-METHODS: dict[str, dict] = {
-    "modulated-iterative": {"step_scale": 0.5},
-    "modulated-one-shot": {"ridge_scale": 1.0},
-    "dpsgd": {"clip": 0.25, "learning_rate": 1.6},
+METHODS = {
+    "modulated-iterative": ModulatedIterative(
+        dataset=DATASET, delta=DELTA, rounds=ROUNDS, step_scale=0.5
+    ),
+    "modulated-one-shot": ModulatedOneShot(dataset=DATASET, delta=DELTA, ridge_scale=1.0),
+    "dpsgd": DPSGD(
+        dataset=DATASET, delta=DELTA, rounds=ROUNDS, gradient_clip=0.25, learning_rate=1.6
+    ),
 }
 LABELS = {
     "modulated-iterative": f"modulated, iterative (T = {ROUNDS})",
@@ -59,16 +66,20 @@ def compare_methods(
     """
     os.makedirs(out, exist_ok=True)
     rows: list[dict] = []
-    for name, settings in METHODS.items():
-        path = os.path.join(out, f"{name}.jsonl")
-        if os.path.exists(path):
-            os.remove(path)
-        adapter = RegressionAdapter(name, task, DELTA, ROUNDS, dict(settings))
-        rows += run_sweep(
-            adapter, configurations(list(EPSILONS), SEEDS, {}), path, progress=progress,
-            identity={"dataset": DATASET},
-        )  # fmt: skip
+    reference = ols_reference(task)
+    for name, base in METHODS.items():
+        path = _fresh(os.path.join(out, f"{name}.jsonl"))
+        runner = experiment(base, task=task, reference=reference)
+        rows += run_sweep(runner, configurations(base, EPSILONS, SEEDS), path, progress=progress)
     return rows, tuned_table(rows, ())
+
+
+def _fresh(path: str) -> str:
+    """``path`` with its earlier results (and their manifest) removed."""
+    for old in (path, manifest_path(path)):
+        if os.path.exists(old):
+            os.remove(old)
+    return path
 
 
 def scale_run(n_clients: int, out: str, progress: bool = False) -> dict:
@@ -80,12 +91,11 @@ def scale_run(n_clients: int, out: str, progress: bool = False) -> dict:
     calibration, compilation and the OLS reference included.
     """
     start = time.perf_counter()
-    task = load_task(synthetic=True, n_clients=n_clients, dim=SCALE_DIM)
-    path = os.path.join(out, "scale.jsonl")
-    if os.path.exists(path):
-        os.remove(path)
-    adapter = RegressionAdapter("modulated-one-shot", task, DELTA)
-    rows = run_sweep(adapter, configurations(SCALE_EPSILONS, 1, {}), path, progress=progress)
+    base = ModulatedOneShot(synthetic=True, clients=n_clients, dim=SCALE_DIM, delta=DELTA)
+    path = _fresh(os.path.join(out, "scale.jsonl"))
+    rows = run_sweep(
+        experiment(base), configurations(base, SCALE_EPSILONS, 1), path, progress=progress
+    )
     return {"rows": rows, "wall_seconds": time.perf_counter() - start}
 
 
@@ -97,7 +107,7 @@ def format_table(table: list[dict]) -> list[str]:
     for name, label in LABELS.items():
         cells = []
         for eps in EPSILONS:
-            row = next(r for r in table if r["algorithm"] == name and r["epsilon"] == eps)
+            row = next(r for r in table if r["method"] == name and r["epsilon"] == eps)
             cells.append(f"{row['test_r2_mean']:>9.3f} +- {row['test_r2_se']:.3f}")
         lines.append(f"{label:{width}s}" + "".join(f"{c:>17s}" for c in cells))
     reference = table[0]["reference"]

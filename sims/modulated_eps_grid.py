@@ -18,8 +18,10 @@ import os
 
 import numpy as np
 
-from jfed import run as runner
 from jfed.data import available_datasets
+from jfed.methods import DPSGD, ModulatedIterative, ModulatedOneShot
+from jfed.methods.regression import load_task, ols_reference
+from jfed.methods.running import run
 
 # The paper's tuned values: (iterative c, one-shot lambda, DP-SGD clip G, DP-SGD step).
 PAPER_TUNED = {
@@ -37,18 +39,16 @@ FIELDS = (
 
 
 def run_one(task, method: str, epsilon: float, seed: int, reference: dict, delta: float) -> dict:
-    step_scale, ridge, clip, learning_rate = PAPER_TUNED[task.info.name]
+    name = task.info.name
+    step_scale, ridge, clip, learning_rate = PAPER_TUNED[name]
+    common = dict(dataset=name, epsilon=epsilon, delta=delta, seed=seed)
     if method == "dpsgd":
-        return runner.run_dpsgd(
-            task, epsilon, delta, 10, clip, learning_rate, seed=seed, reference=reference
-        )
-    settings = runner.ModulatedSettings(
-        estimator=method.removesuffix("-psd"),
-        step_scale=step_scale,
-        ridge=ridge,
-        psd=method.endswith("-psd"),
-    )
-    return runner.run_modulated(task, epsilon, delta, 10, settings, seed, reference=reference)
+        config = DPSGD(**common, rounds=10, gradient_clip=clip, learning_rate=learning_rate)
+    elif method == "iterative":
+        config = ModulatedIterative(**common, rounds=10, step_scale=step_scale)
+    else:
+        config = ModulatedOneShot(**common, ridge=ridge, psd=method.endswith("-psd"))
+    return run(config, task=task, reference=reference, progress=False)
 
 
 def main() -> None:
@@ -67,8 +67,8 @@ def main() -> None:
         writer = csv.DictWriter(handle, FIELDS)
         writer.writeheader()
         for name in args.tasks.split(","):
-            task = runner.load_task(name)
-            reference = runner.ols_reference(task)
+            task = load_task(ModulatedOneShot(dataset=name))
+            reference = ols_reference(task)
             for method in METHODS:
                 for epsilon in epsilons:
                     for seed in range(args.seeds):

@@ -31,7 +31,9 @@ from modulated_eps_grid import PAPER_TUNED  # sims/ is on the path when a script
 
 from jfed.cli.checks import within_range
 from jfed.data import available_datasets, load_regression
-from jfed.sweep import RegressionAdapter, configurations, run_sweep, tuned_table
+from jfed.methods import DPSGD, ModulatedIterative, ModulatedOneShot
+from jfed.methods.running import experiment
+from jfed.sweep import configurations, run_sweep, tuned_table
 from jfed.sweep.tuning import sweep_until_interior
 
 matplotlib.use("Agg")
@@ -43,9 +45,14 @@ METHODS = {
     "modulated-iterative": {"step_scale": [0.5, 0.8, 1.0]},
     # lambda = ridge_scale * (sigma / alpha)^2 * 2 sqrt(d / n), the default noise-scaled ridge
     "modulated-one-shot": {"ridge_scale": [0.3, 1.0, 3.0]},
-    "dpsgd": {"clip": [1.0, 2.0, 3.0], "learning_rate": [0.05, 0.1, 0.2]},
+    "dpsgd": {"gradient_clip": [1.0, 2.0, 3.0], "learning_rate": [0.05, 0.1, 0.2]},
 }
-MAP_GRID = {"clip": [1.0, 2.0, 3.0], "beta": [0.0, 0.5]}
+CONFIGS = {
+    "modulated-iterative": ModulatedIterative,
+    "modulated-one-shot": ModulatedOneShot,
+    "dpsgd": DPSGD,
+}
+MAP_GRID = {"feature_clip": [1.0, 2.0, 3.0], "beta": [0.0, 0.5]}
 # the seed's tuned values per task (iterative c, one-shot lambda, DP-SGD G, step)
 PAPER_SETTINGS = PAPER_TUNED
 PAPER_ARM = " (paper's settings)"
@@ -58,7 +65,7 @@ def paper_settings(task: str, method: str) -> dict[str, list[float]]:
     return {
         "modulated-iterative": {"step_scale": [step_scale]},
         "modulated-one-shot": {"ridge": [ridge]},
-        "dpsgd": {"clip": [clip], "learning_rate": [learning_rate]},
+        "dpsgd": {"gradient_clip": [clip], "learning_rate": [learning_rate]},
     }[method]
 
 
@@ -104,23 +111,25 @@ def main() -> None:
 def run_arm(task, name: str, method: str, arm: str, grid: dict, args) -> tuple:
     """Sweep one arm (a method with a grid) on one task, extending the grid past edge choices;
     its rows and tuned table are labelled with the arm's name."""
-    adapter = RegressionAdapter(method, task)
+    base = CONFIGS[method](dataset=name)
+    runner = experiment(base, task=task)
     path = os.path.join(args.out, name, arm.replace(" ", "_").replace("'", "") + ".jsonl")
     hyper = tuple(sorted(grid))
 
     def run_grid(grid: dict) -> list[dict]:
         rows = run_sweep(
-            adapter, configurations(EPSILONS, args.seeds, grid), path,
-            resume=os.path.exists(path), identity={"dataset": name},
+            runner, configurations(base, EPSILONS, args.seeds, grid), path,
+            resume=os.path.exists(path), swept=hyper,
         )  # fmt: skip
         for row in rows:
-            row["algorithm"] = arm
+            row["method"] = arm
         return rows
 
     def tune(rows: list[dict]) -> list[dict]:
         return tuned_table(rows, hyper, rule="fixed")
 
-    return sweep_until_interior(run_grid, grid, tune, within_range, MAX_EXTENSIONS)
+    allowed = within_range(type(base))
+    return sweep_until_interior(run_grid, grid, tune, allowed, MAX_EXTENSIONS)
 
 
 def plot(table: list[dict], tasks: list[str], prefix: str) -> None:
@@ -129,9 +138,7 @@ def plot(table: list[dict], tasks: list[str], prefix: str) -> None:
         rows = [r for r in table if r["dataset"] == name]
         for index, method in enumerate(METHODS):
             for arm, style in ((method, "-"), (method + PAPER_ARM, ":")):
-                mine = sorted(
-                    (r for r in rows if r["algorithm"] == arm), key=lambda r: r["epsilon"]
-                )
+                mine = sorted((r for r in rows if r["method"] == arm), key=lambda r: r["epsilon"])
                 eps = np.array([r["epsilon"] for r in mine])
                 mean = np.array([r["test_r2_mean"] for r in mine])
                 se = np.array([r["test_r2_se"] for r in mine])
@@ -163,7 +170,7 @@ def print_table(table: list[dict], tasks: list[str], methods: dict) -> None:
         for method in METHODS:
             for arm in (method, method + PAPER_ARM):
                 rows = sorted(
-                    (r for r in table if r["dataset"] == name and r["algorithm"] == arm),
+                    (r for r in table if r["dataset"] == name and r["method"] == arm),
                     key=lambda r: r["epsilon"],
                 )
                 cells = [f"{r['test_r2_mean']:.3f}({r['test_r2_se']:.3f})" for r in rows]

@@ -16,16 +16,18 @@ import argparse
 
 import numpy as np
 
-from jfed.data import load_regression
-from jfed.run import ModulatedSettings, load_task, ols_reference, run_modulated
+from jfed.methods import ModulatedOneShot
+from jfed.methods.regression import load_task, ols_reference
+from jfed.methods.running import run
 
 EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 SCALES = (0.1, 0.3, 1.0, 3.0)
 
 
-def r2(task, reference: dict, settings: ModulatedSettings, epsilon: float, seed: int) -> float:
+def r2(task, reference: dict, config: ModulatedOneShot, epsilon: float, seed: int) -> float:
     """Test R^2 of one one-shot run."""
-    record = run_modulated(task, epsilon, 1e-5, 1, settings, seed, reference=reference)
+    record = run(config.replace(epsilon=epsilon, seed=seed), task=task, reference=reference,
+                 progress=False)  # fmt: skip
     return record["test_r2"]
 
 
@@ -38,15 +40,16 @@ def main() -> None:
     print(f"{'task':12s} {'lambda':14s} {'solve':5s} " + " ".join(f"{e:>8g}" for e in EPSILONS))
     for name in args.tasks.split(","):
         if name.startswith("n"):
-            task = load_task(synthetic=True, n_clients=int(name[1:]), dim=10)
+            base = ModulatedOneShot(synthetic=True, clients=int(name[1:]), dim=10)
         else:
-            task = load_regression(name)
+            base = ModulatedOneShot(dataset=name)
+        task = load_task(base)
         reference = ols_reference(task)
         rules = [(f"scale {s:g}", {"ridge": None, "ridge_scale": s}) for s in SCALES]
         rules.append(("fixed 1", {"ridge": 1.0}))
         for label, ridge in rules:
             for psd in (False, True):
-                settings = ModulatedSettings(estimator="one-shot", psd=psd, **ridge)
+                settings = base.replace(psd=psd, **ridge)
 
                 means = [
                     np.mean([r2(task, reference, settings, eps, s) for s in range(args.seeds)])

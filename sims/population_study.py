@@ -27,20 +27,22 @@ import os
 import matplotlib
 import numpy as np
 
-from jfed.run import load_task
-from jfed.sweep import RegressionAdapter, configurations, run_sweep
+from jfed.methods import DPSGD, ModulatedIterative, ModulatedOneShot
+from jfed.methods.regression import load_task, ols_reference
+from jfed.methods.running import experiment
+from jfed.sweep import configurations, run_sweep
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 EPSILONS = (1.0, 10.0)
 DIM = 10
-# run name -> (method, fixed settings); the name is also the results file's stem
+# run name -> (method configuration, fixed settings); the name is also the results file's stem
 RUNS = {
-    "modulated-iterative": ("modulated-iterative", {"step_scale": 0.5}),
-    "modulated-one-shot-noise-scaled": ("modulated-one-shot", {"ridge_scale": 1.0}),
-    "modulated-one-shot": ("modulated-one-shot", {"ridge": 1.0}),
-    "dpsgd": ("dpsgd", {"clip": 1.0, "learning_rate": 0.2}),
+    "modulated-iterative": (ModulatedIterative, {"step_scale": 0.5}),
+    "modulated-one-shot-noise-scaled": (ModulatedOneShot, {"ridge_scale": 1.0}),
+    "modulated-one-shot": (ModulatedOneShot, {"ridge": 1.0}),
+    "dpsgd": (DPSGD, {"gradient_clip": 1.0, "learning_rate": 0.2}),
 }
 # label -> (run, the metric of its rows)
 CURVES = {
@@ -56,14 +58,15 @@ def run(sizes: list[int], seeds: int, out: str) -> list[dict]:
     """Every (method, n) sweep; returns one row per (curve, n, eps)."""
     results = []
     for n in sizes:
-        task = load_task(synthetic=True, n_clients=n, dim=DIM)
+        task = load_task(ModulatedOneShot(synthetic=True, clients=n, dim=DIM))
+        ols = ols_reference(task)
         reference = None
         for run_name, (method, settings) in RUNS.items():
-            adapter = RegressionAdapter(method, task, base=dict(settings))
+            base = method(synthetic=True, clients=n, dim=DIM, **settings)
             path = os.path.join(out, f"{run_name}-n{n}.jsonl")
             rows = run_sweep(
-                adapter, configurations(EPSILONS, seeds, {}), path,
-                resume=os.path.exists(path), identity={"dataset": f"synthetic-n{n}"},
+                experiment(base, task=task, reference=ols),
+                configurations(base, EPSILONS, seeds), path, resume=os.path.exists(path),
             )  # fmt: skip
             reference = rows[0]["ols_r2"]
             for label, (curve_run, metric) in CURVES.items():
@@ -77,7 +80,7 @@ def run(sizes: list[int], seeds: int, out: str) -> list[dict]:
                             test_r2_mean=float(values.mean()),
                             test_r2_se=float(values.std(ddof=1) / np.sqrt(len(values))),
                             seeds=len(values), ols_r2=reference,
-                            seconds_per_run=float(np.mean([r["seconds"] for r in rows])),
+                            seconds_per_run=float(np.mean([r["run_seconds"] for r in rows])),
                             notion="local (eps, delta=1e-5)-DP, zCDP",
                         )
                     )  # fmt: skip

@@ -32,9 +32,9 @@ import matplotlib
 import numpy as np
 
 from jfed.data.silos import load_silos
-from jfed.run_silo import SiloSettings
+from jfed.methods import MBSGD, FedAvg, LocalSGD, NoisyMBSGD
+from jfed.methods.running import experiment
 from jfed.sweep import configurations, run_sweep, tuned_table
-from jfed.sweep.adapters import SiloAdapter
 from jfed.sweep.tuning import sweep_until_interior
 
 matplotlib.use("Agg")
@@ -53,26 +53,33 @@ ALGORITHMS = {
     "mbsgd (non-private)": ("mbsgd", "exact", False, MB_STEPS),
     "local-sgd (non-private)": ("fedavg", "exact", False, LOCAL_STEPS),
 }
+CONFIGS = {"noisy-mbsgd": NoisyMBSGD, "local-sgd": LocalSGD, "mbsgd": MBSGD, "fedavg": FedAvg}
 
 
-def run_experiment(dataset: str, task, label: str, out: str, repeats: int) -> list[dict]:
+def run_experiment(
+    dataset: str, n_silos: int | None, task, label: str, out: str, repeats: int
+) -> list[dict]:
     """The tuned rows (one per eps) of one algorithm on one experiment."""
     name, calibration, private, steps = ALGORITHMS[label]
-    settings = SiloSettings(batch=K, rounds=R, clip=CLIP, radius=RADIUS, calibration=calibration)
-    adapter = SiloAdapter(name, task, settings)
-    # the non-private runs ignore eps: one placeholder eps, reported as eps = inf
-    epsilons = EPSILONS if private else EPSILONS[:1]
+    fields = dict(dataset=dataset, silos=n_silos, batch=K, rounds=R, gradient_clip=CLIP,
+                  radius=RADIUS)  # fmt: skip
+    if private:
+        fields["calibration"] = calibration
+    base = CONFIGS[name](**fields)
+    adapter = experiment(base, task=task)
+    # the non-private runs have no eps: they are reported as eps = inf
+    epsilons = EPSILONS if private else None
     path = os.path.join(out, dataset, label.replace(" ", "_").replace("(", "").replace(")", "")
                         + ".jsonl")  # fmt: skip
     metric = adapter.report_metric
 
     def run_grid(grid: dict) -> list[dict]:
         rows = run_sweep(
-            adapter, configurations(epsilons, repeats, grid), path,
-            resume=os.path.exists(path), identity={"dataset": dataset, "variant": label},
+            adapter, configurations(base, epsilons, repeats, grid), path,
+            resume=os.path.exists(path), swept=("step_size",),
         )  # fmt: skip
         for row in rows:
-            row["algorithm"] = label
+            row["method"] = label
         return rows
 
     def tune(rows: list[dict]) -> list[dict]:
@@ -115,7 +122,7 @@ def main() -> None:
         task = load_silos(dataset, n_silos=n_silos)
         os.makedirs(os.path.join(args.out, dataset), exist_ok=True)
         for label in ALGORITHMS:
-            results += run_experiment(dataset, task, label, args.out, args.repeats)
+            results += run_experiment(dataset, n_silos, task, label, args.out, args.repeats)
     with open(os.path.join(args.out, "results.csv"), "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, list(results[0]))
         writer.writeheader()

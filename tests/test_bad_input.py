@@ -32,16 +32,22 @@ BAD_INPUT = [
     ([*RUN_MOD, "--clients", "5"], "--clients applies only with --synthetic"),
     ([*RUN_MOD, "--synthetic", "--clients", "0"], "--clients in [1,"),
     ([*RUN_MOD, "--synthetic", "--dim", "3", "--directions", "4"], "--directions in [1, 3]"),
-    ([*RUN_MOD, "--psd"], "--psd applies only to --estimator one-shot"),
-    ([*RUN_MOD, "--ridge", "2"], "--ridge applies only to --estimator one-shot"),
-    ([*RUN_MOD, "--estimator", "one-shot", "--step-scale", "1"], "--step-scale applies only"),
+    ([*RUN_MOD, "--psd"], "unrecognized arguments: --psd"),
+    ([*RUN_MOD, "--ridge", "2"], "unrecognized arguments: --ridge"),
+    (["run", "modulated-one-shot", "--step-scale", "1"], "unrecognized arguments: --step-scale"),
+    (
+        ["run", "modulated-one-shot", "--ridge", "1", "--ridge-scale", "2"],
+        "--ridge-scale applies only without --ridge",
+    ),
     ([*RUN_MOD, "--beta", "-1"], "--beta >= 0"),
-    ([*RUN_MOD, "--clip", "inf"], "--clip > 0"),
+    ([*RUN_MOD, "--feature-clip", "inf"], "--feature-clip > 0"),
+    ([*RUN_MOD, "--clip", "1"], "unrecognized arguments: --clip"),
+    (["run", "dpsgd", "--gradient-clip", "0"], "--gradient-clip > 0"),
     ([*RUN_MOD, "--chunk-size", "0"], "--chunk-size in [1,"),
     ([*RUN_MOD, "--block-size", "1000"], "--block-size a positive multiple of --chunk-size"),
     ([*RUN_MOD, "--accountant", "pld", "--epsilon", "1000"], "--epsilon <= 100 with --accountant"),
     ([*RUN_MOD, "--accountant", "magic"], "invalid choice: 'magic'"),
-    ([*RUN_MOD, "--dataset", "nope"], "for --dataset"),
+    ([*RUN_MOD, "--dataset", "nope"], "--dataset: invalid choice: 'nope'"),
     ([*RUN_MOD, "--epsilon", "one"], "--epsilon: invalid float value"),
     ([*RUN_MOD, "--json", "{tmp}"], "expected --json to name a file"),
     ([*RUN_MOD, "--json", "{file}/record.json"], "is a file, not a folder"),
@@ -53,15 +59,18 @@ BAD_INPUT = [
     (["run", "noisy-mbsgd", "--data-seed", "-1"], "--data-seed in [0,"),
     (["run", "noisy-mbsgd", "--batch", "0"], "--batch in [1,"),
     (["run", "noisy-mbsgd", "--available", "3"], "--available applies only with --availability"),
-    (["run", "noisy-mbsgd", "--multistage"], "--multistage applies only to accel-mbsgd"),
-    (["run", "noisy-mbsgd", "--dataset", "co2"], "for --dataset"),
-    (["run", "noisy-mbsgd", "--epsilon", "500"], "--epsilon <= 100 with --accountant exact"),
+    (["run", "noisy-mbsgd", "--multistage"], "unrecognized arguments: --multistage"),
+    (["run", "noisy-mbsgd", "--dataset", "co2"], "--dataset: invalid choice: 'co2'"),
+    (["run", "noisy-mbsgd", "--epsilon", "500"], "--epsilon <= 100 with --calibration exact"),
+    (["run", "noisy-mbsgd", "--accountant", "pld"], "unrecognized arguments: --accountant"),
+    (["run", "mbsgd", "--epsilon", "1"], "unrecognized arguments: --epsilon"),
     # jfed sweep
     ([*SWEEP, "--epsilon", "1,,2"], "comma-separated list of numbers for --epsilon"),
     ([*SWEEP, "--epsilon", "1,x"], "a number in --epsilon, got 'x'"),
     ([*SWEEP, "--epsilon", "1,1"], "distinct values in --epsilon"),
     ([*SWEEP, "--epsilon", "-1"], "--epsilon in [1e-06"),
-    ([*SWEEP, "--rounds", "1000000000"], "--rounds in [1, 1000000]"),
+    (["sweep", "dpsgd", "--rounds", "1000000000"], "--rounds in [1, 1000000]"),
+    ([*SWEEP, "--rounds", "2"], "unrecognized arguments: --rounds"),  # one release, always
     ([*SWEEP, "--seeds", "0"], "--seeds in [1,"),
     ([*SWEEP, "--slice-size", "0"], "--slice-size in [1,"),
     ([*SWEEP, "--grid", "ridge="], "expected --grid NAME=V1,V2"),
@@ -69,16 +78,22 @@ BAD_INPUT = [
     ([*SWEEP, "--grid", "ridge=1,a"], "a number in --grid ridge, got 'a'"),
     ([*SWEEP, "--set", "beta="], "expected --set NAME=V"),
     ([*SWEEP, "--set", "betta=0.3"], "unknown --set betta"),
+    ([*SWEEP, "--set", "beta=0.3", "--beta", "0.4"], "--beta is given twice"),
+    ([*SWEEP, "--grid", "directions=1,2"], "unknown --grid directions"),
+    ([*SWEEP, "--grid", "ridge=1,2", "--ridge", "3"], "--grid ridge also fixes it"),
+    ([*SWEEP, "--set", "psd=maybe"], "expected true or false for --set psd"),
+    ([*SWEEP, "--set", "accountant=magic"], "unknown --set accountant 'magic'"),
+    ([*SWEEP, "--seed", "3"], "unrecognized arguments: --seed"),
     ([*SWEEP, "--set", "beta=1,2"], "one value in --set beta"),
     ([*SWEEP, "--grid", "ridge=1,-1"], "--grid ridge >= 0"),
     ([*SWEEP, "--set", "alpha=0"], "--set alpha > 0"),
     (["sweep", "noisy-mbsgd", "--grid", "step_size=0.5,0"], "--grid step_size > 0"),
-    ([*SWEEP, "--accountant", "exact"], "unknown --accountant 'exact'"),
+    ([*SWEEP, "--accountant", "exact"], "--accountant: invalid choice: 'exact'"),
     ([*SWEEP, "--out", "{file}"], "expected --out to name a folder"),
     ([*SWEEP, "--out", "{file}/sub"], "is a file, not a folder"),
     ([*SWEEP, "--out", "/proc/jfed-results"], "is not writable"),
     (["sweep", "noisy-mbsgd", "--set", "batch=2.5"], "integer --set batch in [1,"),
-    (["sweep", "noisy-mbsgd", "--set", "average_last=1.5"], "an integer for --set average_last"),
+    (["sweep", "noisy-mbsgd", "--set", "average_last=1.5"], "integer --set average_last in [0,"),
     (["sweep", "dpsgd", "--delta", "2"], "--delta in (0, 1)"),
     # jfed plot
     (["plot", "{tmp}/missing"], "no such sweep folder"),
@@ -182,7 +197,7 @@ def test_failed_write_prints_the_record(tmp_path, capsys, monkeypatch):
 
 def test_non_private_silo_runs_say_so(capsys):
     assert main(["run", "mbsgd", "--rounds", "2", "--json", "-"]) == 0
-    privacy = json.loads(capsys.readouterr().out)["privacy"]
+    privacy = json.loads(capsys.readouterr().out)
     assert privacy["notion"] == "none (non-private)" and privacy["protected"] == "nothing"
 
 
@@ -237,7 +252,7 @@ def test_second_writer_is_refused_and_rows_stay_unique(tmp_path, capsys):
 
 def test_duplicated_rows_count_once(tmp_path):
     path = tmp_path / "runs.jsonl"
-    row = {"config_key": "a", "algorithm": "dpsgd", "epsilon": 1.0, "seed": 0, "test_r2": 0.5}
+    row = {"config_key": "a", "method": "dpsgd", "epsilon": 1.0, "seed": 0, "test_r2": 0.5}
     other = {**row, "config_key": "b", "seed": 1}
     path.write_text("".join(json.dumps(r) + "\n" for r in (row, row, other, row)))
     assert [r["config_key"] for r in read_rows(str(path))] == ["a", "b"]

@@ -9,8 +9,10 @@ import pytest
 from jfed.cli.main import main
 
 RECORD_FIELDS = {
-    "algorithm", "dataset", "n_clients", "dim", "rounds", "epsilon", "delta", "accountant",
-    "sigma", "test_r2", "ols_r2", "seconds", "seed", "versions", "privacy",
+    "method", "algorithm", "paper", "dataset", "n_clients", "dim", "rounds", "epsilon",
+    "epsilon_certified", "delta", "accountant", "notion", "protected", "trust_model", "sigma",
+    "test_r2", "ols_r2", "run_seconds", "compile_seconds", "seed", "versions", "schema_version",
+    "timestamp", "jfed_version", "git_commit", "config_key",
 }  # fmt: skip
 
 
@@ -26,12 +28,12 @@ def test_run_modulated_writes_record(tmp_path, capsys):
     assert record["epsilon"] == pytest.approx(4.0) and record["rounds"] == 3
     assert record["n_clients"] == 504 and record["dim"] == 7
     assert len(record["test_r2_per_round"]) == 3
-    assert record["privacy"]["protected"].startswith("one client's feature vector")
+    assert record["protected"].startswith("one client's feature vector")
+    assert record["method"] == "modulated-iterative" and record["step_scale"] == 0.8
 
 
 def test_run_one_shot_dpsgd_ols_and_synthetic(capsys):
-    assert main(["run", "modulated", "--dataset", "modechoice", "--estimator", "one-shot",
-                 "--json", "-"]) == 0  # fmt: skip
+    assert main(["run", "modulated-one-shot", "--dataset", "modechoice", "--json", "-"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["rounds"] == 1 and "test_r2_psd" in record
     assert main(["run", "dpsgd", "--dataset", "modechoice", "--rounds", "2", "--json", "-"]) == 0
@@ -54,13 +56,13 @@ def test_run_one_shot_dpsgd_ols_and_synthetic(capsys):
         (["--alpha", "0"], "alpha > 0"),
         (["--directions", "9"], "directions in [1, 8]"),
         (["--directions", "0"], "directions in [1, 8]"),
-        (["--dataset", "nope"], "unknown dataset 'nope'"),
+        (["--dataset", "nope"], "invalid choice: 'nope'"),
         (["--rounds", "0"], "rounds in [1,"),
         (["--block-size", "1000"], "--block-size a positive multiple"),
         (["--clients", "0", "--synthetic"], "--clients in [1,"),
         (["--synthetic", "--dim", "3", "--directions", "4"], "--directions in [1, 3]"),
-        (["--dataset", "nope"], "for --dataset"),
-        (["--estimator", "two-shot"], "invalid choice: 'two-shot'"),
+        (["--dataset", "nope"], "--dataset: invalid choice"),
+        (["--estimator", "one-shot"], "unrecognized arguments: --estimator"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):

@@ -80,16 +80,19 @@ def test_procedural_clip_radius_comes_from_the_feature_distribution():
     """C defaults to the 95% quantile of ||x|| for procedural clients: a run clips 5% of them
     (within three binomial standard errors). Negative control: the old fixed C = 3 clips about
     half of them in d = 10."""
-    from jfed.run import ModulatedSettings, default_feature_clip, load_task, run_modulated
+    from jfed.methods import ModulatedOneShot
+    from jfed.methods.regression import default_feature_clip, load_task
+    from jfed.methods.running import run
 
-    task = load_task(synthetic=True, n_clients=20_000, dim=10)
+    base = ModulatedOneShot(synthetic=True, clients=20_000, dim=10)
+    task = load_task(base)
     clip = default_feature_clip(task.train)
     assert clip == pytest.approx(float(np.sqrt(chi2.ppf(0.95, 10))), rel=1e-12)
     assert default_feature_clip(load_regression("modechoice").train) == 3.0
-    record = run_modulated(task, 1.0, 1e-5, 1, ModulatedSettings(estimator="one-shot"))
-    assert record["hyperparams"]["clip"] == pytest.approx(clip)
+    record = run(base, task=task)
+    assert record["feature_clip"] is None and record["feature_clip_used"] == pytest.approx(clip)
     standard_error = np.sqrt(0.05 * 0.95 / 20_000)
     assert abs(record["clipped_fraction"] - 0.05) < 3 * standard_error
-    fixed = run_modulated(task, 1.0, 1e-5, 1, ModulatedSettings(estimator="one-shot", clip=3.0))
+    fixed = run(base.replace(feature_clip=3.0), task=task)
     assert abs(fixed["clipped_fraction"] - chi2.sf(9.0, 10)) < 3 * np.sqrt(0.25 / 20_000)
     assert fixed["clipped_fraction"] > 0.5

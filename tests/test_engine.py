@@ -146,7 +146,8 @@ def test_default_plan_is_sized_for_the_backend():
 def test_timed_simulation_separates_compile_from_run_and_changes_nothing(population):
     """``timings`` compiles ahead of time and runs the compiled program: same result, bit for
     bit, as the plain call; the record fields say how long each part took."""
-    from jfed.run import load_task, run_modulated
+    from jfed.methods import ModulatedIterative
+    from jfed.methods.running import run
 
     hp = modulated.hyperparams(noise_std=1.0)
     algorithm = modulated.OneShot(DIM)
@@ -155,7 +156,6 @@ def test_timed_simulation_separates_compile_from_run_and_changes_nothing(populat
     timed = simulate(algorithm, population, hp, jax.random.key(3), 1, timings=timings)
     assert _leaves_equal(plain, timed)
     assert timings["compile_seconds"] > 0 and timings["run_seconds"] > 0
-    record = run_modulated(load_task("modechoice"), 2.0, 1e-5, 2)
-    assert 0 < record["run_seconds"] < record["seconds"]
-    assert 0 < record["compile_seconds"] < record["seconds"]
+    record = run(ModulatedIterative(dataset="modechoice", epsilon=2.0, rounds=2))
+    assert 0 < record["run_seconds"] < record["compile_seconds"]
     assert record["plan"]["chunk_size"] == 504 and record["device"].startswith("cpu")

@@ -147,16 +147,18 @@ def test_noise_scaled_ridge_holds_as_the_population_grows():
     """At eps = 1 on 10^6 procedural clients the default (noise-scaled) ridge keeps test R^2 near
     or above 0 on every seed; a fixed lambda = 1 (the old default) leaves S_hat + lambda I
     near-singular on one of the same seeds (fixed seeds 0, 1, 2)."""
-    from jfed.run import ModulatedSettings, load_task, ols_reference, run_modulated
+    from jfed.methods import ModulatedOneShot
+    from jfed.methods.regression import load_task, ols_reference
+    from jfed.methods.running import run
 
-    task = load_task(synthetic=True, n_clients=10**6, dim=10)
+    base = ModulatedOneShot(synthetic=True, clients=10**6, dim=10, epsilon=1.0)
+    task = load_task(base)
     reference = ols_reference(task)
 
     def r2(ridge):
-        settings = ModulatedSettings(estimator="one-shot", ridge=ridge)
+        config = base.replace(ridge=ridge)
         return [
-            run_modulated(task, 1.0, 1e-5, 1, settings, seed=s, reference=reference)["test_r2"]
-            for s in range(3)
+            run(config.replace(seed=s), task=task, reference=reference)["test_r2"] for s in range(3)
         ]
 
     default = r2(None)

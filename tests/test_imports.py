@@ -116,7 +116,7 @@ def test_declared_packages_are_used():
 
 REFUSED = [
     ["run", "modulated", "--epsilon", "-1"],
-    ["run", "modulated", "--estimator", "two-shot"],
+    ["run", "modulated", "--accountant", "magic"],
     ["sweep", "dpsgd", "--delta", "2"],
     ["run", "noisy-mbsgd", "--mixing", "2"],
     ["demo", "--scale-clients", "-3"],
@@ -170,8 +170,11 @@ def test_catalog_dimensions_match_the_data(name):
 
 
 def test_catalog_names_match_the_implementations():
-    from jfed.cli.main import SILO_HELP
     from jfed.data import available_datasets
+    from jfed.methods import METHODS
 
     assert available_datasets() == list(catalog.REGRESSION_DATASETS)
-    assert tuple(SILO_HELP) == catalog.SILO_ALGORITHMS
+    assert len(METHODS) == 10
+    for name, declared in METHODS.items():
+        assert declared.config.method == name  # a configuration names its own method
+        assert hasattr(declared.load(), "calibrate")  # and its experiment is where it says

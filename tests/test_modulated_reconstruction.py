@@ -138,10 +138,11 @@ def test_bad_parameters_raise():
 
 def test_run_record_reports_the_bounds():
     from jfed.data import load_regression
-    from jfed.run import ModulatedSettings, run_modulated
+    from jfed.methods import ModulatedIterative
+    from jfed.methods.running import run
 
     task = load_regression("modechoice")
-    record = run_modulated(task, 10.0, 1e-5, rounds=3, settings=ModulatedSettings())
+    record = run(ModulatedIterative(dataset="modechoice", epsilon=10.0, rounds=3), task=task)
     block = record["reconstruction"]
     expected = recon.reconstruction_lower_bound(task.dim, 1.0, 0.5, 1.0, record["sigma"], 3)
     assert block["releases"] == 3

@@ -9,7 +9,7 @@ from jfed.algorithms import modulated
 from jfed.algorithms.linear import SecondMoments
 from jfed.data import load_regression
 from jfed.engine import simulate
-from jfed.sweep.adapters import stack
+from jfed.sweep.runner import stack
 
 NOISE_LEVELS = (0.0, 0.5, 5.0, 50.0)
 

@@ -259,40 +259,43 @@ def test_local_sgd_exact_noise_is_certified_by_an_independent_pld():
     """What a Local SGD run calibrated `exact` uses is certified, by dp-accounting called
     directly, for what it runs: K R Poisson-sampled one-record steps. Negative control: the seed's
     formula noise (what Local SGD used before) does not certify its target at eps 18."""
-    from jfed import run_silo
+    from jfed.methods import LocalSGD
+    from jfed.methods.running import experiment
 
     # two silos of 68 records: the largest digits-evenodd silo, where the issue was seen
     task = synthetic_silos(jax.random.key(0), n_silos=2, records_per_silo=68, dim=3)
     n = int(np.asarray(task.train.counts)[0])
     K, R, L = 10, 25, 1.0
     delta = 1.0 / n**2
-    exact = run_silo.SiloSettings(batch=K, rounds=R, clip=L, calibration="exact")
-    formula = run_silo.SiloSettings(batch=K, rounds=R, clip=L, calibration="experiments")
-    assert run_silo._sampling("local-sgd", exact) == "poisson"
-    assert run_silo._sampling("local-sgd", formula) == "with-replacement"
+    exact = LocalSGD(batch=K, rounds=R, gradient_clip=L, calibration="exact", delta=delta)
+    formula = exact.replace(calibration="experiments")
+    exact_run, formula_run = experiment(exact, task=task), experiment(formula, task=task)
+    assert exact_run.sampling == "poisson"
+    assert formula_run.sampling == "with-replacement"
     for target in (1.5, 18.0):
-        noise, fields = run_silo.calibrate_silos("local-sgd", task, target, delta, exact, "poisson")
+        ((noise, fields),) = exact_run.calibrate_many(exact, [target], delta)
         certified = _independent_pld_epsilon(float(noise[0]), n, K * R, delta, L)
         assert certified <= target * (1 + 1e-3) and certified > 0.97 * target
         assert fields["accountant"] == "pld-poisson-replace-one"
-        assert fields["epsilon"] == pytest.approx(certified, rel=2e-3)
-    noise, fields = run_silo.calibrate_silos(
-        "local-sgd", task, 18.0, delta, formula, "with-replacement"
-    )
+        assert fields["epsilon_certified"] == pytest.approx(certified, rel=2e-3)
+    ((noise, fields),) = formula_run.calibrate_many(formula, [18.0], delta)
+    assert fields["epsilon_certified"] is None  # only the formula claims the target
     reference = _independent_pld_epsilon(float(noise[0]), n, K * R, delta, L)
     assert reference > 18.0  # the formula's claim is not what PLD certifies
     assert fields["exact_epsilon"] == pytest.approx(reference, rel=2e-3)
 
 
 def test_exact_calibration_refuses_a_sampler_it_does_not_model():
-    from jfed import run_silo
+    from jfed.methods import AcceleratedMBSGD, LocalSGD, NoisyMBSGD
+    from jfed.methods.running import experiment
 
-    settings = run_silo.SiloSettings(calibration="exact", sampling="with-replacement")
-    for name in ("noisy-mbsgd", "local-sgd", "accel-mbsgd"):
+    task = synthetic_silos(jax.random.key(0), n_silos=2, records_per_silo=20, dim=3)
+    for method in (NoisyMBSGD, LocalSGD, AcceleratedMBSGD):
+        config = method(calibration="exact", sampling="with-replacement")
         with pytest.raises(ValueError, match="accounts Poisson sampling"):
-            run_silo._sampling(name, settings)
-    formula = run_silo.SiloSettings(calibration="theorem", sampling="with-replacement")
-    assert run_silo._sampling("local-sgd", formula) == "with-replacement"
+            experiment(config, task=task)
+    formula = LocalSGD(calibration="theorem", sampling="with-replacement")
+    assert experiment(formula, task=task).sampling == "with-replacement"
 
 
 def test_poisson_local_sgd_runs_and_reports_its_accountant(capsys):

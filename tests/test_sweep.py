@@ -10,9 +10,13 @@ import pytest
 from jfed.cli.main import main
 from jfed.data import load_regression
 from jfed.engine import simulate
+from jfed.methods import ModulatedIterative, ModulatedOneShot, NoisyMBSGD
+from jfed.methods.running import experiment
 from jfed.report.plots import plot_convergence, plot_utility
-from jfed.sweep import RegressionAdapter, choose, configurations, read_rows, run_sweep, tuned_table
+from jfed.sweep import choose, config_key, configurations, read_rows, run_sweep, tuned_table
 from jfed.sweep.tuning import beyond_edge, edge_choices, sweep_until_interior
+
+ONE_SHOT = ModulatedOneShot(dataset="modechoice")
 
 
 @pytest.fixture(scope="module")
@@ -20,18 +24,26 @@ def task():
     return load_regression("modechoice")
 
 
+@pytest.fixture(scope="module")
+def one_shot(task):
+    return experiment(ONE_SHOT, task=task)
+
+
 @pytest.mark.parametrize("share_noise", [True, False])
 def test_vmapped_sweep_equals_runs_one_by_one(task, tmp_path, share_noise):
-    adapter = RegressionAdapter("modulated-iterative", task, rounds=3)
-    configs = configurations([1.0, 10.0], 2, {"step_scale": [0.5, 1.0]})
+    base = ModulatedIterative(dataset="modechoice", rounds=3)
+    runner = experiment(base, task=task)
+    configs = configurations(base, [1.0, 10.0], 2, {"step_scale": [0.5, 1.0]})
     path = str(tmp_path / "runs.jsonl")
-    rows = run_sweep(adapter, configs, path, progress=False, share_noise=share_noise)
+    rows = run_sweep(runner, configs, path, progress=False, share_noise=share_noise)
     assert len(rows) == len(configs)
     assert all(row["shared_noise"] is share_noise for row in rows)
+    by_key = {config_key(c): c for c in configs}
     for row in rows:
-        hp, fields = adapter.hyperparams(row)
-        state, infos = simulate(adapter.algorithm, task.train, hp, jax.random.key(row["seed"]), 3)
-        single = adapter.evaluate({"theta": state.theta, "theta_per_round": infos.theta})
+        config = by_key[row["config_key"]]
+        hp, fields = runner.calibrate(config)
+        state, infos = simulate(runner.algorithm, task.train, hp, jax.random.key(row["seed"]), 3)
+        single = runner.evaluate(jax.device_get(runner.outputs(state, infos)), config)
         assert row["sigma"] == fields["sigma"]
         assert row["test_r2"] == pytest.approx(single["test_r2"], rel=1e-4, abs=1e-5)
         assert row["validation_r2"] == pytest.approx(single["validation_r2"], rel=1e-4, abs=1e-5)
@@ -42,8 +54,8 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(
     task, tmp_path, share_noise, rows_per_slice
 ):
     # a slice of 4 runs holds one unit of 3 eps with shared noise, 4 single runs without
-    adapter = RegressionAdapter("modulated-one-shot", task)
-    configs = configurations([0.5, 2.0, 8.0], 2, {"ridge": [0.5, 1.0]})  # 12 runs
+    adapter = experiment(ONE_SHOT, task=task)
+    configs = configurations(ONE_SHOT, [0.5, 2.0, 8.0], 2, {"ridge": [0.5, 1.0]})  # 12 runs
     options = dict(slice_size=4, progress=False, share_noise=share_noise)
     full = run_sweep(adapter, configs, str(tmp_path / "full.jsonl"), **options)
 
@@ -72,32 +84,33 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(
     assert table(resumed) == table(full)
 
 
-def test_rerunning_a_sweep_with_a_new_adapter_does_not_recompile(task, tmp_path):
+def test_rerunning_a_sweep_with_a_new_experiment_does_not_recompile(task, tmp_path):
     from jfed.sweep import runner
 
     def program(adapter):
-        plan = runner.ExecutionPlan().fitted(task.train.n_clients)
+        plan = runner.ExecutionPlan.for_backend().fitted(task.train.n_clients)
         unit = runner._unit_function(adapter.shared_noise_algorithm, 1, plan, adapter.outputs, True)
-        return runner._program(unit, jax.tree.map(np.shape, task.train), 1)
+        return runner._program(unit, 1)
 
-    configs = configurations([0.5, 2.0, 4.0], 2, {"ridge": [0.5, 1.0]})
-    first = RegressionAdapter("modulated-one-shot", task)
+    configs = configurations(ONE_SHOT, [0.5, 2.0, 4.0], 2, {"ridge": [0.5, 1.0]})
+    first = experiment(ONE_SHOT, task=task)
     run_sweep(first, configs, str(tmp_path / "first.jsonl"), progress=False)
-    executables = program(first)._cache_size()
-    second = RegressionAdapter("modulated-one-shot", task)  # as a new script would build it
-    run_sweep(second, configs, str(tmp_path / "second.jsonl"), progress=False)
+    compiled = runner._compiled.cache_info().currsize
+    second = experiment(ONE_SHOT, task=task)  # as a new script would build it
+    rows = run_sweep(second, configs, str(tmp_path / "second.jsonl"), progress=False)
     assert program(second) is program(first)
-    assert program(second)._cache_size() == executables  # the same executable served both
+    assert runner._compiled.cache_info().currsize == compiled  # one executable served both
+    assert len({row["compile_seconds"] for row in rows}) == 1
 
 
 def test_extending_the_eps_grid_runs_only_the_new_eps(task, tmp_path):
     # resumed units hold only the missing eps (shorter units than a fresh sweep's)
-    adapter = RegressionAdapter("modulated-one-shot", task)
+    adapter = experiment(ONE_SHOT, task=task)
     path = str(tmp_path / "grown.jsonl")
-    run_sweep(adapter, configurations([0.5, 2.0], 2, {}), path, progress=False)
-    grown = run_sweep(adapter, configurations([0.5, 2.0, 8.0], 2, {}), path, resume=True,
+    run_sweep(adapter, configurations(ONE_SHOT, [0.5, 2.0], 2), path, progress=False)
+    grown = run_sweep(adapter, configurations(ONE_SHOT, [0.5, 2.0, 8.0], 2), path, resume=True,
                       progress=False)  # fmt: skip
-    fresh = run_sweep(adapter, configurations([0.5, 2.0, 8.0], 2, {}),
+    fresh = run_sweep(adapter, configurations(ONE_SHOT, [0.5, 2.0, 8.0], 2),
                       str(tmp_path / "fresh.jsonl"), progress=False)  # fmt: skip
     assert len(read_rows(path)) == len(grown) == 6
     by_key = {row["config_key"]: row for row in fresh}
@@ -109,7 +122,7 @@ def test_choice_reads_only_the_validation_metric():
     rows = []
     for seed in range(3):
         for ridge, validation, test in ((0.5, 0.8, 0.1), (2.0, 0.6, 0.9)):  # test is poisoned
-            rows.append(dict(config_key=f"{seed}-{ridge}", algorithm="a", epsilon=1.0, seed=seed,
+            rows.append(dict(config_key=f"{seed}-{ridge}", method="a", epsilon=1.0, seed=seed,
                              ridge=ridge, validation_r2=validation, test_r2=test))  # fmt: skip
     assert choose(rows, ("ridge",), "per-eps")[(None, "a", 1.0)] == (0.5,)
     (row,) = tuned_table(rows, ("ridge",), "fixed")
@@ -122,10 +135,10 @@ def test_poisoning_the_test_split_does_not_change_the_choice(task, tmp_path):
     poisoned = dataclasses.replace(
         task, test=(task.test[0], rng.normal(size=task.test[1].shape) * 100)
     )
-    configs = configurations([2.0, 20.0], 2, {"ridge": [0.1, 1.0, 10.0]})
+    configs = configurations(ONE_SHOT, [2.0, 20.0], 2, {"ridge": [0.1, 1.0, 10.0]})
     chosen = []
     for name, which in (("clean", task), ("poisoned", poisoned)):
-        adapter = RegressionAdapter("modulated-one-shot", which)
+        adapter = experiment(ONE_SHOT, task=which)
         rows = run_sweep(adapter, configs, str(tmp_path / f"{name}.jsonl"), progress=False)
         chosen.append(choose(rows, ("ridge",), "per-eps"))
     assert chosen[0] == chosen[1]
@@ -134,13 +147,12 @@ def test_poisoning_the_test_split_does_not_change_the_choice(task, tmp_path):
 def test_plots_from_a_results_file(task, tmp_path):
     rows = []
     for dataset in ("modechoice", "co2"):
-        adapter = RegressionAdapter("modulated-iterative", load_regression(dataset), rounds=2)
+        base = ModulatedIterative(dataset=dataset, rounds=2)
         rows += run_sweep(
-            adapter,
-            configurations([1.0, 10.0], 2, {"step_scale": [0.5, 1.0]}),
+            experiment(base, task=load_regression(dataset)),
+            configurations(base, [1.0, 10.0], 2, {"step_scale": [0.5, 1.0]}),
             str(tmp_path / f"{dataset}.jsonl"),
             progress=False,
-            identity={"dataset": dataset},
         )
     table = tuned_table(rows, ("step_scale",))
     paths, panels = plot_utility(table, str(tmp_path / "utility"))
@@ -171,7 +183,7 @@ def test_sweep_and_plot_commands(tmp_path, capsys):
 def test_silo_sweep_tunes_on_training_loss_and_reports_test_error(tmp_path, capsys):
     out = str(tmp_path / "silo")
     argv = ["sweep", "noisy-mbsgd", "--epsilon", "2,8", "--seeds", "2", "--rounds", "4",
-            "--grid", "step_size=0.5,2", "--set", "batch=5", "--accountant", "theorem",
+            "--grid", "step_size=0.5,2", "--set", "batch=5", "--calibration", "theorem",
             "--out", out, "--no-progress", "--extend-edges", "0"]  # fmt: skip
     assert main(argv) == 0
     assert "test error" in capsys.readouterr().out
@@ -185,29 +197,25 @@ def test_silo_sweep_tunes_on_training_loss_and_reports_test_error(tmp_path, caps
 
 
 def test_silo_sweep_calibrates_all_eps_of_a_clip_together(tmp_path, monkeypatch):
-    from jfed import run_silo
-    from jfed.data.silos import load_silos
-    from jfed.sweep.adapters import SiloAdapter
+    from jfed.methods import silo
 
     calls = []
-    original = run_silo.calibrate_silos_many
+    original = silo.CalibratedExperiment.calibrate_many
 
-    def counting(name, task, epsilons, *args):
+    def counting(self, config, epsilons, delta):
         calls.append(tuple(epsilons))
-        return original(name, task, epsilons, *args)
+        return original(self, config, epsilons, delta)
 
-    monkeypatch.setattr(run_silo, "calibrate_silos_many", counting)
-    task = load_silos("digits-evenodd")
-    settings = run_silo.SiloSettings(rounds=3, batch=5, calibration="theorem")
-    adapter = SiloAdapter("noisy-mbsgd", task, settings)
-    configs = configurations([1.0, 4.0, 16.0], 1, {"clip": [0.5, 1.0], "step_size": [1.0]})
+    monkeypatch.setattr(silo.CalibratedExperiment, "calibrate_many", counting)
+    base = NoisyMBSGD(rounds=3, batch=5, calibration="theorem")
+    adapter = experiment(base)
+    configs = configurations(base, [1.0, 4.0, 16.0], 1,
+                             {"gradient_clip": [0.5, 1.0], "step_size": [1.0]})  # fmt: skip
     rows = run_sweep(adapter, configs, str(tmp_path / "runs.jsonl"), progress=False)
     assert sorted(calls) == [(1.0, 4.0, 16.0), (1.0, 4.0, 16.0)]  # one call per clip
-    alone = run_silo.calibrate_silos(
-        "noisy-mbsgd", task, 4.0, adapter.delta, settings, adapter.sampling
-    )
-    row = next(r for r in rows if r["epsilon"] == 4.0 and r["clip"] == 1.0)
-    assert row["sigma"] == pytest.approx(float(np.max(alone[0])))
+    ((alone, _),) = original(experiment(base), base, [4.0], adapter.delta)
+    row = next(r for r in rows if r["epsilon"] == 4.0 and r["gradient_clip"] == 1.0)
+    assert row["sigma"] == pytest.approx(float(np.max(alone)))
 
 
 def _rows(scores: dict, seeds: int = 5, epsilons=(1.0,)) -> list[dict]:
@@ -215,7 +223,7 @@ def _rows(scores: dict, seeds: int = 5, epsilons=(1.0,)) -> list[dict]:
     return [
         dict(
             config_key=f"{r}-{e}-{s}",
-            algorithm="a",
+            method="a",
             epsilon=e,
             seed=s,
             ridge=r,

@@ -55,7 +55,9 @@ def add_parser(commands) -> None:
     _sampled(calibrate)
 
     last = questions.add_parser(
-        "last-iterate", help="delta (or eps) of releasing only the last iterate (seed 003)"
+        "last-iterate",
+        help="delta (or eps) of releasing only the last iterate (Asoodeh and Calmon, "
+        "Differentially Private Federated Learning: An Information-Theoretic Perspective)",
     )
     for name, help_text in (
         ("--eta", "step size"),
@@ -176,7 +178,8 @@ def run(args) -> tuple[dict, str]:
             }  # fmt: skip
             line = (
                 f"delta = {delta:.6g} at eps = {args.epsilon:g} releasing only the last iterate "
-                f"[accountant: last-iterate contraction, seed 003]; releasing every iterate of "
+                "[accountant: last-iterate contraction (Asoodeh and Calmon)]; releasing every "
+                "iterate of "
                 f"the partition: delta = {partition:.6g} [one analytic Gaussian release]; as "
                 f"independent without-replacement batches: {standard:.6g} "
                 f"[{args.compare_accountant}]"
@@ -198,7 +201,8 @@ def run(args) -> tuple[dict, str]:
             }  # fmt: skip
             line = (
                 f"eps = {epsilon:.6g} at delta = {args.delta:g} releasing only the last iterate "
-                f"[accountant: last-iterate contraction, seed 003]; releasing every iterate of "
+                "[accountant: last-iterate contraction (Asoodeh and Calmon)]; releasing every "
+                "iterate of "
                 f"the partition: eps = {partition:.6g} [one analytic Gaussian release]; as "
                 f"independent without-replacement batches: {standard:.6g} "
                 f"[{args.compare_accountant}]"

@@ -1,14 +1,19 @@
-"""``jfed sweep`` and ``jfed plot``.
+"""``jfed sweep METHOD`` and ``jfed plot``.
 
     jfed sweep modulated-one-shot --dataset fair --epsilon 0.1,0.3,1,3,10 --seeds 10 \
         --grid ridge=0.5,1,2 --out results/fair-one-shot
     jfed sweep modulated-iterative --grid step_scale=0.5,0.8,1 --tune per-eps --resume ...
-    jfed plot results/fair-one-shot
+    jfed plot results/fair-one-shot results/fair-dpsgd --out results/compare
 
-A sweep writes, in ``--out``: ``runs.jsonl`` (one row per run, appended and flushed as each slice
-finishes; ``--resume`` continues it), ``runs.csv`` (the same, tidy), ``tuned.csv`` (the chosen
-hyper-parameters per (algorithm, eps) with the rule recorded), ``utility.png/.pdf`` and
-``convergence.png/.pdf``. ``jfed plot`` redraws them from ``runs.jsonl``.
+A sweep takes every flag of ``jfed run METHOD`` (fixed for all its runs) except ``--epsilon``,
+which becomes a list, and ``--seed``, which becomes ``--seeds N``; ``--grid NAME=V1,V2`` sweeps a
+tunable field and ``--set NAME=V`` fixes any field by its name. It writes, in ``--out``:
+``runs.jsonl`` (one record per run, appended and flushed as each slice finishes; ``--resume``
+continues it, and is refused if the folder was run with other arguments, as
+``runs.sweep.json`` records), ``runs.parquet`` and ``runs.csv`` (the same records as tables),
+``tuned.csv`` (the chosen settings per (method, eps) with the rule recorded), ``utility.png/.pdf``
+and, for methods with more than one round, ``convergence.png/.pdf``. ``jfed plot`` redraws them
+from one folder, or overlays several folders' methods in ``--out``.
 """
 
 from __future__ import annotations
@@ -19,101 +24,93 @@ import json
 import os
 import sys
 
-from jfed.catalog import (
-    METRIC_LABELS,
-    REGRESSION_SWEEP_ALGORITHMS,
-    SELECTION_STATISTICS,
-    SILO_ALGORITHMS,
-    TUNING_RULES,
-)
-from jfed.cli.checks import CHECKS, parse_numbers, within_range
+from jfed.catalog import METRIC_LABELS, SELECTION_STATISTICS, TUNING_RULES
+from jfed.cli import generate
+from jfed.cli.checks import check_epsilons, check_numerical_accountant, within_range
 from jfed.cli.options import cache_flag, certification_warning, progress_flag, show_progress
 
-TUNABLE = (
-    "step_scale", "alpha", "beta", "omega", "clip", "radius", "ridge", "ridge_scale",
-    "learning_rate", "step_size",
-)  # fmt: skip
+DEFAULT_EPSILONS = "0.1,0.3,1,3,10"
+DEFAULT_SEEDS = 10
 
 
-def add_parsers(commands) -> None:
-    sweep = commands.add_parser("sweep", help="eps x seeds x hyper-parameters in one program")
-    sweep.add_argument("algorithm", choices=REGRESSION_SWEEP_ALGORITHMS + SILO_ALGORITHMS)
-    sweep.add_argument(
-        "--dataset", default=None,
-        help="task (fair for regression algorithms, digits-evenodd for silo algorithms)",
-    )  # fmt: skip
-    sweep.add_argument(
-        "--accountant", default=None,
-        help="calibration: zcdp|classic|pld (regression), exact|theorem|experiments (silos)",
-    )  # fmt: skip
-    sweep.add_argument("--epsilon", default="0.1,0.3,1,3,10", help="comma-separated eps grid")
-    sweep.add_argument("--seeds", type=int, default=10, help="seeds per configuration (10)")
-    sweep.add_argument(
-        "--grid", action="append", default=[], metavar="NAME=V1,V2",
-        help="a swept hyper-parameter (repeatable), e.g. step_scale=0.5,0.8,1",
-    )  # fmt: skip
-    sweep.add_argument("--set", action="append", default=[], metavar="NAME=V",
-                       help="a fixed method parameter, e.g. beta=0.3")  # fmt: skip
-    sweep.add_argument("--rounds", type=int, default=10, help="T (10)")
-    sweep.add_argument(
-        "--delta", type=float, default=None,
-        help="delta of every run (1e-5 for the regression methods; 1/n_min^2 per silo for the silo "
-        "methods, n_min the smallest silo)",
-    )  # fmt: skip
-    _statistic_flag(sweep)
-    sweep.add_argument(
-        "--extend-edges", type=int, default=2, metavar="N",
-        help="when a chosen value is on the edge of its --grid, extend the grid past it and sweep "
-        "again, up to N times (2; 0: only warn)",
-    )  # fmt: skip
-    sweep.add_argument("--tune", choices=TUNING_RULES, default="fixed",
-                       help="fixed: one setting for all eps (paper); per-eps")  # fmt: skip
-    sweep.add_argument("--out", default="results/sweep", help="results folder")
-    sweep.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
-    sweep.add_argument("--slice-size", type=int, default=None, help="runs per compiled call")
-    progress_flag(sweep)
-    cache_flag(sweep)
-    sweep.add_argument(
-        "--no-shared-noise", action="store_true",
-        help="run every eps on its own (default: the eps of one seed share their draws where the "
-        "algorithm allows it; equal up to float32 rounding)",
+def add_parsers(commands, engine_flags) -> None:
+    sweep = commands.add_parser(
+        "sweep", help="eps x seeds x tunable fields of a method in one compiled program"
+    )
+
+    def sweep_flags(parser: argparse.ArgumentParser, declared) -> None:
+        grid = parser.add_argument_group("sweep")
+        if declared.private:
+            grid.add_argument(
+                "--epsilon", default=DEFAULT_EPSILONS,
+                help=f"comma-separated eps grid (default: {DEFAULT_EPSILONS})",
+            )  # fmt: skip
+        grid.add_argument(
+            "--seeds", type=int, default=DEFAULT_SEEDS,
+            help=f"seeds 0 .. N-1 per configuration (default: {DEFAULT_SEEDS})",
+        )  # fmt: skip
+        grid.add_argument(
+            "--grid", action="append", default=[], metavar="NAME=V1,V2",
+            help="sweep a tunable field (repeatable), e.g. step_scale=0.5,0.8,1; `jfed methods` "
+            "marks the tunable fields",
+        )  # fmt: skip
+        grid.add_argument(
+            "--set", action="append", default=[], metavar="NAME=V",
+            help="fix a field by its name, e.g. beta=0.3 (same as --beta 0.3)",
+        )  # fmt: skip
+        _statistic_flag(grid)
+        grid.add_argument(
+            "--extend-edges", type=int, default=2, metavar="N",
+            help="when a chosen value is on the edge of its --grid, extend the grid past it and "
+            "sweep again, up to N times (default: 2; 0: only warn)",
+        )  # fmt: skip
+        grid.add_argument("--tune", choices=TUNING_RULES, default="fixed",
+                          help="fixed: one setting for all eps (the papers' rule; default); "
+                          "per-eps")  # fmt: skip
+        output = parser.add_argument_group("output")
+        output.add_argument(
+            "--out", default="results/sweep", help="results folder (default: results/sweep)"
+        )
+        output.add_argument(
+            "--resume", action="store_true",
+            help="continue an interrupted sweep with the same arguments",
+        )  # fmt: skip
+        output.add_argument(
+            "--slice-size", type=int, default=None,
+            help="runs per compiled call (default: from a 2 GiB memory budget)",
+        )  # fmt: skip
+        progress_flag(output)
+        cache_flag(output)
+        engine_flags(parser)
+        output.add_argument(
+            "--no-shared-noise", action="store_true",
+            help="run every eps on its own (default: the eps of one seed share their draws where "
+            "the method allows it; equal up to float32 rounding)",
+        )  # fmt: skip
+
+    generate.method_parsers(
+        sweep.add_subparsers(dest="algorithm", required=True, metavar="METHOD"), "sweep",
+        sweep_flags,
     )  # fmt: skip
 
-    plot = commands.add_parser("plot", help="redraw the tables and plots of a sweep")
-    plot.add_argument("results", help="a sweep folder or its runs.jsonl")
+    plot = commands.add_parser(
+        "plot", help="redraw a sweep's tables and plots, or overlay several sweeps"
+    )
+    plot.add_argument("results", nargs="+", help="sweep folders (or their runs.jsonl)")
+    plot.add_argument(
+        "--out", default=None,
+        help="folder of the figures (default: the sweep's own folder; results/plot for several)",
+    )  # fmt: skip
     plot.add_argument("--tune", choices=TUNING_RULES, default="fixed")
     _statistic_flag(plot)
 
 
-def _statistic_flag(parser: argparse.ArgumentParser) -> None:
+def _statistic_flag(parser) -> None:
     parser.add_argument(
         "--statistic", choices=SELECTION_STATISTICS, default="median",
         help="how a setting's validation values (over seeds, and eps for --tune fixed) are scored "
-        "(median: robust to the one-shot estimator's heavy-tailed R^2)",
+        "(default: median, robust to the one-shot estimator's heavy-tailed R^2)",
     )  # fmt: skip
-
-
-def _pairs(items: list[str], many: bool) -> dict:
-    """``--grid NAME=V1,V2`` (``many``) or ``--set NAME=V`` items as ``{name: values}``."""
-    flag = "--grid" if many else "--set"
-    parsed = {}
-    for item in items:
-        name, _, values = item.partition("=")
-        name = name.strip().replace("-", "_")
-        if not name or not values.strip():
-            raise ValueError(f"expected {flag} NAME={'V1,V2' if many else 'V'}, got {item!r}")
-        numbers = parse_numbers(f"{flag} {name}", values)
-        if name in parsed:
-            raise ValueError(f"{flag} {name} is given twice")
-        if not many and len(numbers) != 1:
-            raise ValueError(f"expected one value in --set {name}, got {values!r} (--grid sweeps)")
-        if len(set(numbers)) != len(numbers):
-            raise ValueError(f"expected distinct values in {flag} {name}, got {values!r}")
-        if name in CHECKS:  # the same range as the flag of `jfed run`
-            for number in numbers:
-                CHECKS[name](f"{flag} {name}", number)
-        parsed[name] = numbers if many else numbers[0]
-    return parsed
 
 
 def _write_csv(path: str, rows: list[dict]) -> None:
@@ -127,164 +124,155 @@ def _write_csv(path: str, rows: list[dict]) -> None:
             )
 
 
-def finish(rows: list[dict], out: str, rule: str, statistic: str = "median") -> list[dict]:
-    """Write runs.csv, tuned.csv and the plots of a finished (or partial) sweep."""
-    from jfed.report.plots import plot_convergence, plot_utility
+def tune_rows(rows: list[dict], rule: str, statistic: str) -> tuple[list[dict], tuple]:
+    """The tuned table of a sweep's rows and the swept names it chose among."""
     from jfed.sweep import tuned_table
-    from jfed.sweep.tuning import hyper_names
+    from jfed.sweep.tuning import swept_names
+
+    hyper = swept_names(rows)
+    first = rows[0]
+    table = tuned_table(
+        rows, hyper, rule, first.get("selection_metric", "validation_r2"),
+        first.get("report_metric", "test_r2"), first.get("selection_maximize", True), statistic,
+    )  # fmt: skip
+    return table, hyper
+
+
+def finish(rows: list[dict], out: str, rule: str, statistic: str = "median") -> list[dict]:
+    """Write runs.csv, runs.parquet, tuned.csv and the plots of a finished (or partial) sweep."""
+    from jfed.report.plots import plot_convergence, plot_utility
+    from jfed.report.results import PARQUET, write_parquet
 
     if not rows:
         raise ValueError("no finished runs to report")
-    hyper = hyper_names(rows, TUNABLE)
-    selection = rows[0].get("selection_metric", "validation_r2")
+    table, hyper = tune_rows(rows, rule, statistic)
     report = rows[0].get("report_metric", "test_r2")
-    maximize = rows[0].get("selection_maximize", True)
-    table = tuned_table(rows, hyper, rule, selection, report, maximize, statistic)
     _write_csv(os.path.join(out, "runs.csv"), rows)
+    write_parquet(rows, os.path.join(out, PARQUET))
     _write_csv(os.path.join(out, "tuned.csv"), table)
     plot_utility(table, os.path.join(out, "utility"), report)
+    stale = [os.path.join(out, f"convergence.{e}") for e in ("png", "pdf")]
+    for path in stale:  # a re-run must not leave the curves of an earlier sweep behind
+        if os.path.exists(path):
+            os.remove(path)
     plot_convergence(rows, table, hyper, os.path.join(out, "convergence"), f"{report}_per_round")
     return table
 
 
 def _warn_uncertified(rows: list[dict]) -> None:
-    """One stderr line per (algorithm, eps) whose certified eps differs from the target, or that
-    no accountant certifies (the seed's formula calibrations)."""
+    """One stderr line per (method, eps) whose certified eps differs from the target, or that
+    no accountant certifies (the paper's formula calibrations)."""
     seen = set()
     for row in rows:
-        key = (row["algorithm"], row["epsilon"])
+        key = (row["method"], row["epsilon"])
         warning = None if key in seen else certification_warning(row)
         if warning:
             seen.add(key)
-            print(f"jfed: warning: {row['algorithm']}: {warning} (runs.jsonl has both)",
+            print(f"jfed: warning: {row['method']}: {warning} (runs.jsonl has both)",
                   file=sys.stderr)  # fmt: skip
 
 
-def _print_table(table: list[dict]) -> None:
+def _print_table(table: list[dict], hyper: tuple) -> None:
     for row in table:
-        chosen = {k: v for k, v in row.items() if k in TUNABLE}
+        chosen = {k: row[k] for k in hyper if k in row}
         metric = next(k[: -len("_mean")] for k in row if k.endswith("_mean"))
         reference = row.get("reference")
         reference = f"; non-private OLS {reference:.4f}" if reference is not None else ""
+        notion = f" | eps: {row['notion']}" if row.get("notion") else ""
         print(
-            f"{row['algorithm']} on {row['dataset']}: eps={row['epsilon']:g} "
+            f"{row['method']} on {row['dataset']}: eps={row['epsilon']:g} "
             f"(delta={row['delta']:.3g}, {row['accountant']}): {METRIC_LABELS.get(metric, metric)} "
             f"{row[metric + '_mean']:.4f} +- {row[metric + '_se']:.4f} over {row['seeds']} "
-            f"seeds, chosen {chosen} ({row['choice_rule']}){reference}"
-            + (f" | eps: {row['notion']}" if row.get("notion") else "")
+            f"seeds, chosen {chosen} ({row['choice_rule']}){reference}{notion}"
         )
 
 
-REGRESSION_DELTA = 1e-5
-# the numeric method parameters `--set` may fix, per regression method
-REGRESSION_SETTINGS = {
-    "dpsgd": ("clip", "learning_rate", "radius"),
-    "modulated-iterative": (
-        "alpha", "beta", "omega", "directions", "clip", "adjacency_diameter", "radius",
-        "step_scale", "step_floor",
-    ),
-    "modulated-one-shot": (
-        "alpha", "beta", "omega", "directions", "clip", "adjacency_diameter", "ridge",
-        "ridge_scale",
-    ),
-}  # fmt: skip
-
-
-def check_regression_settings(algorithm: str, fixed: dict) -> None:
-    """Refuse ``--set`` names the method does not have (a misspelling would be ignored)."""
-    known = REGRESSION_SETTINGS[algorithm]
-    unknown = sorted(set(fixed) - set(known) - {"accountant"})
-    if unknown:
-        raise ValueError(
-            f"unknown --set {', '.join(unknown)} for {algorithm}; expected some of {list(known)}"
-        )
-    if "directions" in fixed and fixed["directions"] != int(fixed["directions"]):
-        raise ValueError(f"expected an integer for --set directions, got {fixed['directions']:g}")
-
-
-def _silo_adapter(args: argparse.Namespace, fixed: dict):
-    import dataclasses
-
-    from jfed.data.silos import load_silos
-    from jfed.run_silo import SiloSettings
-    from jfed.sweep.adapters import SiloAdapter
-
-    args.dataset = args.dataset or "digits-evenodd"
-    integers = {"batch", "available", "average_last"}
-    known = {f.name for f in dataclasses.fields(SiloSettings)}
-    unknown = set(fixed) - known
-    if unknown:
-        raise ValueError(
-            f"unknown silo settings {sorted(unknown)}; expected some of {sorted(known)}"
-        )
-    for name in integers & set(fixed):
-        if fixed[name] != int(fixed[name]):
-            raise ValueError(f"expected an integer for --set {name}, got {fixed[name]:g}")
-    values = {k: int(v) if k in integers else v for k, v in fixed.items()}
-    settings = SiloSettings(rounds=args.rounds, calibration=args.accountant or "exact", **values)
-    return SiloAdapter(args.algorithm, load_silos(args.dataset), settings, args.delta)
-
-
-def run(args: argparse.Namespace) -> None:
-    from jfed.data import load_regression
-    from jfed.sweep import RegressionAdapter, configurations, read_rows, run_sweep, tuned_table
+def _plot(args: argparse.Namespace) -> None:
+    from jfed.report.plots import plot_overlay
+    from jfed.sweep import read_rows
     from jfed.sweep.lock import folder_lock
-    from jfed.sweep.tuning import sweep_until_interior
 
-    if args.command == "plot":
-        path = args.results
+    sources = []
+    for path in args.results:
         if not os.path.exists(path):
             raise ValueError(f"no such sweep folder or runs.jsonl: {path}")
         if os.path.isfile(path) and not path.endswith(".jsonl"):
             raise ValueError(f"expected a sweep folder or its runs.jsonl, got the file {path}")
         folder = os.path.dirname(path) if path.endswith(".jsonl") else path
         results = path if path.endswith(".jsonl") else os.path.join(path, "runs.jsonl")
-        with folder_lock(folder or "."):
+        sources.append((folder or ".", results))
+    if len(sources) == 1 and args.out is None:
+        folder, results = sources[0]
+        with folder_lock(folder):
             rows = read_rows(results)
             if not rows:
                 raise ValueError(f"no finished runs in {results}")
-            _print_table(finish(rows, folder, args.tune, args.statistic))
+            table = finish(rows, folder, args.tune, args.statistic)
+            _print_table(table, tune_rows(rows, args.tune, args.statistic)[1])
         return
-    epsilons = parse_numbers("--epsilon", args.epsilon)
-    fixed = _pairs(args.set, many=False)
-    if args.algorithm in SILO_ALGORITHMS:
-        adapter = _silo_adapter(args, fixed)
-    else:
-        args.dataset = args.dataset or "fair"
-        if args.accountant:
-            fixed["accountant"] = args.accountant
-        check_regression_settings(args.algorithm, fixed)
-        adapter = RegressionAdapter(
-            args.algorithm,
-            load_regression(args.dataset),
-            REGRESSION_DELTA if args.delta is None else args.delta,
-            args.rounds,
-            fixed,
-        )
-    grid = _pairs(args.grid, many=True)
+    out = args.out or "results/plot"
+    tables = []
+    for folder, results in sources:
+        rows = read_rows(results)
+        if not rows:
+            raise ValueError(f"no finished runs in {results}")
+        table, hyper = tune_rows(rows, args.tune, args.statistic)
+        _print_table(table, hyper)
+        tables.append((folder, table))
+    os.makedirs(out, exist_ok=True)
+    paths, _ = plot_overlay(tables, os.path.join(out, "utility"))
+    print(f"figure: {paths[0]}")
+
+
+def checked(args: argparse.Namespace) -> tuple:
+    """The sweep's arguments checked before JAX is imported: ``(method, eps list or None,
+    grid, base configuration)``."""
+    declared = generate.chosen_method(args)
+    epsilons = check_epsilons(args.epsilon) if declared.private else None
+    fixed = generate.parse_pairs(args.set, declared.config, many=False)
+    grid = generate.parse_pairs(args.grid, declared.config, many=True)
+    base = generate.build_config(args, fixed)
+    for name in sorted(set(grid) & (set(fixed) | set(generate.given_fields(args, base)))):
+        raise ValueError(f"--grid {name} also fixes it: give it once")
+    check_numerical_accountant(base, epsilons or [])
+    return declared, epsilons, grid, base
+
+
+def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
+    if args.command == "plot":
+        _plot(args)
+        return
+    declared, epsilons, grid, base = sweep or checked(args)
+    from jfed.cli.main import plan_of
+    from jfed.methods.running import experiment
+    from jfed.sweep import configurations, run_sweep, tuned_table
+    from jfed.sweep.lock import folder_lock
+    from jfed.sweep.tuning import sweep_until_interior
+
+    runner = experiment(base)
     results = os.path.join(args.out, "runs.jsonl")
     calls = []
 
-    def run_grid(grid: dict) -> list[dict]:
-        calls.append(grid)
+    def run_grid(values: dict) -> list[dict]:
+        calls.append(values)
         return run_sweep(
-            adapter, configurations(epsilons, args.seeds, grid), results,
+            runner, configurations(base, epsilons, args.seeds, values), results,
             resume=args.resume or len(calls) > 1, slice_size=args.slice_size,
-            progress=show_progress(args), identity={"dataset": args.dataset},
-            share_noise=not args.no_shared_noise,
+            plan=plan_of(args), progress=show_progress(args),
+            share_noise=not args.no_shared_noise, swept=tuple(sorted(grid)),
         )  # fmt: skip
 
     def tune(rows: list[dict]) -> list[dict]:
         return tuned_table(
-            rows, tuple(sorted(grid)), args.tune, adapter.selection_metric,
-            adapter.report_metric, adapter.selection_maximize, args.statistic,
+            rows, tuple(sorted(grid)), args.tune, runner.selection_metric,
+            runner.report_metric, runner.selection_maximize, args.statistic,
         )  # fmt: skip
 
     with folder_lock(args.out):  # the runs and the tables written from them: one writer
         rows, _, notes = sweep_until_interior(
-            run_grid, grid, tune, within_range, max_extensions=args.extend_edges
+            run_grid, grid, tune, within_range(declared.config), max_extensions=args.extend_edges
         )
         for note in notes:
             print(f"jfed: note: {note}", file=sys.stderr)
         _warn_uncertified(rows)
-        _print_table(finish(rows, args.out, args.tune, args.statistic))
+        _print_table(finish(rows, args.out, args.tune, args.statistic), tuple(sorted(grid)))

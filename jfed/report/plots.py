@@ -1,10 +1,14 @@
 """Plots of sweep results (matplotlib, written as PNG and PDF next to the results).
 
 - :func:`plot_utility`: the test metric vs eps (log scale) with a band of one standard error
-  across seeds, one line per algorithm, the non-private reference as a dashed line; one panel per
-  data set.
+  across seeds, one line per method, the non-private reference as a dashed line; one panel per
+  data set. :func:`plot_overlay` does the same for the tuned tables of several sweeps at once.
 - :func:`plot_convergence`: the test metric per round of the chosen configurations, one line per
-  eps; one panel per (data set, algorithm) that has curves.
+  eps; one panel per (data set, method) whose runs have more than one round.
+
+The y-range is common to the panels and ignores outliers (a failed run at small eps can sit at
+R^2 = -800 and would flatten every other line): it spans the central values with a margin, and
+the panel says how many points lie outside it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from jfed.catalog import METRIC_LABELS
+
+OUTLIER_FENCE = 3.0  # interquartile ranges beyond the quartiles that the y-range still shows
 
 
 def _epsilon_label(rows: list[dict]) -> str:
@@ -34,6 +40,21 @@ def _epsilon_label(rows: list[dict]) -> str:
     return label + ("\n" + "; ".join(notions) if notions else "")
 
 
+def robust_limits(values: np.ndarray) -> tuple[float, float]:
+    """A y-range holding the central values: the quartiles widened by :data:`OUTLIER_FENCE`
+    interquartile ranges, cut to the data, with a 5% margin."""
+    values = np.asarray(values, np.float64)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return 0.0, 1.0
+    q1, q3 = np.percentile(values, [25, 75])
+    spread = max(q3 - q1, 1e-3 * max(1.0, abs(q3)))
+    low = max(values.min(), q1 - OUTLIER_FENCE * spread)
+    high = min(values.max(), q3 + OUTLIER_FENCE * spread)
+    margin = 0.05 * max(high - low, 1e-6)
+    return low - margin, high + margin
+
+
 def _save(figure, prefix: str) -> list[str]:
     paths = []
     for extension in ("png", "pdf"):
@@ -44,36 +65,77 @@ def _save(figure, prefix: str) -> list[str]:
     return paths
 
 
-def plot_utility(table: list[dict], prefix: str, metric: str = "test_r2") -> tuple[list[str], int]:
-    """Utility vs eps from a tuned table (:func:`jfed.sweep.tuning.tuned_table`).
-
-    Returns the written paths and the number of panels."""
-    datasets = sorted({row.get("dataset") or "" for row in table})
-    figure, axes = plt.subplots(1, len(datasets), figsize=(4.6 * len(datasets), 3.8), squeeze=False)
+def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: str):
+    """``lines``: (label, tuned rows of one method) each; one panel per data set."""
+    datasets = sorted({row.get("dataset") or "" for _, rows in lines for row in rows})
+    figure, axes = plt.subplots(1, len(datasets), figsize=(4.8 * len(datasets), 4.0), squeeze=False)
+    values = [r[f"{metric}_mean"] for _, rows in lines for r in rows]
+    values += [r["reference"] for _, rows in lines for r in rows if r.get("reference") is not None]
+    low, high = robust_limits(np.array(values, np.float64))
     for axis, dataset in zip(axes[0], datasets, strict=True):
-        rows = [row for row in table if (row.get("dataset") or "") == dataset]
-        for index, algorithm in enumerate(sorted({row["algorithm"] for row in rows})):
+        shown = []
+        outside = 0
+        for index, (label, rows) in enumerate(lines):
             mine = sorted(
-                (r for r in rows if r["algorithm"] == algorithm), key=lambda r: r["epsilon"]
+                (r for r in rows if (r.get("dataset") or "") == dataset),
+                key=lambda r: r["epsilon"],
             )
-            eps = np.array([r["epsilon"] for r in mine])
-            mean = np.array([r[f"{metric}_mean"] for r in mine])
-            se = np.array([r[f"{metric}_se"] for r in mine])
-            axis.plot(eps, mean, marker="o", color=f"C{index}", label=algorithm)
-            axis.fill_between(eps, mean - se, mean + se, color=f"C{index}", alpha=0.2)
-        references = [r["reference"] for r in rows if r.get("reference") is not None]
+            if not mine:
+                continue
+            shown += mine
+            eps = np.array([r["epsilon"] for r in mine], np.float64)
+            mean = np.array([r[f"{metric}_mean"] for r in mine], np.float64)
+            se = np.array([r[f"{metric}_se"] for r in mine], np.float64)
+            outside += int(np.sum((mean < low) | (mean > high)))
+            axis.plot(eps, np.clip(mean, low, high), marker="o", color=f"C{index}", label=label)
+            axis.fill_between(eps, np.clip(mean - se, low, high), np.clip(mean + se, low, high),
+                              color=f"C{index}", alpha=0.2)  # fmt: skip
+        references = [r["reference"] for r in shown if r.get("reference") is not None]
         if references:
             axis.axhline(references[0], color="black", linestyle="--", label="non-private OLS")
         axis.set_xscale("log")
-        axis.set_xlabel(_epsilon_label(rows))
+        axis.set_ylim(low, high)
+        axis.set_xlabel(_epsilon_label(shown))
         axis.set_ylabel(METRIC_LABELS.get(metric, metric.replace("_", " ")))
-        seeds = sorted({row.get("seeds") for row in rows if row.get("seeds")})
-        band = f"band: +-1 standard error over {'/'.join(map(str, seeds))} seeds" if seeds else ""
-        axis.set_title(f"{dataset}\n{band}" if band else dataset, fontsize=9)
+        seeds = sorted({row.get("seeds") for row in shown if row.get("seeds")})
+        title = [dataset]
+        if seeds:
+            title.append(f"mean; band +-1 standard error over {'/'.join(map(str, seeds))} seeds")
+        if outside:
+            title.append(f"{outside} point(s) outside the y-range, drawn at its edge")
+        axis.set_title("\n".join(title), fontsize=8)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
     figure.tight_layout()
     return _save(figure, prefix), len(datasets)
+
+
+def plot_utility(table: list[dict], prefix: str, metric: str = "test_r2") -> tuple[list[str], int]:
+    """Utility vs eps from a tuned table (:func:`jfed.sweep.tuning.tuned_table`).
+
+    Returns the written paths and the number of panels."""
+    lines = [
+        (method, [row for row in table if row["method"] == method])
+        for method in sorted({row["method"] for row in table})
+    ]
+    return _utility_panels(lines, metric, prefix)
+
+
+def plot_overlay(tables: list[tuple[str, list[dict]]], prefix: str) -> tuple[list[str], int]:
+    """The tuned tables of several sweeps (``(folder, table)`` each) in one figure: a line per
+    (folder, method), labelled by the method (and the folder where a method repeats). Every
+    table must report the same metric."""
+    metrics = {k[: -len("_mean")] for _, table in tables for row in table for k in row
+               if k.endswith("_mean")}  # fmt: skip
+    if len(metrics) != 1:
+        raise ValueError(f"expected sweeps that report one metric, got {sorted(metrics)}")
+    lines = []
+    for folder, table in tables:
+        for method in sorted({row["method"] for row in table}):
+            repeated = len({f for f, t in tables if any(r["method"] == method for r in t)}) > 1
+            label = f"{method} ({folder})" if repeated else method
+            lines.append((label, [row for row in table if row["method"] == method]))
+    return _utility_panels(lines, metrics.pop(), prefix)
 
 
 def plot_convergence(
@@ -82,29 +144,45 @@ def plot_convergence(
 ) -> tuple[list[str], int]:  # fmt: skip
     """Convergence curves (mean over seeds) of the chosen configurations, one line per eps.
 
-    Returns the written paths and the number of panels (0 and no file when no curves)."""
+    Returns the written paths and the number of panels (0 and no file when no run has more than
+    one round: a one-shot method has no curve to draw)."""
     chosen = {
-        (t.get("dataset"), t["algorithm"], t["epsilon"]): tuple(t[h] for h in hyper) for t in table
+        (t.get("dataset"), t["method"], t["epsilon"]): tuple(t[h] for h in hyper) for t in table
     }
     curves: dict = defaultdict(list)
     for row in rows:
-        key = (row.get("dataset"), row["algorithm"], row["epsilon"])
-        if curve in row and chosen.get(key) == tuple(row[h] for h in hyper):
-            curves[(row.get("dataset") or "", row["algorithm"], row["epsilon"])].append(row[curve])
+        key = (row.get("dataset"), row["method"], row["epsilon"])
+        values = row.get(curve)
+        if (
+            values is not None
+            and len(values) > 1
+            and chosen.get(key) == tuple(row[h] for h in hyper)
+        ):
+            curves[(row.get("dataset") or "", row["method"], row["epsilon"])].append(values)
     panels = sorted({(d, a) for d, a, _ in curves})
     if not panels:
         return [], 0
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
-    for axis, (dataset, algorithm) in zip(axes[0], panels, strict=True):
-        keys = sorted(k for k in curves if k[:2] == (dataset, algorithm))
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 4.0), squeeze=False)
+    means = [np.mean(np.array(c, np.float64), 0) for c in curves.values()]
+    low, high = robust_limits(np.concatenate(means))
+    for axis, (dataset, method) in zip(axes[0], panels, strict=True):
+        keys = sorted(k for k in curves if k[:2] == (dataset, method))
         colors = plt.cm.viridis(np.linspace(0, 0.9, len(keys)))
+        seeds = set()
         for color, key in zip(colors, keys, strict=True):
             values = np.array(curves[key], np.float64)
-            axis.plot(np.arange(1, values.shape[1] + 1), values.mean(0), color=color,
-                      label=f"eps={key[2]:g}")  # fmt: skip
+            seeds.add(values.shape[0])
+            axis.plot(np.arange(1, values.shape[1] + 1), np.clip(values.mean(0), low, high),
+                      color=color, label=f"eps={key[2]:g}")  # fmt: skip
+        axis.set_ylim(low, high)
         axis.set_xlabel("round")
-        axis.set_ylabel(curve.replace("_", " "))
-        axis.set_title(f"{dataset}: {algorithm}")
+        metric = curve.removesuffix("_per_round")
+        axis.set_ylabel(METRIC_LABELS.get(metric, metric.replace("_", " ")))
+        axis.set_title(
+            f"{dataset}: {method}\nmean over {'/'.join(map(str, sorted(seeds)))} seeds; "
+            "y-range ignores outliers",
+            fontsize=8,
+        )
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
     figure.tight_layout()

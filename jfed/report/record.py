@@ -34,12 +34,12 @@ def versions() -> dict[str, str]:
     return found
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """Floats that JSON cannot hold (inf, nan) become strings; numpy scalars become Python."""
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -49,7 +49,7 @@ def _json_safe(value: Any) -> Any:
 
 def dumps(record: dict) -> str:
     """The record as indented JSON (inf and nan spelled as strings)."""
-    return json.dumps(_json_safe(record), indent=2, sort_keys=False)
+    return json.dumps(json_safe(record), indent=2, sort_keys=False)
 
 
 def write(record: dict, path: str) -> None:

@@ -1,19 +1,19 @@
-"""Sweeps: eps x seeds x hyper-parameters vmapped in one compiled program, resumable, tuned.
+"""Sweeps: eps x seeds x tunable fields vmapped in one compiled program, resumable, tuned.
 
-from jfed.sweep import RegressionAdapter, configurations, run_sweep, tuned_table
-adapter = RegressionAdapter("modulated-one-shot", load_regression("fair"))
-rows = run_sweep(adapter, configurations([0.5, 1, 2], 5, {"ridge": [0.5, 1, 2]}), "runs.jsonl")
+from jfed.methods import ModulatedOneShot
+from jfed.methods.running import experiment
+from jfed.sweep import configurations, run_sweep, tuned_table
+base = ModulatedOneShot(dataset="fair")
+configs = configurations(base, [0.5, 1, 2], 5, {"ridge": [0.5, 1, 2]})
+rows = run_sweep(experiment(base), configs, "runs.jsonl")
 table = tuned_table(rows, ("ridge",), rule="fixed")
 """
 
-from jfed.sweep.adapters import SWEEP_ALGORITHMS, RegressionAdapter
 from jfed.sweep.runner import config_key, configurations, read_rows, run_sweep
 from jfed.sweep.tuning import RULES, choose, tuned_table
 
 __all__ = [
     "RULES",
-    "SWEEP_ALGORITHMS",
-    "RegressionAdapter",
     "choose",
     "config_key",
     "configurations",

@@ -1,15 +1,20 @@
-"""Run a grid of configurations (eps x seed x hyper-parameters) inside one compiled program.
+"""Run configurations of a method (eps x seed x tunable fields) inside one compiled program.
 
-The host calibrates every configuration's noise (privacy layer); the device runs a slice of
-units in one call, ``jit(lax.map(unit, units, batch_size=width))`` (vmapped ``width`` at a time:
-all of them on accelerators, one at a time on CPU, see :func:`default_vector_width`). A unit is
-one run, or, where the algorithm allows it, all the eps of one (seed, hyper-parameters): those
-runs share their keys, so the unit draws the randomness once and scales the noise per eps
-(:class:`jfed.algorithms.modulated.SharedNoise`). Slices all have the same size (the last is
-padded), so ONE compiled program serves the whole sweep; their size is decided from the grid size
-and the per-unit memory footprint (XLA's memory analysis) against a memory budget. Each finished
-slice's rows are appended to a JSON-lines file and flushed to disk, so an interrupted sweep
-(even ``kill -9``) resumes with ``resume=True``, re-running nothing that finished.
+``jfed run`` is a sweep of one configuration through this same path: calibrate on the host
+(privacy layer), compile, run on the device, evaluate on the host, write the record
+(:mod:`jfed.sweep.schema`).
+
+The device runs a slice of units in one call, ``lax.map(unit, units, batch_size=width)``
+(vmapped ``width`` at a time: all of them on accelerators, one at a time on CPU, see
+:func:`default_vector_width`). A unit is one run, or, where the method allows it, all the eps of
+one (seed, settings): those runs share their keys, so the unit draws the randomness once and
+scales the noise per eps (:class:`jfed.algorithms.modulated.SharedNoise`). Slices all have the
+same size (the last is padded), so ONE compiled program serves the whole sweep; their size comes
+from the grid size and the per-unit memory footprint (XLA's memory analysis) against a memory
+budget. Each finished slice's rows are appended to a JSON-lines file and flushed to disk, so an
+interrupted sweep (even ``kill -9``) resumes with ``resume=True``, re-running nothing that
+finished; the configuration a folder was run with is kept beside it, and a resume with any other
+is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from functools import lru_cache
@@ -27,7 +33,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jfed.engine import ExecutionPlan, run_rounds
-from jfed.sweep.adapters import stack
+from jfed.engine.progress import report_every, round_progress
+from jfed.methods.declarations import Config, method_of
+from jfed.methods.fields import field_map
+from jfed.sweep import schema
 from jfed.sweep.lock import folder_lock
 
 DEFAULT_MEMORY_BUDGET = 2 * 2**30  # bytes of device memory a slice may use
@@ -35,23 +44,46 @@ MAX_SLICE = 512
 
 
 def configurations(
-    epsilons: Iterable[float], seeds: int | Iterable[int], grid: dict[str, Iterable[float]]
-) -> list[dict]:
-    """Every ``{"epsilon", "seed", **hyper}`` of the product eps x seeds x grid."""
+    base: Config,
+    epsilons: Iterable[float] | None = None,
+    seeds: int | Iterable[int] = 1,
+    grid: dict[str, Iterable[float]] | None = None,
+) -> list[Config]:
+    """Every configuration of the product eps x grid x seeds, the other fields those of ``base``.
+
+    ``epsilons`` is ignored (must be ``None`` or one value) for a method without eps; ``grid``
+    names tunable fields of the method (``ValueError`` otherwise)."""
+    grid = grid or {}
+    declared = field_map(base)
+    for name in grid:
+        if name not in declared or not declared[name].tunable:
+            tunable = [f for f, d in declared.items() if d.tunable]
+            raise ValueError(
+                f"unknown --grid {name} for {method_of(base).name}; expected some of {tunable}"
+            )
+    if epsilons is None or not hasattr(base, "epsilon"):
+        epsilons = [getattr(base, "epsilon", None)]
     seeds = range(seeds) if isinstance(seeds, int) else list(seeds)
     names = sorted(grid)
     combos = list(itertools.product(*(list(grid[name]) for name in names))) or [()]
-    return [
-        {"epsilon": float(e), "seed": int(s), **dict(zip(names, map(float, combo), strict=True))}
-        for e in epsilons
-        for combo in combos
-        for s in seeds
-    ]
+    configs = []
+    for epsilon in epsilons:
+        for combo in combos:
+            for seed in seeds:
+                changes = {"seed": int(seed), **dict(zip(names, combo, strict=True))}
+                if epsilon is not None:
+                    changes["epsilon"] = float(epsilon)
+                configs.append(base.replace(**_typed(declared, changes)))
+    return configs
 
 
-def config_key(config: dict) -> str:
-    """A stable identity of a configuration (for resuming)."""
-    return json.dumps({k: config[k] for k in sorted(config)}, sort_keys=True)
+def _typed(declared: dict, changes: dict) -> dict:
+    return {k: declared[k].kind(v) if v is not None else None for k, v in changes.items()}
+
+
+def config_key(config: Config) -> str:
+    """A stable identity of a configuration: its method and every field (for resuming)."""
+    return json.dumps(schema.config_fields(config), sort_keys=True)
 
 
 def read_rows(path: str) -> list[dict]:
@@ -66,14 +98,14 @@ def read_rows(path: str) -> list[dict]:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by an interruption; its configuration re-runs
-            if not isinstance(row, dict) or not {"config_key", "algorithm", "epsilon"} <= set(row):
+            if not isinstance(row, dict) or not {"config_key", "method", "epsilon"} <= set(row):
                 raise ValueError(
                     f"{path} line {number} is not a jfed sweep row (expected the fields "
-                    "config_key, algorithm, epsilon)"
+                    "config_key, method, epsilon)"
                 )
             if row["config_key"] not in seen:
                 seen.add(row["config_key"])
-                rows.append(row)
+                rows.append(schema.from_json(row))
     return rows
 
 
@@ -87,7 +119,7 @@ def _append(path: str, rows: list[dict]) -> None:
                 handle.write("\n")
     with open(path, "a", encoding="utf-8") as handle:
         for row in rows:
-            handle.write(json.dumps(row) + "\n")
+            handle.write(schema.dumps_row(row) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
 
@@ -99,16 +131,21 @@ def default_vector_width(slice_size: int) -> int:
     return 1 if jax.default_backend() == "cpu" else slice_size
 
 
-def _units(configs: list[dict], shared: bool) -> list[list[dict]]:
-    """Configurations run together: with shared noise, all eps of one (seed, hyper-parameters);
+def _units(configs: list[Config], shared: bool) -> list[list[Config]]:
+    """Configurations run together: with shared noise, all eps of one (seed, settings);
     otherwise each configuration alone."""
     if not shared:
         return [[config] for config in configs]
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[Config]] = {}
     for config in configs:
-        rest = {k: v for k, v in config.items() if k != "epsilon"}
-        groups.setdefault(config_key(rest), []).append(config)
+        rest = {k: v for k, v in schema.config_fields(config).items() if k != "epsilon"}
+        groups.setdefault(json.dumps(rest, sort_keys=True), []).append(config)
     return list(groups.values())
+
+
+def stack(trees: list) -> object:
+    """Stack a list of identical pytrees along a new leading axis (host -> device)."""
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
 
 
 def _stack_unit(hps: list, shared_algorithm):
@@ -120,184 +157,241 @@ def _stack_unit(hps: list, shared_algorithm):
 
 
 @lru_cache(maxsize=32)
-def _unit_function(algorithm, rounds: int, plan: ExecutionPlan, adapter_outputs, shared: bool):
-    """``(population, hp, key) -> outputs`` of one unit, every output leaf with a leading ``E``."""
+def _unit_function(
+    algorithm, rounds: int, plan: ExecutionPlan, outputs, shared: bool, progress_every: int = 0
+):
+    """``(population, hp, key, token) -> outputs`` of one unit, every output leaf with a leading
+    ``E``; ``progress_every > 0`` reports rounds to the bar named by ``token``."""
+    every = progress_every or 1
 
-    def unit(population, hp, key):
+    def unit(population, hp, key, token):
+        token = token if progress_every else None
         if shared:
-            state, infos = run_rounds(algorithm, population, hp, key, rounds, plan)
+            state, infos = run_rounds(algorithm, population, hp, key, rounds, plan, token, every)
             infos = jax.tree.map(lambda leaf: jnp.swapaxes(leaf, 0, 1), infos)
-            return jax.vmap(adapter_outputs)(state, infos)
+            return jax.vmap(outputs)(state, infos)
         single = jax.tree.map(lambda leaf: leaf[0], hp)
-        outputs = adapter_outputs(*run_rounds(algorithm, population, single, key, rounds, plan))
-        return jax.tree.map(lambda leaf: leaf[None], outputs)
+        result = outputs(*run_rounds(algorithm, population, single, key, rounds, plan, token,
+                                     every))  # fmt: skip
+        return jax.tree.map(lambda leaf: leaf[None], result)
 
     return unit
 
 
 @lru_cache(maxsize=32)
-def _program(unit, population_shape, width: int):
-    """One compiled program for a slice: ``lax.map`` over its units, ``width`` of them vmapped at
-    a time. Cached per static configuration (and jit caches the executable per input shapes), so
-    re-running a sweep in the same process does not recompile."""
-    del population_shape  # part of the cache key only
+def _program(unit, width: int):
+    """A slice: ``lax.map`` over its units, ``width`` of them vmapped at a time."""
 
-    def program(population, hps, keys):
-        return jax.lax.map(lambda args: unit(population, *args), (hps, keys), batch_size=width)
+    def program(population, hps, keys, token):
+        return jax.lax.map(
+            lambda args: unit(population, *args, token), (hps, keys), batch_size=width
+        )
 
     return jax.jit(program)
 
 
+def _spec(tree) -> tuple:
+    """Shapes, dtypes and placements of ``tree``: what a compiled program is specialised to."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, tuple(
+        jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=getattr(x, "sharding", None))
+        for x in leaves
+    )
+
+
+@lru_cache(maxsize=32)
+def _compiled(program, spec: tuple):
+    """The executable of ``program`` for arguments of ``spec`` and the seconds it took to lower
+    and compile it (or load it from the persistent cache) when this process first built it."""
+    treedef, leaves = spec
+    start = time.perf_counter()
+    executable = program.lower(*jax.tree.unflatten(treedef, leaves)).compile()
+    return executable, time.perf_counter() - start
+
+
 def unit_footprint(unit, population, hp, key) -> int:
     """Device bytes one unit needs (XLA's memory analysis of its compiled program)."""
-    memory = jax.jit(unit).lower(population, hp, key).compile().memory_analysis()
+    token = jnp.int32(0)
+    memory = jax.jit(unit).lower(population, hp, key, token).compile().memory_analysis()
     return max(1, memory.temp_size_in_bytes + memory.output_size_in_bytes)
 
 
-def run_sweep(
-    adapter,
-    configs: list[dict],
-    results_path: str,
-    resume: bool = False,
-    slice_size: int | None = None,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-    plan: ExecutionPlan | None = None,
-    progress: bool = True,
-    identity: dict | None = None,
-    on_slice: Callable[[int], None] | None = None,
-    vector_width: int | None = None,
-    share_noise: bool = True,
-) -> list[dict]:
-    """Run ``configs`` and append one row per run to ``results_path`` (JSON lines).
-
-    Configurations that differ only in eps run as one unit when the algorithm allows it
-    (``adapter.shared_noise_algorithm``, the modulated estimators): they have the same key, so
-    they draw the same numbers, and the unit draws them once and scales the noise per eps (see
-    :class:`jfed.algorithms.modulated.SharedNoise`); each row equals its separate run up to float32
-    rounding.
-
-    Args:
-      adapter: a :mod:`jfed.sweep.adapters` adapter (algorithm, task, calibration, evaluation).
-      configs: configurations (:func:`configurations`).
-      results_path: the JSON-lines file; must not exist unless ``resume``.
-      resume: skip configurations already in the file.
-      slice_size: runs per compiled call, rounded down to whole units (at least one unit);
-        default: from the memory budget.
-      memory_budget: bytes one slice may use when ``slice_size`` is not given.
-      plan: engine plan of every run.
-      progress: show a progress bar with ETA over runs (updated per slice).
-      identity: extra fields written in every row (e.g. the dataset name).
-      on_slice: called with the slice index after each slice is written (hooks, tests).
-      vector_width: units vmapped together inside a slice (default:
-        :func:`default_vector_width`).
-      share_noise: run the eps of one (seed, hyper-parameters) as one unit where the algorithm
-        allows it (``False``: every run on its own, bit-identical to :func:`jfed.engine.simulate`).
-
-    Returns:
-      The rows of every configuration of ``configs`` (read back from the file).
-    """
-    for config in configs:
-        adapter.check({k: v for k, v in config.items() if k not in ("epsilon", "seed")})
-    folder = os.path.dirname(os.path.abspath(results_path))
-    with folder_lock(folder):  # one writer per folder: rows are never written twice
-        return _run_sweep(
-            adapter, configs, results_path, resume, slice_size, memory_budget, plan, progress,
-            identity, on_slice, vector_width, share_noise,
-        )  # fmt: skip
-
-
-def _run_sweep(
-    adapter, configs, results_path, resume, slice_size, memory_budget, plan, progress, identity,
-    on_slice, vector_width, share_noise,
-) -> list[dict]:  # fmt: skip
+def check_manifest(results_path: str, manifest: dict, resume: bool) -> None:
+    """Refuse to continue ``results_path`` with a different configuration than it was run with
+    (``ValueError`` naming the first differences; nothing is written)."""
+    path = schema.manifest_path(results_path)
     if os.path.exists(results_path) and not resume:
         raise ValueError(
             f"results file {results_path} exists; pass resume=True (--resume) to continue it "
             "or choose another path"
         )
-    done = {row["config_key"] for row in read_rows(results_path)}
+    if not os.path.exists(path):
+        if resume and os.path.exists(results_path) and os.path.getsize(results_path) > 0:
+            raise ValueError(
+                f"cannot resume {results_path}: it has no {os.path.basename(path)} saying how it "
+                "was run (written by an older jfed?); use a new --out"
+            )
+        return
+    with open(path, encoding="utf-8") as handle:
+        saved = json.load(handle)
+    differences = schema.manifest_differences(saved, manifest)
+    if differences:
+        folder = os.path.dirname(results_path) or "."
+        raise ValueError(
+            f"cannot resume {folder}: it was run with {'; '.join(differences)}; use the same "
+            "arguments, or a new --out"
+        )
+
+
+def run_sweep(
+    experiment,
+    configs: list[Config],
+    results_path: str | None,
+    resume: bool = False,
+    slice_size: int | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    plan: ExecutionPlan | None = None,
+    progress: bool | None = None,
+    on_slice: Callable[[int], None] | None = None,
+    vector_width: int | None = None,
+    share_noise: bool = True,
+    swept: tuple[str, ...] | None = None,
+) -> list[dict]:
+    """Run ``configs`` and write one record per run (:mod:`jfed.sweep.schema`).
+
+    Configurations that differ only in eps run as one unit when the method allows it
+    (``experiment.shared_noise_algorithm``, the modulated estimators): they have the same key,
+    so they draw the same numbers, and the unit draws them once and scales the noise per eps;
+    each row equals its separate run up to float32 rounding.
+
+    Args:
+      experiment: the method's experiment (:mod:`jfed.methods`), built from the fixed fields.
+      configs: configurations of that method (:func:`configurations`).
+      results_path: the JSON-lines file (``None``: keep the rows in memory only); must not exist
+        unless ``resume``.
+      resume: skip configurations already in the file; refused when the file was run with other
+        fixed fields (its ``*.sweep.json`` says which).
+      slice_size: runs per compiled call, rounded down to whole units (at least one unit);
+        default: from the memory budget.
+      memory_budget: bytes one slice may use when ``slice_size`` is not given.
+      plan: engine plan of every run.
+      progress: a progress bar (over runs; over rounds for a single run); default: when stderr
+        is a terminal.
+      on_slice: called with the slice index after each slice is written (hooks, tests).
+      vector_width: units vmapped together inside a slice (default:
+        :func:`default_vector_width`).
+      share_noise: run the eps of one (seed, settings) as one unit where the method allows it
+        (``False``: every run on its own, bit-identical to :func:`jfed.engine.simulate`).
+      swept: the fields varied by the grid (default: those that differ across ``configs``).
+
+    Returns:
+      The rows of every configuration of ``configs``.
+    """
+    for config in configs:
+        if type(config) is not type(experiment.config):
+            raise ValueError(
+                f"expected {experiment.name} configurations, got {type(config).__name__}"
+            )
+        config.check()
+    progress = sys.stderr.isatty() if progress is None else progress
+    if results_path is None:
+        return _run(experiment, configs, None, [], slice_size, memory_budget, plan, progress,
+                    on_slice, vector_width, share_noise)  # fmt: skip
+    manifest = schema.manifest(experiment.config, swept or schema.varying(configs))
+    folder = os.path.dirname(os.path.abspath(results_path))
+    with folder_lock(folder):  # one writer per folder: rows are never written twice
+        check_manifest(results_path, manifest, resume)
+        os.makedirs(folder, exist_ok=True)
+        schema.write_manifest(results_path, manifest)
+        done = read_rows(results_path)
+        return _run(experiment, configs, results_path, done, slice_size, memory_budget, plan,
+                    progress, on_slice, vector_width, share_noise)  # fmt: skip
+
+
+def _run(
+    experiment, configs, results_path, done_rows, slice_size, memory_budget, plan, progress,
+    on_slice, vector_width, share_noise,
+) -> list[dict]:  # fmt: skip
+    done = {row["config_key"] for row in done_rows}
     todo = [c for c in configs if config_key(c) not in done]
-    population = adapter.task.train
+    kept: list[dict] = list(done_rows)
+    population = experiment.task.train
     plan = (plan or ExecutionPlan.for_backend()).fitted(population.n_clients)
-    shared_algorithm = adapter.shared_noise_algorithm if share_noise else None
-    shared = shared_algorithm is not None
+    shared_algorithm = experiment.shared_noise_algorithm if share_noise else None
+    shared = shared_algorithm is not None and len(todo) > 1
     if todo:
-        if hasattr(adapter, "prepare"):  # host calibration of the whole grid at once
-            adapter.prepare(todo)
+        experiment.prepare(todo)  # host calibration of the whole grid at once
         units = _units(todo, shared)
         per_unit = max(len(unit) for unit in units)  # shorter units are padded to this
+        single = len(units) == 1 and per_unit == 1
+        rounds_bar = progress and single
         unit = _unit_function(
-            shared_algorithm if shared else adapter.algorithm,
-            adapter.rounds,
-            plan,
-            adapter.outputs,
-            shared,
-        )
+            shared_algorithm if shared else experiment.algorithm, experiment.rounds, plan,
+            experiment.outputs, shared, report_every(experiment.rounds) if rounds_bar else 0,
+        )  # fmt: skip
 
         def prepared(unit_configs):
             padded = unit_configs + [unit_configs[-1]] * (per_unit - len(unit_configs))
-            calibrated = [adapter.hyperparams(c) for c in padded]
+            calibrated = [experiment.calibrate(c) for c in padded]
             hp = _stack_unit([hp for hp, _ in calibrated], shared_algorithm if shared else None)
             return hp, [fields for _, fields in calibrated]
 
         if slice_size is not None:
             units_per_slice = max(1, slice_size // per_unit)
+        elif len(units) == 1:
+            units_per_slice = 1
         else:
             hp, _ = prepared(units[0])
             footprint = unit_footprint(unit, population, hp, jax.random.key(0))
             units_per_slice = max(1, min(MAX_SLICE // per_unit, memory_budget // footprint))
         units_per_slice = min(units_per_slice, len(units))
-        program = _program(
-            unit,
-            jax.tree.map(np.shape, population),
-            vector_width or default_vector_width(units_per_slice),
-        )
-        bar = tqdm(total=len(configs), initial=len(configs) - len(todo), disable=not progress,
-                   desc=f"sweep {adapter.name}", unit="run")  # fmt: skip
+        program = _program(unit, vector_width or default_vector_width(units_per_slice))
+        device = jax.devices()[0]
+        run_info = {
+            "plan": plan.describe(),
+            "device": f"{device.platform}: {device.device_kind}",
+            "shared_noise": shared,
+            "slice_size": units_per_slice * per_unit,
+        }
+        bar = tqdm(total=len(configs), initial=len(configs) - len(todo),
+                   disable=not progress or rounds_bar, desc=f"sweep {experiment.name}",
+                   unit="run")  # fmt: skip
         for index, start in enumerate(range(0, len(units), units_per_slice)):
             chunk = units[start : start + units_per_slice]
             padded = chunk + [chunk[-1]] * (units_per_slice - len(chunk))
             prepared_units = [prepared(u) for u in padded]
             hps = stack([hp for hp, _ in prepared_units])
-            keys = jax.vmap(jax.random.key)(np.array([u[0]["seed"] for u in padded]))
+            keys = jax.vmap(jax.random.key)(np.array([u[0].seed for u in padded]))
+            args = (population, hps, keys, jnp.int32(0))
+            executable, compile_seconds = _compiled(program, _spec(args))
             tic = time.perf_counter()
-            outputs = jax.device_get(program(population, hps, keys))
-            seconds = time.perf_counter() - tic
+            if rounds_bar:
+                with round_progress(experiment.rounds, experiment.name) as token:
+                    outputs = jax.device_get(executable(*args[:3], token))
+                    jax.effects_barrier()
+            else:
+                outputs = jax.device_get(executable(*args))
             n_runs = sum(len(u) for u in chunk)
+            per_run = (time.perf_counter() - tic) / n_runs
             rows = []
             for g, unit_configs in enumerate(chunk):
                 for e, config in enumerate(unit_configs):
                     run_outputs = jax.tree.map(
                         lambda leaf, g=g, e=e: np.asarray(leaf[g, e]), outputs
                     )
-                    rows.append(
-                        {
-                            "config_key": config_key(config),
-                            "algorithm": adapter.name,
-                            **(identity or {}),
-                            **config,
-                            "rounds": adapter.rounds,
-                            "n_clients": population.n_clients,
-                            "dim": adapter.task.dim,
-                            **prepared_units[g][1][e],
-                            **adapter.evaluate(run_outputs),
-                            "seconds": seconds / n_runs,
-                            "slice": index,
-                            "slice_size": units_per_slice * per_unit,
-                            "shared_noise": shared,
-                            "jfed_version": _version(),
-                        }
-                    )
-            _append(results_path, rows)
+                    rows.append(schema.row(
+                        experiment, config, prepared_units[g][1][e],
+                        experiment.evaluate(run_outputs, config),
+                        dict(run_info, compile_seconds=compile_seconds, run_seconds=per_run,
+                             slice=index),
+                    ))  # fmt: skip
+            if results_path is not None:
+                _append(results_path, rows)
+            kept += rows
             bar.update(n_runs)
             if on_slice is not None:
                 on_slice(index)
         bar.close()
-    wanted = {config_key(c) for c in configs}
-    return [row for row in read_rows(results_path) if row["config_key"] in wanted]
-
-
-def _version() -> str:
-    from jfed import __version__
-
-    return __version__
+    wanted = {config_key(c): c for c in configs}
+    by_key = {row["config_key"]: row for row in kept}
+    return [by_key[key] for key in wanted if key in by_key]

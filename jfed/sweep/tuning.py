@@ -2,7 +2,7 @@
 
 Two rules, recorded in every chosen row as ``choice_rule`` with the statistic used:
 
-- ``per-eps``: for each (algorithm, eps), the hyper-parameters with the best validation
+- ``per-eps``: for each (method, eps), the hyper-parameters with the best validation
   statistic across seeds;
 - ``fixed``: for each algorithm, ONE setting for all eps, the one with the best validation
   statistic over eps and seeds (the modulated-learning paper's rule).
@@ -44,12 +44,23 @@ def _statistic(values: list[float], statistic: str) -> float:
     raise ValueError(f"unknown selection statistic {statistic!r}; expected one of {STATISTICS}")
 
 
-IDENTITY = ("config_key", "algorithm", "epsilon", "seed", "dataset")
+IDENTITY = ("config_key", "method", "epsilon", "seed", "dataset")
 
 
-def hyper_names(rows: list[dict], known: tuple[str, ...]) -> tuple[str, ...]:
-    """The swept hyper-parameter fields present in the rows."""
-    return tuple(sorted({k for row in rows for k in row if k in known}))
+def swept_names(rows: list[dict]) -> tuple[str, ...]:
+    """The tunable fields (of the rows' methods' declarations) whose value varies across rows."""
+    from jfed.methods.declarations import method
+    from jfed.methods.fields import fields_of
+
+    tunable = {
+        f.name for name in {row["method"] for row in rows}
+        for f in fields_of(method(name).config) if f.tunable
+    }  # fmt: skip
+    values: dict = defaultdict(set)
+    for row in rows:
+        for name in tunable & set(row):
+            values[name].add(str(row[name]))
+    return tuple(sorted(name for name, seen in values.items() if len(seen) > 1))
 
 
 def choose(
@@ -60,7 +71,7 @@ def choose(
     maximize: bool = True,
     statistic: str = "median",
 ) -> dict:
-    """``{(dataset, algorithm, eps): hyper-values tuple}`` chosen by ``rule`` from validation
+    """``{(dataset, method, eps): hyper-values tuple}`` chosen by ``rule`` from validation
     only (``dataset`` is ``None`` in rows without one), scoring each setting by ``statistic``
     of its validation values (over seeds, and over eps for the ``fixed`` rule)."""
     if rule not in RULES:
@@ -81,8 +92,8 @@ def choose(
 
 
 def _group(row: dict, rule: str) -> tuple:
-    """What one choice covers: (data set, algorithm[, eps])."""
-    base = (row.get("dataset"), row["algorithm"])
+    """What one choice covers: (data set, method[, eps])."""
+    base = (row.get("dataset"), row["method"])
     return (*base, row["epsilon"]) if rule == "per-eps" else base
 
 
@@ -95,7 +106,7 @@ def tuned_table(
     maximize: bool = True,
     statistic: str = "median",
 ) -> list[dict]:
-    """One row per (algorithm, eps): the chosen hyper-parameters and the test metric over seeds
+    """One row per (method, eps): the chosen hyper-parameters and the test metric over seeds
     (mean, standard error, seeds), with ``choice_rule`` recorded."""
     chosen = choose(rows, hyper, rule, validation, maximize, statistic)
     groups: dict = defaultdict(list)
@@ -104,14 +115,14 @@ def tuned_table(
         if tuple(row[h] for h in hyper) == chosen[key]:
             groups[key].append(row)
     table = []
-    for (_, algorithm, epsilon), members in sorted(
+    for (_, method, epsilon), members in sorted(
         groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2])
     ):
         values = np.array([m[test] for m in members], np.float64)
         first = members[0]
         table.append(
             {
-                "algorithm": algorithm,
+                "method": method,
                 "dataset": first.get("dataset"),
                 "epsilon": epsilon,
                 "delta": first.get("delta"),
@@ -132,22 +143,22 @@ def tuned_table(
 
 def edge_choices(rows: list[dict], table: list[dict], hyper: tuple[str, ...]) -> list[dict]:
     """Chosen values that sit on the edge of their swept values (two or more swept), one entry
-    per (data set, algorithm, name, value): ``{"dataset", "algorithm", "name", "value", "side",
+    per (data set, method, name, value): ``{"dataset", "method", "name", "value", "side",
     "epsilons"}``."""
     swept: dict = defaultdict(set)
     for row in rows:
         for name in hyper:
-            swept[(row.get("dataset"), row["algorithm"], name)].add(row[name])
+            swept[(row.get("dataset"), row["method"], name)].add(row[name])
     found: dict = {}
     for row in table:
         for name in hyper:
-            values = sorted(swept[(row.get("dataset"), row["algorithm"], name)])
+            values = sorted(swept[(row.get("dataset"), row["method"], name)])
             if len(values) < 2 or row[name] not in (values[0], values[-1]):
                 continue
             side = "upper" if row[name] == values[-1] else "lower"
-            key = (row.get("dataset"), row["algorithm"], name, row[name])
+            key = (row.get("dataset"), row["method"], name, row[name])
             entry = found.setdefault(key, {
-                "dataset": key[0], "algorithm": key[1], "name": name, "value": row[name],
+                "dataset": key[0], "method": key[1], "name": name, "value": row[name],
                 "side": side, "epsilons": [],
             })  # fmt: skip
             entry["epsilons"].append(row["epsilon"])
@@ -194,7 +205,7 @@ def sweep_until_interior(
         edges = edge_choices(rows, table, tuple(grid))
         grown = {name: list(values) for name, values in grid.items()}
         for edge in edges:
-            where = f"{edge['algorithm']}" + (f" on {edge['dataset']}" if edge["dataset"] else "")
+            where = f"{edge['method']}" + (f" on {edge['dataset']}" if edge["dataset"] else "")
             value = beyond_edge(grown[edge["name"]], edge["side"])
             if attempt == max_extensions or not allowed(edge["name"], value):
                 reason = (

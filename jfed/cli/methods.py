@@ -1,0 +1,130 @@
+"""``jfed methods [--json | --markdown]``: every method with its paper, privacy notion, trust model
+and fields (flag, default, range, unit, help), from the declarations alone (no JAX).
+
+The README's flag tables are this command's ``--markdown`` output between the markers
+:data:`BEGIN` and :data:`END`; ``tests/test_methods.py`` checks that they are current, and
+``jfed methods --update-readme README.md`` rewrites them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from jfed.methods.declarations import ALIASES, METHODS, Method
+from jfed.methods.fields import fields_of
+
+BEGIN = "<!-- jfed methods --markdown: begin -->"
+END = "<!-- jfed methods --markdown: end -->"
+COLUMNS = ("flag", "default", "allowed", "unit", "help")
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "methods", help="list every method: paper, privacy notion, trust model and flags"
+    )
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--json", dest="as_json", action="store_true", help="as JSON")
+    form.add_argument("--markdown", action="store_true", help="as the README's tables")
+    form.add_argument(
+        "--update-readme", metavar="PATH",
+        help="rewrite the tables between the markers of the README at PATH",
+    )  # fmt: skip
+
+
+def describe(declared: Method) -> dict:
+    """A method as JSON-ready data."""
+    return {
+        "name": declared.name,
+        "aliases": sorted(a for a, n in ALIASES.items() if n == declared.name),
+        "summary": declared.summary,
+        "paper": declared.paper,
+        "algorithm": declared.algorithm,
+        "private": declared.private,
+        "notion": declared.notion,
+        "protected": declared.protected,
+        "trust_model": declared.trust_model,
+        "fields": [f.to_dict() for f in fields_of(declared.config)],
+    }
+
+
+def _allowed(field: dict) -> str:
+    if field["choices"]:
+        return ", ".join(field["choices"])
+    if field["type"] == "bool":
+        return "switch"
+    return field["range"] or ""
+
+
+def markdown() -> str:
+    """One table per method (flag, default, allowed values, unit, help)."""
+    parts = []
+    for declared in METHODS.values():
+        info = describe(declared)
+        aliases = f" (also `{'`, `'.join(info['aliases'])}`)" if info["aliases"] else ""
+        eps = (
+            f"eps: {info['notion']}, protecting {info['protected']}; {info['trust_model']}."
+            if declared.private
+            else "Non-private reference."
+        )
+        lines = [
+            f"#### `{declared.name}`{aliases}",
+            "",
+            f"{declared.summary[0].upper()}{declared.summary[1:]}. From *{info['paper']}*: "
+            f"{info['algorithm']}. {eps}",
+            "",
+            "| " + " | ".join(COLUMNS) + " |",
+            "|" + "---|" * len(COLUMNS),
+        ]
+        for field in info["fields"]:
+            only = f" ({field['only']})" if field["only"] else ""
+            tunable = " Tunable (`--grid`)." if field["tunable"] else ""
+            cells = (
+                f"`{field['flag']}`", field["default_text"], _allowed(field), field["unit"],
+                f"{field['help']}{only}.{tunable}",
+            )  # fmt: skip
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def readme_with_tables(text: str) -> str:
+    """``text`` with the block between :data:`BEGIN` and :data:`END` replaced by the tables."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"expected the markers {BEGIN} and {END} in the README")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n\n{markdown()}\n{END}{tail}"
+
+
+def _text() -> str:
+    lines = []
+    for declared in METHODS.values():
+        info = describe(declared)
+        lines.append(f"{declared.name}: {declared.summary}")
+        lines.append(f"  from: {info['paper']} ({info['algorithm']})")
+        if declared.private:
+            lines.append(f"  eps: {info['notion']}, protecting {info['protected']}")
+            lines.append(f"  trust: {info['trust_model']}")
+        for field in info["fields"]:
+            allowed = _allowed(field)
+            lines.append(
+                f"    {field['flag']:22s} {field['default_text'][:28]:28s} {allowed[:24]:24s} "
+                f"{field['help']}"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.as_json:
+        print(json.dumps([describe(m) for m in METHODS.values()], indent=2))
+    elif args.markdown:
+        print(markdown(), end="")
+    elif args.update_readme:
+        with open(args.update_readme, encoding="utf-8") as handle:
+            text = handle.read()
+        with open(args.update_readme, "w", encoding="utf-8") as handle:
+            handle.write(readme_with_tables(text))
+    else:
+        print(_text(), end="")

@@ -1,0 +1,169 @@
+"""The one record every run writes, whether ``jfed run`` (one configuration) or ``jfed sweep``
+(a row per run of ``runs.jsonl``), and the manifest that pins a sweep folder's configuration.
+
+A record (schema version :data:`SCHEMA_VERSION`) has, flat:
+
+- ``schema_version``, ``method``, ``paper``, ``algorithm`` (its name in the paper);
+- every field of the method's configuration (:mod:`jfed.methods.declarations`), fixed or swept,
+  under its own name (``epsilon`` is the target eps, ``seed`` the run seed);
+- the data: ``dataset``, ``n_clients``, ``dim`` (silos add ``n_silos``, ``records``, ``sampling``);
+- privacy: ``epsilon_certified`` (what the accountant certifies for the noise used; ``None``
+  where only a formula claims the target, ``exact_epsilon`` then gives PLD's eps of that noise),
+  ``delta`` (the delta used), ``accountant``, ``notion``, ``protected``, ``trust_model``,
+  ``sigma``, and the method's own (``sensitivity``, ``epsilon0``, ...);
+- metrics: the method's (``test_r2``, ``validation_r2``, ``ols_r2``, curves ``*_per_round`` as
+  lists, ...) and ``selection_metric``, ``selection_maximize``, ``report_metric``;
+- timing and place: ``compile_seconds`` (of the program that ran it), ``run_seconds`` (this run's
+  share of its slice), ``plan``, ``device``, ``slice``, ``slice_size``, ``shared_noise``;
+- provenance: ``timestamp`` (UTC, ISO 8601), ``jfed_version``, ``git_commit`` (``None`` outside a
+  git checkout), ``versions`` (Python, platform, backend and key packages), ``config_key``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+from datetime import UTC, datetime
+from functools import lru_cache
+
+from jfed.methods.declarations import Config, method_of
+from jfed.report.record import json_safe, versions
+
+SCHEMA_VERSION = 1
+RUN_FIELDS = ("epsilon", "seed")
+
+
+def config_fields(config: Config) -> dict:
+    """``{"method": name, **every field}`` of a configuration."""
+    return {"method": method_of(config).name, **dataclasses.asdict(config)}
+
+
+def varying(configs: list[Config]) -> tuple[str, ...]:
+    """Fields (other than eps and the seed) whose value differs across ``configs``."""
+    values: dict = {}
+    for config in configs:
+        for name, value in dataclasses.asdict(config).items():
+            values.setdefault(name, set()).add(json.dumps(value))
+    return tuple(sorted(n for n, v in values.items() if len(v) > 1 and n not in RUN_FIELDS))
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The commit of the jfed checkout this process runs from (``None`` when not a checkout)."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=5,
+            check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = result.stdout.strip()
+    return commit if result.returncode == 0 and commit else None
+
+
+def jfed_version() -> str:
+    from jfed import __version__
+
+    return __version__
+
+
+def row(experiment, config: Config, privacy: dict, metrics: dict, run_info: dict) -> dict:
+    """The record of one finished run."""
+    from jfed.sweep.runner import config_key
+
+    method = experiment.method
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "method": method.name,
+        "paper": method.paper,
+        "algorithm": method.algorithm,
+        **dataclasses.asdict(config),
+        "epsilon": float(getattr(config, "epsilon", math.inf)),
+        "rounds": experiment.rounds,
+        **experiment.identity(),
+        **privacy,
+        **metrics,
+        "selection_metric": experiment.selection_metric,
+        "selection_maximize": experiment.selection_maximize,
+        "report_metric": experiment.report_metric,
+        **run_info,
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        "jfed_version": jfed_version(),
+        "git_commit": git_commit(),
+        "versions": dict(_versions()),
+        "config_key": config_key(config),
+    }
+
+
+@lru_cache(maxsize=1)
+def _versions() -> dict:
+    return versions()
+
+
+def from_json(value):
+    """The inverse of :func:`jfed.report.record.json_safe` for the floats it spelled as strings."""
+    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_json(v) for v in value]
+    return value
+
+
+def dumps_row(record: dict) -> str:
+    """One JSON line (inf and nan spelled as strings, as in every record jfed writes)."""
+    return json.dumps(json_safe(record))
+
+
+# ----------------------------------------------------------------------------- sweep manifests
+
+
+def manifest_path(results_path: str) -> str:
+    """``out/runs.jsonl`` -> ``out/runs.sweep.json``."""
+    stem = results_path[: -len(".jsonl")] if results_path.endswith(".jsonl") else results_path
+    return stem + ".sweep.json"
+
+
+def manifest(base: Config, swept: tuple[str, ...]) -> dict:
+    """What a sweep folder was run with: the method, every fixed field, the swept names, the
+    jfed version."""
+    fixed = {k: v for k, v in config_fields(base).items() if k not in RUN_FIELDS and k not in swept}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "method": fixed.pop("method"),
+        "fixed": json_safe(fixed),
+        "swept": sorted(swept),
+        "jfed_version": jfed_version(),
+    }
+
+
+def manifest_differences(saved: dict, wanted: dict, limit: int = 3) -> list[str]:
+    """What differs between a folder's manifest and this sweep's, in the user's flags
+    (``--dataset fair, not co2``), at most ``limit`` of them."""
+    differences = []
+    for key in ("method", "jfed_version"):
+        if saved.get(key) != wanted.get(key):
+            differences.append(f"{key.replace('_', ' ')} {saved.get(key)}, not {wanted.get(key)}")
+    old, new = saved.get("fixed", {}), wanted.get("fixed", {})
+    for name in sorted(set(old) | set(new)):
+        if old.get(name) != new.get(name):
+            flag = "--" + name.replace("_", "-")
+            differences.append(f"{flag} {old.get(name)}, not {new.get(name)}")
+    if saved.get("swept") != wanted.get("swept"):
+        differences.append(
+            f"--grid over {saved.get('swept') or 'nothing'}, not {wanted.get('swept') or 'nothing'}"
+        )
+    if len(differences) > limit:
+        differences = [*differences[:limit], f"{len(differences) - limit} more"]
+    return differences
+
+
+def write_manifest(results_path: str, content: dict) -> None:
+    with open(manifest_path(results_path), "w", encoding="utf-8") as handle:
+        json.dump(content, handle, indent=2)
+        handle.write("\n")
