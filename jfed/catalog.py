@@ -45,4 +45,5 @@ METRIC_LABELS = {
     "test_r2": "test R^2",
     "test_error": "test error rate",
     "relative_rmse": "relative RMSE",
+    "test_accuracy": "test accuracy",
 }

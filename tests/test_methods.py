@@ -30,15 +30,16 @@ def test_every_declared_default_is_in_its_range_and_documented():
 
 
 def test_one_name_means_one_thing_across_methods():
-    """A field shared by several methods has the same help, unit and range everywhere; the clip
-    of features and the clip of gradients have different names. Negative control: the check
-    catches a field whose meaning differs (an edited copy of one declaration)."""
+    """A field shared by several methods has the same help and unit everywhere (its range may
+    depend on the method); the clip of features and the clip of gradients have different names.
+    Negative control: the check catches a field whose meaning differs (an edited copy of one
+    declaration)."""
 
     def meanings(declarations):
         seen: dict = {}
         for declared in declarations:
             for field in fields_of(declared.config):
-                meaning = (field.help, field.unit, field.range)
+                meaning = (field.help, field.unit)
                 seen.setdefault(field.name, set()).add(meaning)
         return {name: m for name, m in seen.items() if len(m) > 1}
 

@@ -94,9 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def plan_of(args: argparse.Namespace):
-    """The engine plan of the flags (sized for the backend where not given)."""
+    """The engine plan of the flags; ``None`` when neither is given (the method's default plan,
+    sized for the backend)."""
     from jfed.engine import ExecutionPlan
 
+    if args.block_size is None and args.chunk_size is None:
+        return None
     default = ExecutionPlan.for_backend()
     return ExecutionPlan(
         block_size=args.block_size or default.block_size,

@@ -27,6 +27,7 @@ from jfed.methods.fields import (
     OPEN_UNIT,
     POSITIVE,
     UNIT,
+    Range,
     check_config,
     integers,
     param,
@@ -44,6 +45,13 @@ MAX_DIM = 100_000
 # one help text per shared name, so that a name means one thing across methods
 GRADIENT_CLIP = "clip norm of each gradient (DP-SGD: a client's, G; silos: a record's, L)"
 RIDGE = "ridge (L2) regulariser lambda"
+CLIENTS = "number of clients n (procedural regression clients; LDP-FL: they share the images)"
+DATA_SEED = "seed of the data's split among silos or clients and of its test split"
+LEARNING_RATE = "SGD learning rate (DP-SGD: the server's step; LDP-FL: each client's local step)"
+BATCH = (
+    "minibatch size: records per silo per round K (Local SGD: local steps), LDP-FL: images per "
+    "local step B (at most a client's images)"
+)
 
 
 # ---------------------------------------------------------------------------- shared field groups
@@ -82,7 +90,7 @@ class RegressionData(Config):
         group="data",
     )  # fmt: skip
     clients: int | None = param(
-        None, "number of procedural clients n", kind=int, unit="clients",
+        None, CLIENTS, kind=int, unit="clients",
         range=integers(1, MAX_CLIENTS), default_text=str(catalog.SYNTHETIC_CLIENTS),
         requires=(lambda c: c.synthetic, "only with --synthetic"), group="data",
     )  # fmt: skip
@@ -192,7 +200,7 @@ class DPSGD(RegressionData, LocalPrivacy, Rounds):
 
     gradient_clip: float = param(2.0, GRADIENT_CLIP, unit="gradient norm", range=POSITIVE,
                                  tunable=True)  # fmt: skip
-    learning_rate: float = param(0.1, "server step size", range=POSITIVE, tunable=True)
+    learning_rate: float = param(0.1, LEARNING_RATE, range=POSITIVE, tunable=True)
     radius: float = param(10.0, "projection radius B of the parameter", unit="parameter norm",
                           range=POSITIVE, tunable=True)  # fmt: skip
 
@@ -224,7 +232,7 @@ class SiloData(Config):
         group="data",
     )  # fmt: skip
     mixing: float = param(0.0, "p: 0 heterogeneous silos .. 1 iid", range=UNIT, group="data")
-    data_seed: int = param(0, "seed of the split and the silo assignment",
+    data_seed: int = param(0, DATA_SEED,
                            range=integers(0, MAX_SEED), group="data")  # fmt: skip
 
     @property
@@ -238,7 +246,7 @@ class SiloTraining(SiloData):
 
     rounds: int = param(25, "communication rounds R", unit="rounds",
                         range=integers(1, MAX_ROUNDS), group="run")  # fmt: skip
-    batch: int = param(10, "records per silo per round K (local steps for Local SGD)",
+    batch: int = param(10, BATCH,
                        unit="records", range=integers(1, 10**7))  # fmt: skip
     step_size: float = param(1.0, "step size eta (AC-SA: gamma)", range=POSITIVE, tunable=True)
     gradient_clip: float = param(1.0, GRADIENT_CLIP, unit="gradient norm", range=POSITIVE,
@@ -339,6 +347,56 @@ class FedAvg(SiloTraining):
     method: ClassVar[str] = "fedavg"
 
 
+LDP_FL_PAPER = (
+    "LDP-FL: Practical Private Aggregation in Federated Learning with Local Differential Privacy"
+)
+
+
+@dataclass(frozen=True)
+class LDPFL(Rounds):
+    """LDP-FL: local training of a flax model on every selected client, two-point perturbation
+    of every weight, split and shuffle (the LDP-FL paper)."""
+
+    dataset: str = param(
+        "digits", "image data set: scikit-learn digits (8x8, ships offline) or procedural "
+        "MNIST-shaped images (28x28, generated on the device)",
+        choices=("digits", "procedural-mnist"), group="data",
+    )  # fmt: skip
+    clients: int = param(100, CLIENTS,
+                         unit="clients", range=integers(1, 100_000), group="data")  # fmt: skip
+    split: str = param("iid", "how images are shared: iid, or sorted by label (non-iid)",
+                       choices=("iid", "by-label"), group="data")  # fmt: skip
+    data_seed: int = param(0, DATA_SEED,
+                           range=integers(0, MAX_SEED), group="data")  # fmt: skip
+    epsilon: float = param(1.0, "eps of each reported weight (per weight, per round)",
+                           range=EPSILON, group="privacy")  # fmt: skip
+    ranges: str = param(
+        "fixed", "weight ranges: fixed [c - r, c + r], or adaptive per parameter tensor (c = 0, r "
+        "its largest |weight| over the round's clients: an oracle for the paper's encrypted "
+        "min/max aggregation)", choices=("fixed", "adaptive"), group="privacy",
+    )  # fmt: skip
+    weight_center: float = param(
+        0.0, "center c of the fixed weight range", range=Range(-10.0, 10.0), group="privacy",
+        requires=(lambda c: c.ranges == "fixed", "only with --ranges fixed"),
+    )  # fmt: skip
+    weight_radius: float = param(
+        0.15, "half-width r of the fixed weight range (the paper used 0.075 on MNIST)",
+        range=Range(0.0, 10.0, open_low=True), tunable=True, group="privacy",
+        requires=(lambda c: c.ranges == "fixed", "only with --ranges fixed"),
+    )  # fmt: skip
+    model: str = param("cnn", "local model: the paper's two-layer CNN, an MLP, or multinomial "
+                       "logistic regression", choices=("cnn", "mlp", "logistic"))  # fmt: skip
+    fraction: float = param(1.0, "fraction f of the clients selected each round",
+                            range=Range(0.0, 1.0, open_low=True))  # fmt: skip
+    local_epochs: int = param(5, "local epochs E per round", unit="epochs",
+                              range=integers(1, 1000))  # fmt: skip
+    batch: int = param(4, BATCH, unit="records", range=integers(1, 10**6))  # fmt: skip
+    learning_rate: float = param(0.1, LEARNING_RATE, range=POSITIVE,
+                                 tunable=True)  # fmt: skip
+
+    method: ClassVar[str] = "ldp-fl"
+
+
 # --------------------------------------------------------------------------------- the registry
 
 
@@ -416,6 +474,14 @@ _METHODS = (
     Method("local-sgd", LocalSGD, "ISRL-DP Local SGD: K noisy local steps per silo", SILO_PAPER,
            "Noisy Local SGD (baseline)", ISRL, SILO_RECORD, SILO_TRUST,
            SILO + "LocalSGDExperiment"),
+    Method("ldp-fl", LDPFL,
+           "LDP-FL: local training, two-point weight perturbation, split and shuffle",
+           LDP_FL_PAPER, "two-point weight perturbation with split and shuffle",
+           "eps-LDP of each reported weight (the paper's claim: it needs the anonymity of split "
+           "and shuffle; every record also states the budget without it)",
+           "one client's local data, through each weight it reports",
+           "untrusted cloud; an anonymous channel (split and shuffle) between clients and cloud",
+           "jfed.methods.ldp_fl:LDPFLExperiment"),
     Method("mbsgd", MBSGD, "non-private minibatch SGD across silos", SILO_PAPER,
            "minibatch SGD (non-private baseline)", "none", "nothing",
            "trusted server sees raw gradients", SILO + "MBSGDExperiment", private=False),

@@ -14,6 +14,7 @@ the seed and the tunable fields. The runner asks it for:
 - ``evaluate(outputs, config) -> metrics``: host metrics in float64;
 - ``selection_metric`` / ``selection_maximize`` / ``report_metric``: how a sweep chooses among
   settings and what it reports;
+- ``default_plan()``: the engine plan when the caller gives none;
 - ``summary(record) -> str``: the one line ``jfed run`` prints.
 """
 
@@ -83,6 +84,12 @@ class Experiment:
 
     def prepare(self, configs: list[Config]) -> None:
         del configs  # nothing shared to calibrate up front
+
+    def default_plan(self):
+        """The engine plan when the caller gives none: sized for the backend."""
+        from jfed.engine import ExecutionPlan
+
+        return ExecutionPlan.for_backend()
 
     def identity(self) -> dict:
         """Fields of every record that describe the data (dataset, n_clients, dim, ...)."""

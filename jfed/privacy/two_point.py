@@ -21,28 +21,33 @@ import numpy as np
 from jfed._validation import check_positive
 
 
-def high_probability(w: jax.Array, center: float, radius: float, epsilon: float) -> jax.Array:
+def _checked(name: str, value):
+    """Host values are checked; traced values (a sweep's eps) are the caller's to check."""
+    return check_positive(name, value) if isinstance(value, int | float) else value
+
+
+def high_probability(w: jax.Array, center, radius, epsilon) -> jax.Array:
     """Probability of reporting the high point for ``w`` (clipped to the range first)."""
-    e = np.exp(epsilon)
+    e = jnp.exp(epsilon)
     w = jnp.clip(w, center - radius, center + radius)
     return ((w - center) * (e - 1.0) + radius * (e + 1.0)) / (2.0 * radius * (e + 1.0))
 
 
-def output_points(center: float, radius: float, epsilon: float) -> tuple[float, float]:
+def output_points(center, radius, epsilon) -> tuple[jax.Array, jax.Array]:
     """``(low, high)``: the two reportable values."""
-    spread = radius * (np.exp(epsilon) + 1.0) / np.expm1(epsilon)
+    spread = radius * (jnp.exp(epsilon) + 1.0) / jnp.expm1(epsilon)
     return center - spread, center + spread
 
 
-def perturb(
-    key: jax.Array, w: jax.Array, center: float, radius: float, epsilon: float
-) -> jax.Array:
-    """Report every entry of ``w: f32[...]`` independently with the two-point mechanism."""
-    check_positive("radius", radius)
-    check_positive("epsilon", epsilon)
+def perturb(key: jax.Array, w: jax.Array, center, radius, epsilon) -> jax.Array:
+    """Report every entry of ``w: f32[...]`` independently with the two-point mechanism.
+
+    ``center``, ``radius`` and ``epsilon`` may be host floats (checked) or traced scalars, and
+    ``center`` / ``radius`` may broadcast against ``w`` (a range per position)."""
+    radius, epsilon = _checked("radius", radius), _checked("epsilon", epsilon)
     low, high = output_points(center, radius, epsilon)
     up = jax.random.uniform(key, jnp.shape(w)) < high_probability(w, center, radius, epsilon)
-    return jnp.where(up, jnp.float32(high), jnp.float32(low))
+    return jnp.where(up, high, low).astype(jnp.float32)
 
 
 def variance(w: float, center: float, radius: float, epsilon: float) -> float:

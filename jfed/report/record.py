@@ -13,6 +13,7 @@ from typing import Any
 # jfed and the dependencies whose version can change a result (pyproject.toml)
 PACKAGES = (
     "jfed", "jax", "jaxlib", "numpy", "scipy", "dp-accounting", "statsmodels", "scikit-learn",
+    "flax", "optax",
 )  # fmt: skip
 
 

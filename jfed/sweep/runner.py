@@ -316,7 +316,7 @@ def _run(
     todo = [c for c in configs if config_key(c) not in done]
     kept: list[dict] = list(done_rows)
     population = experiment.task.train
-    plan = (plan or ExecutionPlan.for_backend()).fitted(population.n_clients)
+    plan = (plan or experiment.default_plan()).fitted(population.n_clients)
     shared_algorithm = experiment.shared_noise_algorithm if share_noise else None
     shared = shared_algorithm is not None and len(todo) > 1
     if todo:

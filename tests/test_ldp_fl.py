@@ -1,0 +1,163 @@
+"""LDP-FL: the two-point mechanism as the algorithm runs it (traced eps, a range per position),
+split and shuffle, local training written for one client and vmapped, and both privacy
+statements in the record."""
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jfed.algorithms import ldp_fl
+from jfed.cli.main import main
+from jfed.data.images import digits_clients, procedural_images
+from jfed.engine import simulate
+from jfed.privacy import two_point
+
+SMALL = ["--clients", "10", "--rounds", "2", "--local-epochs", "1", "--model", "logistic"]
+
+
+@pytest.fixture(scope="module")
+def task():
+    return digits_clients(10)
+
+
+def test_traced_eps_ratio_per_weight_is_e_eps():
+    """For any two inputs in range, the probabilities of each output differ by at most e^eps,
+    with eps traced as in a sweep. Negative control: without clipping to the range, an input
+    outside it breaks the bound (the clip is what makes the mechanism private)."""
+    epsilon = 1.3
+    inputs = jnp.linspace(-0.2, 0.2, 41)
+
+    @jax.jit
+    def probabilities(eps, w):
+        return two_point.high_probability(w, 0.0, 0.2, eps)
+
+    high = np.asarray(probabilities(jnp.float32(epsilon), inputs), np.float64)
+    for p in (high, 1.0 - high):
+        assert p.max() / p.min() <= math.exp(epsilon) * (1 + 1e-5)
+    e = math.exp(epsilon)
+    unclipped = ((0.4 - 0.0) * (e - 1) + 0.2 * (e + 1)) / (2 * 0.2 * (e + 1))
+    assert unclipped / high.min() > e or unclipped > 1
+
+
+def test_reports_are_unbiased_with_the_stated_variance_per_position():
+    """A range per position (adaptive ranges) and traced eps: every position's mean is its
+    weight within 4.5 standard errors, its variance the formula's within 4.5 standard errors of
+    a variance. Negative control: dropping the -(w - c)^2 term of the variance is caught."""
+    n, epsilon = 200_000, 0.9
+    w = jnp.array([0.0, 0.05, -0.03, 0.1])
+    radius = jnp.array([0.1, 0.1, 0.05, 0.2])
+    keys = jax.random.split(jax.random.key(3), n)
+    draws = np.asarray(
+        jax.jit(jax.vmap(lambda k: two_point.perturb(k, w, 0.0, radius, jnp.float32(epsilon))))(
+            keys
+        ),
+        np.float64,
+    )
+    for j in range(4):
+        variance = two_point.variance(float(w[j]), 0.0, float(radius[j]), epsilon)
+        assert abs(draws[:, j].mean() - float(w[j])) <= 4.5 * math.sqrt(variance / n)
+        # the two-point output's fourth central moment bounds the variance of the variance
+        spread = float(radius[j]) * (math.exp(epsilon) + 1) / math.expm1(epsilon)
+        standard_error = math.sqrt(2 * spread**4 / n)
+        assert abs(draws[:, j].var() - variance) <= 4.5 * standard_error
+        wrong = float(radius[j]) ** 2 * ((math.exp(epsilon) + 1) / math.expm1(epsilon)) ** 2
+        if abs(float(w[j])) > 0.02:
+            assert abs(draws[:, j].var() - wrong) > 4.5 * standard_error
+
+
+def test_split_and_shuffle_average_equals_the_unshuffled_mean():
+    """Per-position permutations change no position's multiset: the average equals the plain
+    mean up to float32 summation order. Negative control: a shuffle that mixes positions (one
+    permutation of the whole buffer) does not."""
+    reports = jax.random.normal(jax.random.key(0), (50, 300)) * jnp.arange(300)
+    shuffled = ldp_fl.shuffled_mean(jax.random.key(1), reports)
+    tolerance = 50 * np.finfo(np.float32).eps * float(jnp.abs(reports).max())
+    np.testing.assert_allclose(shuffled, reports.mean(0), atol=tolerance, rtol=0)
+    flat = jax.random.permutation(jax.random.key(2), reports.reshape(-1)).reshape(reports.shape)
+    assert float(jnp.abs(flat.mean(0) - reports.mean(0)).max()) > 100 * tolerance
+    # and the server cannot link positions: two positions' arrival orders differ
+    order = jnp.argsort(jax.random.uniform(jax.random.key(1), (300, 50)), axis=1)
+    assert not bool(jnp.all(order[0] == order[1]))
+
+
+def test_vmapped_round_equals_clients_trained_one_by_one(task):
+    """The engine runs local training written for one client, vmapped in chunks; a Python loop
+    over the clients with the same keys gives the same noise-free round."""
+    from jfed.engine.keys import client_key, round_key, run_streams
+
+    m = int(task.train.counts[0])
+    algorithm = ldp_fl.LDPFL("mlp", 8, 10, 10, 10, m, 2, 8, "fixed", private=False)
+    hp = ldp_fl.hyperparams(0.1)
+    key = jax.random.key(7)
+    state, _ = simulate(algorithm, task.train, hp, key, 1)
+    init_key, _, client_root = run_streams(key)
+    start = algorithm.init(hp, init_key).weights
+    trained = [
+        algorithm.local_training(
+            start, task.train.features[i, :m], task.train.targets[i, :m], hp.learning_rate,
+            client_key(round_key(client_root, 0), i),
+        )
+        for i in range(10)
+    ]  # fmt: skip
+    np.testing.assert_allclose(state.weights, jnp.stack(trained).mean(0), atol=1e-6, rtol=1e-5)
+    assert float(jnp.abs(state.weights - start).max()) > 1e-3  # training did move the weights
+
+
+def test_runs_are_reproducible_and_private_runs_differ_from_noise_free(task):
+    m = int(task.train.counts[0])
+    algorithm = ldp_fl.LDPFL("logistic", 8, 10, 10, 5, m, 1, 4, "adaptive")
+    hp = ldp_fl.hyperparams(0.1, epsilon=2.0)
+    first, infos = simulate(algorithm, task.train, hp, jax.random.key(1), 2)
+    second, _ = simulate(algorithm, task.train, hp, jax.random.key(1), 2)
+    np.testing.assert_array_equal(first.weights, second.weights)
+    assert float(infos.radius[-1]) > 0 and float(infos.clipped_fraction[-1]) == 0.0
+
+
+def test_cli_run_reports_both_privacy_statements(capsys):
+    assert main(["run", "ldp-fl", *SMALL, "--epsilon", "2", "--json", "-"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    weights = record["weights_per_report"]
+    assert weights == 64 * 10 + 10  # logistic regression on 8x8 images
+    assert record["per_report_epsilon"] == 2.0 == record["epsilon_certified"]
+    assert record["epsilon_without_anonymity"] == pytest.approx(2.0 * weights * 2)
+    assert "anonymity" in record["per_report_notion"]
+    assert "composition" in record["accountant_without_anonymity"]
+    assert 0.0 <= record["test_accuracy"] <= 1.0 and 0 < record["noise_free_test_accuracy"] <= 1
+    assert len(record["test_accuracy_per_round"]) == 2 and record["selected_per_round"] == 10
+    assert main(["run", "ldp-fl", *SMALL, "--fraction", "0.3", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["selected_per_round"] == 3
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--epsilon", "0"], "--epsilon in [1e-06"),
+        (["--weight-radius", "0"], "--weight-radius in (0, 10]"),
+        (["--fraction", "0"], "--fraction in (0, 1]"),
+        (["--fraction", "1.5"], "--fraction in (0, 1]"),
+        (["--clients", "0"], "--clients in [1,"),
+        (["--batch", "500"], "--batch in [1, 143]"),  # 10 clients share 1,438 images
+        (["--model", "resnet"], "invalid choice: 'resnet'"),
+        (["--dataset", "mnist"], "invalid choice: 'mnist'"),
+        (["--ranges", "adaptive", "--weight-radius", "0.1"], "only with --ranges fixed"),
+    ],
+)
+def test_bad_input_is_one_line(argv, message, capsys):
+    assert main(["run", "ldp-fl", "--clients", "10", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jfed: error:") and message in err and "\n" not in err, err
+
+
+def test_procedural_images_are_mnist_shaped_and_learnable():
+    X, y = procedural_images(jax.random.key(0), 2_000)
+    assert X.shape == (2_000, 784) and float(X.min()) >= 0 and float(X.max()) <= 1
+    assert set(np.unique(np.asarray(y))) == set(range(10))
+    # nearest class mean separates the classes far above chance (10%)
+    X, y = np.asarray(X, np.float64), np.asarray(y)
+    means = np.stack([X[:1000][y[:1000] == c].mean(0) for c in range(10)])
+    predicted = np.argmin(((X[1000:, None] - means) ** 2).sum(-1), axis=1)
+    assert np.mean(predicted == y[1000:]) > 0.5
