@@ -16,12 +16,6 @@ from jfed.methods.declarations import ALIASES, METHODS, Config, Method, method
 from jfed.methods.fields import Field, field_map, fields_of
 
 SWEEP_ONLY_RUN_FIELDS = ("epsilon", "seed")  # a sweep takes a list of eps and a seed count
-GROUP_TITLES = {
-    "data": "data",
-    "privacy": "privacy",
-    "run": "run",
-    "method": "method",
-}
 
 
 def field_help(declared: Field) -> str:
@@ -47,9 +41,7 @@ def add_field_flags(parser: argparse.ArgumentParser, config: type, skip: tuple =
             continue
         group = groups.get(declared.group)
         if group is None:
-            group = groups[declared.group] = parser.add_argument_group(
-                GROUP_TITLES.get(declared.group, declared.group)
-            )
+            group = groups[declared.group] = parser.add_argument_group(declared.group)
         flag, text = declared.flag, field_help(declared)
         if declared.kind is bool:
             group.add_argument(flag, action="store_true", default=None, help=text)

@@ -64,11 +64,6 @@ def guarantee_of(record: dict) -> PrivacyGuarantee:
     )
 
 
-def target_epsilon(config: Config) -> float:
-    """The eps a configuration asks for (inf for the non-private references)."""
-    return float(getattr(config, "epsilon", math.inf))
-
-
 class Experiment:
     """Base of the method experiments: the declaration and the fixed configuration."""
 

@@ -110,7 +110,7 @@ class LDPFLExperiment(Experiment):
 
     def noise_free(self, config: declared.LDPFL) -> float:
         """Test accuracy of the same run without perturbation (same seed, same settings)."""
-        key = (config.seed, config.learning_rate, config.weight_radius)
+        key = (config.seed, config.learning_rate)  # no range: the noise-free run is not clipped
         if key not in self._noise_free:
             import dataclasses
 

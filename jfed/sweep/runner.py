@@ -38,6 +38,7 @@ from jfed.methods.declarations import Config, method_of
 from jfed.methods.fields import field_map
 from jfed.sweep import schema
 from jfed.sweep.lock import folder_lock
+from jfed.sweep.schema import config_key
 
 DEFAULT_MEMORY_BUDGET = 2 * 2**30  # bytes of device memory a slice may use
 MAX_SLICE = 512
@@ -79,11 +80,6 @@ def configurations(
 
 def _typed(declared: dict, changes: dict) -> dict:
     return {k: declared[k].kind(v) if v is not None else None for k, v in changes.items()}
-
-
-def config_key(config: Config) -> str:
-    """A stable identity of a configuration: its method and every field (for resuming)."""
-    return json.dumps(schema.config_fields(config), sort_keys=True)
 
 
 def read_rows(path: str) -> list[dict]:

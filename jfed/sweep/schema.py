@@ -41,6 +41,11 @@ def config_fields(config: Config) -> dict:
     return {"method": method_of(config).name, **dataclasses.asdict(config)}
 
 
+def config_key(config: Config) -> str:
+    """A stable identity of a configuration: its method and every field (what a resume matches)."""
+    return json.dumps(config_fields(config), sort_keys=True)
+
+
 def varying(configs: list[Config]) -> tuple[str, ...]:
     """Fields (other than eps and the seed) whose value differs across ``configs``."""
     values: dict = {}
@@ -73,8 +78,6 @@ def jfed_version() -> str:
 
 def row(experiment, config: Config, privacy: dict, metrics: dict, run_info: dict) -> dict:
     """The record of one finished run."""
-    from jfed.sweep.runner import config_key
-
     method = experiment.method
     return {
         "schema_version": SCHEMA_VERSION,
