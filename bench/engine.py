@@ -10,11 +10,16 @@ Rows (best of ``--repeats`` after a warm-up that compiles):
 - ``hand-written chunked``: the same round written directly: one ``lax.scan`` over chunks of the
   same width, each vmapping the same client function over the same per-client keys
   (``fold_in(round key, client id)``), so the same draws and the same result (checked);
+- ``hand-written, counter-addressed``: the chunked round with the message draws addressed as
+  (client id, word index) in one threefry call per chunk (``threefry(round key, i * W + j)``), no
+  per-client key: other draws (a different stream), the same distribution;
 - ``materialised``: every client's message at once in plain JAX (memory grows with n);
 - ``numpy``: the round vectorised over all clients with numpy (its own generator, so other
   draws; ``bench/modulated_round.py``).
 
-JSON ``rows``: ``{n, implementation, seconds, updates_per_second, peak_mb}``; ``peak_mb`` is the
+JSON ``rows``: ``{n, implementation, seconds, updates_per_second, peak_mb}`` (``implementation``
+one of ``jfed``, ``hand-written chunked``, ``hand-written, counter-addressed``, ``materialised``,
+``numpy``); ``peak_mb`` is the
 compiled program's own peak (XLA's memory analysis) for the JAX rows and tracemalloc's for numpy.
 """
 
@@ -29,10 +34,12 @@ import tracemalloc
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.random import threefry_2x32
 from modulated_round import DIM, PARAMS, numpy_round  # bench/ is on the path when run
 
+from jfed._random import _LOWEST_OPEN, _unit_uniform
 from jfed.algorithms import modulated
-from jfed.algorithms.linear import second_moments
+from jfed.algorithms.linear import clip_to_ball, second_moments
 from jfed.data import SyntheticLinear
 from jfed.engine import ExecutionPlan, run_rounds
 from jfed.engine.keys import client_key, round_key, run_streams
@@ -99,6 +106,44 @@ def programs(n: int, chunk: int):
         total, _ = jax.lax.scan(add, zero, ids)
         return server(hp, broadcast, total)
 
+    def counter_messages(population, broadcast, root, ids):
+        # one threefry call for the chunk: client i's word j is threefry(round key, i * W + j)
+        width = DIM + 1  # d normals and one phase
+        counters = ids[:, None].astype(jnp.uint32) * width + jnp.arange(width, dtype=jnp.uint32)
+        words = threefry_2x32(tuple(jax.random.key_data(root)), counters.reshape(-1))
+        unit = _unit_uniform(words).reshape(ids.shape[0], width)
+        noise = np.float32(np.sqrt(2.0)) * jax.lax.erf_inv(
+            jnp.maximum(_LOWEST_OPEN, 2.0 * unit[:, :DIM] - 1.0)
+        )
+        x, y = jax.vmap(population.record)(ids)
+        x, clipped = jax.vmap(lambda v: clip_to_ball(v, broadcast.clip_norm))(x)
+        z = jax.vmap(lambda v, p, e: modulated.encode(broadcast, v, p, e))(
+            x, 2.0 * jnp.pi * unit[:, DIM:], noise
+        )
+        return z, y, clipped
+
+    def counter_round(population, hp, key):
+        broadcast, root = setup(hp, key)
+        chunks = -(-n // chunk)
+        ids = jnp.arange(chunks * chunk, dtype=jnp.int32).reshape(chunks, chunk)
+
+        def chunk_stats(chunk_ids):
+            valid = chunk_ids < n
+            z, y, clipped = counter_messages(
+                population, broadcast, root, jnp.minimum(chunk_ids, n - 1)
+            )
+            weights = valid.astype(jnp.float32)
+            return second_moments((z * weights[:, None], y * weights, clipped * weights), weights)
+
+        def add(total, chunk_ids):
+            return jax.tree.map(jnp.add, total, chunk_stats(chunk_ids)), None
+
+        zero = jax.tree.map(
+            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(chunk_stats, ids[0])
+        )
+        total, _ = jax.lax.scan(add, zero, ids)
+        return server(hp, broadcast, total)
+
     def materialised_round(population, hp, key):
         broadcast, root = setup(hp, key)
         ids = jnp.arange(n, dtype=jnp.int32)
@@ -108,6 +153,7 @@ def programs(n: int, chunk: int):
     return {
         "jfed": jfed_round,
         "hand-written chunked": chunked_round,
+        "hand-written, counter-addressed": counter_round,
         "materialised": materialised_round,
     }, plan
 
@@ -122,7 +168,7 @@ def main() -> None:
     key = jax.random.key(1)
     rows = []
     print(f"one modulated one-shot round, d = {DIM}, {jax.devices()[0].platform}")
-    print(f"{'n':>10} {'implementation':>22} {'seconds':>9} {'updates/s':>10} {'peak MB':>9}"
+    print(f"{'n':>10} {'implementation':>32} {'seconds':>9} {'updates/s':>10} {'peak MB':>9}"
           f" {'x jfed':>7}")  # fmt: skip
     for n in [int(float(s)) for s in args.sizes.split(",")]:
         population = SyntheticLinear.create(jax.random.key(0), n, DIM)
@@ -145,7 +191,7 @@ def main() -> None:
         for name, (seconds, peak) in results.items():
             rows.append({"n": n, "implementation": name, "seconds": seconds,
                          "updates_per_second": n / seconds, "peak_mb": peak})  # fmt: skip
-            print(f"{n:>10,} {name:>22} {seconds:>9.4f} {n / seconds:>10.3g} {peak:>9.1f} "
+            print(f"{n:>10,} {name:>32} {seconds:>9.4f} {n / seconds:>10.3g} {peak:>9.1f} "
                   f"{results['jfed'][0] / seconds:>7.2f}", flush=True)  # fmt: skip
         print(f"{'':>10} jfed and the hand-written chunked round agree within {gap:.1e}")
     if args.json:
