@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jfed.cli import account, generate, methods, options, sweep
+from jfed.cli import account, generate, launch, methods, options, sweep
 from jfed.cli.checks import check_arguments, check_numerical_accountant
 
 
@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("datasets", help="list the built-in real data sets")
     methods.add_parser(commands)
+    launch.add_parser(commands)
     account.add_parser(commands)
     sweep.add_parsers(commands, engine_flags)
     return parser
@@ -141,6 +142,26 @@ def _write_record(record: dict, path: str | None) -> int:
     return 0
 
 
+def main_checks_only(argv: list[str]) -> int:
+    """Parse and check a command without running it (``jfed launch`` checks its child command
+    once, before starting processes): 0 when it would be accepted, else 2 (one line printed)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:
+        return int(stop.code or 0) or 2
+    try:
+        check_arguments(args)
+        if args.command == "run":
+            config = generate.build_config(args)
+            check_numerical_accountant(config, [getattr(config, "epsilon", 0.0)])
+        if args.command == "sweep":
+            sweep.checked(args)
+    except ValueError as error:
+        print(f"jfed: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -148,11 +169,21 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:  # --help (0) or a refused argument (2, one line already printed)
         return int(stop.code or 0)
     try:
+        if args.command == "launch":
+            command = launch.child_command(args)
+            checked = main_checks_only(command)
+            if checked:
+                return checked
+            return launch.run(args, command)
         check_arguments(args)
         if args.command == "run":
             config = generate.build_config(args)
             check_numerical_accountant(config, [getattr(config, "epsilon", 0.0)])
         swept = sweep.checked(args) if args.command == "sweep" else None
+        if args.command in ("run", "sweep"):
+            from jfed.engine.distributed import initialize_from_environment
+
+            initialize_from_environment()
         if args.command in ("run", "sweep", "demo"):
             from jfed.engine.cache import enable_compilation_cache
 
@@ -183,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # the file system refused, after the checks passed
         print(f"jfed: error: {error.strerror or error}: {error.filename}", file=sys.stderr)
         return 1
+    from jfed.engine.distributed import is_primary
+
+    if not is_primary():
+        return 0  # process 0 of a multi-process run prints and writes
     warning = options.certification_warning(record)
     if warning:
         print(f"jfed: warning: {warning} (both are in the record)", file=sys.stderr)

@@ -19,6 +19,7 @@ from one folder, or overlays several folders' methods in ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -268,10 +269,15 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
             runner.report_metric, runner.selection_maximize, args.statistic,
         )  # fmt: skip
 
-    with folder_lock(args.out):  # the runs and the tables written from them: one writer
+    from jfed.engine.distributed import is_primary
+
+    primary = is_primary()  # in a multi-process run, process 0 writes and prints
+    with folder_lock(args.out) if primary else contextlib.nullcontext():
         rows, _, notes = sweep_until_interior(
             run_grid, grid, tune, within_range(declared.config), max_extensions=args.extend_edges
         )
+        if not primary:
+            return
         for note in notes:
             print(f"jfed: note: {note}", file=sys.stderr)
         _warn_uncertified(rows)

@@ -1,5 +1,6 @@
 """Engine: the only place that knows how clients are batched, streamed, reduced and sharded."""
 
+from jfed.engine import distributed
 from jfed.engine.aggregate import aggregate, sum_messages
 from jfed.engine.keys import as_key, client_key, round_key, run_streams
 from jfed.engine.loop import Algorithm, Clients, run_rounds, simulate
@@ -14,6 +15,7 @@ __all__ = [
     "as_key",
     "client_key",
     "client_mesh",
+    "distributed",
     "round_key",
     "run_rounds",
     "run_streams",

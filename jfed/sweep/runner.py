@@ -19,6 +19,7 @@ is refused before anything is written.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -32,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from jfed.engine import ExecutionPlan, run_rounds
+from jfed.engine import ExecutionPlan, client_mesh, distributed, run_rounds
 from jfed.engine.progress import report_every, round_progress
 from jfed.methods.declarations import Config, method_of
 from jfed.methods.fields import field_map
@@ -190,9 +191,16 @@ def _spec(tree) -> tuple:
     """Shapes, dtypes and placements of ``tree``: what a compiled program is specialised to."""
     leaves, treedef = jax.tree.flatten(tree)
     return treedef, tuple(
-        jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=getattr(x, "sharding", None))
-        for x in leaves
+        jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=_placement(x)) for x in leaves
     )
+
+
+def _placement(x):
+    """The sharding of an array placed over several devices (a multi-process input); ``None``
+    for one on a single device, which the program may move to its mesh."""
+    if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1:
+        return x.sharding
+    return None
 
 
 @lru_cache(maxsize=32)
@@ -203,6 +211,11 @@ def _compiled(program, spec: tuple):
     start = time.perf_counter()
     executable = program.lower(*jax.tree.unflatten(treedef, leaves)).compile()
     return executable, time.perf_counter() - start
+
+
+def _placed(plan: ExecutionPlan, tree):
+    """``tree`` replicated over every process when the run spans several (else unchanged)."""
+    return distributed.replicate(tree, plan.mesh) if distributed.is_distributed() else tree
 
 
 def unit_footprint(unit, population, hp, key) -> int:
@@ -290,6 +303,11 @@ def run_sweep(
             )
         config.check()
     progress = sys.stderr.isatty() if progress is None else progress
+    if results_path is not None and not distributed.is_primary():
+        # another process of a multi-process run writes; this one runs what that one runs
+        done = read_rows(results_path) if resume else []
+        return _run(experiment, configs, None, done, slice_size, memory_budget, plan, False,
+                    on_slice, vector_width, share_noise)  # fmt: skip
     if results_path is None:
         return _run(experiment, configs, None, [], slice_size, memory_budget, plan, progress,
                     on_slice, vector_width, share_noise)  # fmt: skip
@@ -312,7 +330,12 @@ def _run(
     todo = [c for c in configs if config_key(c) not in done]
     kept: list[dict] = list(done_rows)
     population = experiment.task.train
-    plan = (plan or experiment.default_plan()).fitted(population.n_clients)
+    plan = plan or experiment.default_plan()
+    if distributed.is_distributed() and plan.mesh is None:  # every device of every process
+        plan = dataclasses.replace(plan, mesh=client_mesh())
+    plan = plan.fitted(population.n_clients)
+    if distributed.is_distributed():
+        population = distributed.replicate(population, plan.mesh)
     shared_algorithm = experiment.shared_noise_algorithm if share_noise else None
     shared = shared_algorithm is not None and len(todo) > 1
     if todo:
@@ -336,6 +359,8 @@ def _run(
             units_per_slice = max(1, slice_size // per_unit)
         elif len(units) == 1:
             units_per_slice = 1
+        elif distributed.is_distributed():
+            units_per_slice = MAX_SLICE // per_unit  # (the memory analysis takes local inputs)
         else:
             hp, _ = prepared(units[0])
             footprint = unit_footprint(unit, population, hp, jax.random.key(0))
@@ -358,15 +383,15 @@ def _run(
             prepared_units = [prepared(u) for u in padded]
             hps = stack([hp for hp, _ in prepared_units])
             keys = jax.vmap(jax.random.key)(np.array([u[0].seed for u in padded]))
-            args = (population, hps, keys, jnp.int32(0))
+            args = (population, *_placed(plan, (hps, keys, jnp.int32(0))))
             executable, compile_seconds = _compiled(program, _spec(args))
             tic = time.perf_counter()
             if rounds_bar:
                 with round_progress(experiment.rounds, experiment.name) as token:
-                    outputs = jax.device_get(executable(*args[:3], token))
+                    outputs = distributed.fetch(executable(*args[:3], *_placed(plan, (token,))))
                     jax.effects_barrier()
             else:
-                outputs = jax.device_get(executable(*args))
+                outputs = distributed.fetch(executable(*args))
             n_runs = sum(len(u) for u in chunk)
             per_run = (time.perf_counter() - tic) / n_runs
             rows = []
