@@ -86,25 +86,32 @@ def programs(n: int, chunk: int):
         broadcast = modulated._broadcast(hp, round_key(server_root, 0), DIM, 1)
         return broadcast, round_key(client_root, 0)
 
-    def chunked_round(population, hp, key):
-        broadcast, root = setup(hp, key)
-        chunks = -(-n // chunk)
-        ids = jnp.arange(chunks * chunk, dtype=jnp.int32).reshape(chunks, chunk)
+    def chunked(message_fn):
+        """A round that scans chunks of ``chunk`` clients, each vmapping ``message_fn``."""
 
-        def chunk_stats(chunk_ids):
-            valid = chunk_ids < n
-            z, y, clipped = messages(population, broadcast, root, jnp.minimum(chunk_ids, n - 1))
-            weights = valid.astype(jnp.float32)
-            return second_moments((z * weights[:, None], y * weights, clipped * weights), weights)
+        def round_(population, hp, key):
+            broadcast, root = setup(hp, key)
+            chunks = -(-n // chunk)
+            ids = jnp.arange(chunks * chunk, dtype=jnp.int32).reshape(chunks, chunk)
 
-        def add(total, chunk_ids):
-            return jax.tree.map(jnp.add, total, chunk_stats(chunk_ids)), None
+            def chunk_stats(chunk_ids):
+                weights = (chunk_ids < n).astype(jnp.float32)
+                z, y, clipped = message_fn(
+                    population, broadcast, root, jnp.minimum(chunk_ids, n - 1)
+                )
+                masked = (z * weights[:, None], y * weights, clipped * weights)
+                return second_moments(masked, weights)
 
-        zero = jax.tree.map(
-            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(chunk_stats, ids[0])
-        )
-        total, _ = jax.lax.scan(add, zero, ids)
-        return server(hp, broadcast, total)
+            def add(total, chunk_ids):
+                return jax.tree.map(jnp.add, total, chunk_stats(chunk_ids)), None
+
+            zero = jax.tree.map(
+                lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(chunk_stats, ids[0])
+            )
+            total, _ = jax.lax.scan(add, zero, ids)
+            return server(hp, broadcast, total)
+
+        return round_
 
     def counter_messages(population, broadcast, root, ids):
         # one threefry call for the chunk: client i's word j is threefry(round key, i * W + j)
@@ -122,28 +129,6 @@ def programs(n: int, chunk: int):
         )
         return z, y, clipped
 
-    def counter_round(population, hp, key):
-        broadcast, root = setup(hp, key)
-        chunks = -(-n // chunk)
-        ids = jnp.arange(chunks * chunk, dtype=jnp.int32).reshape(chunks, chunk)
-
-        def chunk_stats(chunk_ids):
-            valid = chunk_ids < n
-            z, y, clipped = counter_messages(
-                population, broadcast, root, jnp.minimum(chunk_ids, n - 1)
-            )
-            weights = valid.astype(jnp.float32)
-            return second_moments((z * weights[:, None], y * weights, clipped * weights), weights)
-
-        def add(total, chunk_ids):
-            return jax.tree.map(jnp.add, total, chunk_stats(chunk_ids)), None
-
-        zero = jax.tree.map(
-            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(chunk_stats, ids[0])
-        )
-        total, _ = jax.lax.scan(add, zero, ids)
-        return server(hp, broadcast, total)
-
     def materialised_round(population, hp, key):
         broadcast, root = setup(hp, key)
         ids = jnp.arange(n, dtype=jnp.int32)
@@ -152,8 +137,8 @@ def programs(n: int, chunk: int):
 
     return {
         "jfed": jfed_round,
-        "hand-written chunked": chunked_round,
-        "hand-written, counter-addressed": counter_round,
+        "hand-written chunked": chunked(messages),
+        "hand-written, counter-addressed": chunked(counter_messages),
         "materialised": materialised_round,
     }, plan
 
