@@ -38,8 +38,10 @@ def test_two_processes_equal_one_process_on_two_devices(tmp_path):
     assert result.stdout.count("modulated-iterative on synthetic") == 1  # process 0 alone prints
     plan = ExecutionPlan.for_backend(mesh=client_mesh(2, backend="cpu"))
     local = jfed.run(ModulatedIterative(synthetic=True, clients=200_000), plan=plan)
-    # the same shards reduced in the same order: bit for bit
-    assert record["test_r2"] == local["test_r2"] and record["sigma"] == local["sigma"]
+    # the same shards reduced in the same order: bit for bit with jax 0.10 (jax 0.7's gloo
+    # reduction differed by 1e-10 relative), so the bound is float32's, not 0
+    assert record["sigma"] == local["sigma"]
+    assert record["test_r2"] == pytest.approx(local["test_r2"], rel=1e-6)
     alone = jfed.run(ModulatedIterative(synthetic=True, clients=200_000))
     # against one device only the order of the final sum of two partial totals differs
     assert record["test_r2"] == pytest.approx(alone["test_r2"], rel=1e-4)
