@@ -26,6 +26,7 @@ A noise-free run (``private=False``) skips step 3 only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -290,8 +291,10 @@ class LDPFL:
         return jnp.float32(0.0), jnp.maximum(largest[tensors], 1e-6)
 
 
+@partial(jax.jit, static_argnums=0)
 def accuracy(algorithm: LDPFL, weights: jax.Array, features, labels) -> jax.Array:
-    """Test accuracy of ``weights: f32[P]`` on ``features: f32[m, side^2]``."""
+    """Accuracy of ``weights: f32[P]`` on ``features: f32[m, side^2]`` (compiled once per
+    algorithm and shapes: it runs for every round of every evaluated run)."""
     unravel, _, _ = algorithm.unravel()
     logits = algorithm.module.apply(unravel(weights), features)
     return jnp.mean(jnp.argmax(logits, -1) == labels.astype(jnp.int32))

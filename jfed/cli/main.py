@@ -142,6 +142,17 @@ def _write_record(record: dict, path: str | None) -> int:
     return 0
 
 
+def checked(args: argparse.Namespace) -> tuple:
+    """Every check of a parsed command that needs no JAX (``ValueError`` naming the flag):
+    ``(run configuration or None, checked sweep or None)``."""
+    check_arguments(args)
+    config = None
+    if args.command == "run":
+        config = generate.build_config(args)
+        check_numerical_accountant(config, [getattr(config, "epsilon", 0.0)])
+    return config, sweep.checked(args) if args.command == "sweep" else None
+
+
 def main_checks_only(argv: list[str]) -> int:
     """Parse and check a command without running it (``jfed launch`` checks its child command
     once, before starting processes): 0 when it would be accepted, else 2 (one line printed)."""
@@ -150,12 +161,7 @@ def main_checks_only(argv: list[str]) -> int:
     except SystemExit as stop:
         return int(stop.code or 0) or 2
     try:
-        check_arguments(args)
-        if args.command == "run":
-            config = generate.build_config(args)
-            check_numerical_accountant(config, [getattr(config, "epsilon", 0.0)])
-        if args.command == "sweep":
-            sweep.checked(args)
+        checked(args)
     except ValueError as error:
         print(f"jfed: error: {error}", file=sys.stderr)
         return 2
@@ -171,15 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "launch":
             command = launch.child_command(args)
-            checked = main_checks_only(command)
-            if checked:
-                return checked
-            return launch.run(args, command)
-        check_arguments(args)
-        if args.command == "run":
-            config = generate.build_config(args)
-            check_numerical_accountant(config, [getattr(config, "epsilon", 0.0)])
-        swept = sweep.checked(args) if args.command == "sweep" else None
+            status = main_checks_only(command)
+            return status or launch.run(args, command)
+        config, swept = checked(args)
         if args.command in ("run", "sweep"):
             from jfed.engine.distributed import initialize_from_environment
 

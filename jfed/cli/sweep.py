@@ -139,8 +139,11 @@ def tune_rows(rows: list[dict], rule: str, statistic: str) -> tuple[list[dict], 
     return table, hyper
 
 
-def finish(rows: list[dict], out: str, rule: str, statistic: str = "median") -> list[dict]:
-    """Write runs.csv, runs.parquet, tuned.csv and the plots of a finished (or partial) sweep."""
+def finish(
+    rows: list[dict], out: str, rule: str, statistic: str = "median"
+) -> tuple[list[dict], tuple]:
+    """Write runs.csv, runs.parquet, tuned.csv and the plots of a finished (or partial) sweep;
+    returns the tuned table and the swept names it chose among."""
     from jfed.report.plots import plot_convergence, plot_utility
     from jfed.report.results import PARQUET, write_parquet
 
@@ -157,7 +160,7 @@ def finish(rows: list[dict], out: str, rule: str, statistic: str = "median") -> 
         if os.path.exists(path):
             os.remove(path)
     plot_convergence(rows, table, hyper, os.path.join(out, "convergence"), f"{report}_per_round")
-    return table
+    return table, hyper
 
 
 def _warn_uncertified(rows: list[dict]) -> None:
@@ -208,8 +211,7 @@ def _plot(args: argparse.Namespace) -> None:
             rows = read_rows(results)
             if not rows:
                 raise ValueError(f"no finished runs in {results}")
-            table = finish(rows, folder, args.tune, args.statistic)
-            _print_table(table, tune_rows(rows, args.tune, args.statistic)[1])
+            _print_table(*finish(rows, folder, args.tune, args.statistic))
         return
     out = args.out or "results/plot"
     tables = []
@@ -281,4 +283,4 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
         for note in notes:
             print(f"jfed: note: {note}", file=sys.stderr)
         _warn_uncertified(rows)
-        _print_table(finish(rows, args.out, args.tune, args.statistic), tuple(sorted(grid)))
+        _print_table(finish(rows, args.out, args.tune, args.statistic)[0], tuple(sorted(grid)))
