@@ -46,4 +46,16 @@ METRIC_LABELS = {
     "test_error": "test error rate",
     "relative_rmse": "relative RMSE",
     "test_accuracy": "test accuracy",
+    "mse": "mean squared error",
 }
+
+# who is trusted and what is protected in the mean-estimation method (jfed run estimation)
+ESTIMATION_SETTINGS = (
+    "none",
+    "local-item",
+    "local-user-small",
+    "local-user-large",
+    "central-item",
+    "central-user",
+    "federated",
+)

@@ -26,7 +26,9 @@ def test_every_declared_default_is_in_its_range_and_documented():
         for field in fields_of(config):
             assert field.help and not field.help.endswith("."), (name, field.name)
             if field.tunable:
-                assert field.kind is float and field.range is not None, (name, field.name)
+                # numbers with a range (integers: the design sizes of the estimation studies)
+                assert field.kind in (float, int) and field.range is not None, (name, field.name)
+                assert field.kind is float or field.range.integer, (name, field.name)
 
 
 def test_one_name_means_one_thing_across_methods():

@@ -154,7 +154,7 @@ def finish(
     _write_csv(os.path.join(out, "runs.csv"), rows)
     write_parquet(rows, os.path.join(out, PARQUET))
     _write_csv(os.path.join(out, "tuned.csv"), table)
-    plot_utility(table, os.path.join(out, "utility"), report)
+    plot_utility(table, os.path.join(out, "utility"), report, hyper)
     stale = [os.path.join(out, f"convergence.{e}") for e in ("png", "pdf")]
     for path in stale:  # a re-run must not leave the curves of an earlier sweep behind
         if os.path.exists(path):
@@ -183,11 +183,15 @@ def _print_table(table: list[dict], hyper: tuple) -> None:
         reference = row.get("reference")
         reference = f"; non-private OLS {reference:.4f}" if reference is not None else ""
         notion = f" | eps: {row['notion']}" if row.get("notion") else ""
+        if str(row.get("choice_rule", "")).startswith("none"):
+            chosen_text = "at " + ", ".join(f"{k}={v}" for k, v in chosen.items())
+        else:
+            chosen_text = f"chosen {chosen} ({row['choice_rule']})"
         print(
             f"{row['method']} on {row['dataset']}: eps={row['epsilon']:g} "
             f"(delta={row['delta']:.3g}, {row['accountant']}): {METRIC_LABELS.get(metric, metric)} "
             f"{row[metric + '_mean']:.4f} +- {row[metric + '_se']:.4f} over {row['seeds']} "
-            f"seeds, chosen {chosen} ({row['choice_rule']}){reference}{notion}"
+            f"seeds, {chosen_text}{reference}{notion}"
         )
 
 
@@ -276,11 +280,16 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
     primary = is_primary()  # in a multi-process run, process 0 writes and prints
     with folder_lock(args.out) if primary else contextlib.nullcontext():
         rows, _, notes = sweep_until_interior(
-            run_grid, grid, tune, within_range(declared.config), max_extensions=args.extend_edges
+            run_grid,
+            grid,
+            tune,
+            within_range(declared.config),
+            # a design grid (nothing chosen, e.g. estimation's sites) is never extended
+            max_extensions=args.extend_edges if runner.selection_metric is not None else 0,
         )
         if not primary:
             return
-        for note in notes:
+        for note in notes if runner.selection_metric is not None else ():
             print(f"jfed: note: {note}", file=sys.stderr)
         _warn_uncertified(rows)
         _print_table(finish(rows, args.out, args.tune, args.statistic)[0], tuple(sorted(grid)))

@@ -23,6 +23,7 @@ import numpy as np
 
 from jfed.catalog import METRIC_LABELS
 
+LOG_METRICS = ("mse",)
 OUTLIER_FENCE = 3.0  # interquartile ranges beyond the quartiles that the y-range still shows
 
 
@@ -71,7 +72,12 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
     figure, axes = plt.subplots(1, len(datasets), figsize=(4.8 * len(datasets), 4.0), squeeze=False)
     values = [r[f"{metric}_mean"] for _, rows in lines for r in rows]
     values += [r["reference"] for _, rows in lines for r in rows if r.get("reference") is not None]
-    low, high = robust_limits(np.array(values, np.float64))
+    logarithmic = metric in LOG_METRICS  # errors spanning decades: every point shown, log axis
+    if logarithmic:
+        positive = np.array([v for v in values if v > 0], np.float64)
+        low, high = (positive.min() / 1.5, positive.max() * 1.5) if positive.size else (1e-6, 1.0)
+    else:
+        low, high = robust_limits(np.array(values, np.float64))
     for axis, dataset in zip(axes[0], datasets, strict=True):
         shown = []
         outside = 0
@@ -94,6 +100,8 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
         if references:
             axis.axhline(references[0], color="black", linestyle="--", label="non-private OLS")
         axis.set_xscale("log")
+        if logarithmic:
+            axis.set_yscale("log")
         axis.set_ylim(low, high)
         axis.set_xlabel(_epsilon_label(shown))
         axis.set_ylabel(METRIC_LABELS.get(metric, metric.replace("_", " ")))
@@ -110,15 +118,22 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
     return _save(figure, prefix), len(datasets)
 
 
-def plot_utility(table: list[dict], prefix: str, metric: str = "test_r2") -> tuple[list[str], int]:
-    """Utility vs eps from a tuned table (:func:`jfed.sweep.tuning.tuned_table`).
+def plot_utility(
+    table: list[dict], prefix: str, metric: str = "test_r2", swept: tuple[str, ...] = ()
+) -> tuple[list[str], int]:
+    """Utility vs eps from a tuned table (:func:`jfed.sweep.tuning.tuned_table`): a line per
+    method, or per (method, swept values) where the table reports every setting (nothing was
+    chosen).
 
     Returns the written paths and the number of panels."""
-    lines = [
-        (method, [row for row in table if row["method"] == method])
-        for method in sorted({row["method"] for row in table})
-    ]
-    return _utility_panels(lines, metric, prefix)
+    lines: dict = defaultdict(list)
+    for row in table:
+        every = str(row.get("choice_rule", "")).startswith("none")
+        label = row["method"]
+        if every and swept:
+            label += " (" + ", ".join(f"{name}={row[name]}" for name in swept) + ")"
+        lines[label].append(row)
+    return _utility_panels(sorted(lines.items()), metric, prefix)
 
 
 def plot_overlay(tables: list[tuple[str, list[dict]]], prefix: str) -> tuple[list[str], int]:

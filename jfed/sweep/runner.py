@@ -329,6 +329,8 @@ def _run(
     done = {row["config_key"] for row in done_rows}
     todo = [c for c in configs if config_key(c) not in done]
     kept: list[dict] = list(done_rows)
+    if todo:
+        experiment.prepare(todo)  # host work of the whole grid at once (may size the program)
     population = experiment.task.train
     plan = plan or experiment.default_plan()
     if distributed.is_distributed() and plan.mesh is None:  # every device of every process
@@ -339,7 +341,6 @@ def _run(
     shared_algorithm = experiment.shared_noise_algorithm if share_noise else None
     shared = shared_algorithm is not None and len(todo) > 1
     if todo:
-        experiment.prepare(todo)  # host calibration of the whole grid at once
         units = _units(todo, shared)
         per_unit = max(len(unit) for unit in units)  # shorter units are padded to this
         single = len(units) == 1 and per_unit == 1

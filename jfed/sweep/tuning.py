@@ -97,6 +97,12 @@ def _group(row: dict, rule: str) -> tuple:
     return (*base, row["epsilon"]) if rule == "per-eps" else base
 
 
+def _sortable(values: tuple) -> tuple:
+    """Grid values in numeric order (numbers before anything else)."""
+    flat = values[0] if values else ()
+    return tuple((0, v, "") if isinstance(v, int | float) else (1, 0, str(v)) for v in flat)
+
+
 def tuned_table(
     rows: list[dict],
     hyper: tuple[str, ...],
@@ -107,16 +113,26 @@ def tuned_table(
     statistic: str = "median",
 ) -> list[dict]:
     """One row per (method, eps): the chosen hyper-parameters and the test metric over seeds
-    (mean, standard error, seeds), with ``choice_rule`` recorded."""
-    chosen = choose(rows, hyper, rule, validation, maximize, statistic)
+    (mean, standard error, seeds), with ``choice_rule`` recorded.
+
+    A method with nothing to choose (``validation`` None: the swept fields are the experiment's
+    design, e.g. the sites and units of an estimation study) gets one row per (method, eps,
+    swept values)."""
     groups: dict = defaultdict(list)
-    for row in rows:
-        key = _group(row, "per-eps")
-        if tuple(row[h] for h in hyper) == chosen[key]:
-            groups[key].append(row)
+    if validation is None:
+        for row in rows:
+            groups[(*_group(row, "per-eps"), tuple(row[h] for h in hyper))].append(row)
+        rule_text = "none (every setting reported)"
+    else:
+        chosen = choose(rows, hyper, rule, validation, maximize, statistic)
+        for row in rows:
+            key = _group(row, "per-eps")
+            if tuple(row[h] for h in hyper) == chosen[key]:
+                groups[key].append(row)
+        rule_text = f"{rule} on {validation} ({statistic})"
     table = []
-    for (_, method, epsilon), members in sorted(
-        groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2])
+    for (_, method, epsilon, *_), members in sorted(
+        groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2], _sortable(kv[0][3:]))
     ):
         values = np.array([m[test] for m in members], np.float64)
         first = members[0]
@@ -129,7 +145,7 @@ def tuned_table(
                 "accountant": first.get("accountant"),
                 "notion": first.get("notion"),
                 **{h: first[h] for h in hyper},
-                "choice_rule": f"{rule} on {validation} ({statistic})",
+                "choice_rule": rule_text,
                 f"{test}_mean": float(values.mean()),
                 f"{test}_se": float(values.std(ddof=1) / np.sqrt(len(values)))
                 if len(values) > 1

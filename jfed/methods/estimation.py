@@ -1,0 +1,433 @@
+"""Private federated estimation as experiments: the mean across S sites of n units in seven trust
+settings (:mod:`jfed.algorithms.estimation`), and the functional mean across S servers
+(:mod:`jfed.algorithms.functional`). A run is ``replications`` Monte Carlo draws of the estimate
+(one engine round each, fresh data and noise); its record carries the mean squared error with its
+standard error, the bias with its standard error, and the rate the theory states for the
+configuration (constants omitted).
+
+A sweep over sites, units and eps is one compiled program per setting: the program holds the
+largest S (and, where units are drawn one by one, the largest n) of the grid and masks the rest,
+so every grid point is a lane of the same executable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from jfed.algorithms import estimation, functional
+from jfed.methods import declarations as declared
+from jfed.methods.experiment import Experiment, guarantee_of
+from jfed.privacy.gaussian import analytic_gaussian_noise
+from jfed.privacy.laplace import laplace_scale
+from jfed.privacy.mechanisms import AnisotropicGaussianMechanism, GaussianMechanism
+
+# a site's mean and a located center are trusted within this many standard deviations; the
+# rare site beyond is clipped (the record's clipped_fraction), which costs a little bias and no
+# privacy (the noise is calibrated to the clipping interval whatever its width)
+LOCATION_SPREAD = 3.0
+
+SETTING_NOTIONS = {
+    "none": ("none (non-private)", "nothing", "everyone sees the raw data"),
+    "local-item": ("local item-level eps-DP", "one unit's value",
+                   "nobody: each unit randomizes its own value"),
+    "local-user-small": ("local user-level eps-DP", "all n units of one user (site)",
+                         "nobody: each user randomizes its own mean"),
+    "local-user-large": ("local user-level eps-DP", "all n units of one user (site)",
+                         "nobody: each user randomizes one bit or its clipped mean"),
+    "central-item": ("central item-level eps-DP", "one unit's value",
+                     "one curator sees every unit; the release is private"),
+    "central-user": ("central user-level eps-DP", "all n units of one site",
+                     "one curator sees every unit; the release is private"),
+    "federated": ("item-level eps-DP of each site's release", "one unit of one site",
+                  "each site is the trusted curator of its own units only"),
+}  # fmt: skip
+
+
+def default_clip(config: declared.Estimation) -> float:
+    """c of ``config``: 1 for ±1 data; Gaussian data: a unit's value is clipped far in its tails
+    (item-level), a site's mean just past [-1, 1] (user-level)."""
+    if config.value_clip is not None:
+        return config.value_clip
+    if config.data == "rademacher":
+        return 1.0
+    if config.setting in ("local-user-small", "local-user-large", "central-user"):
+        return 1.0 + LOCATION_SPREAD / math.sqrt(config.units)
+    # a unit is clipped past the largest of S n normal draws (rarely reached)
+    return 1.0 + math.sqrt(2.0 * math.log(20.0 * config.sites * config.units))
+
+
+def noise_scale(sensitivity: float, epsilon: float, delta: float, mechanism: str) -> float:
+    """Laplace ``b`` (pure eps) or the analytic Gaussian std (Balle and Wang) of one release."""
+    if mechanism == "laplace":
+        return laplace_scale(sensitivity, epsilon)
+    return float(analytic_gaussian_noise(sensitivity, epsilon, delta))
+
+
+def noise_variance(scale: float, mechanism: str) -> float:
+    return 2.0 * scale**2 if mechanism == "laplace" else scale**2
+
+
+def calibrate_mean(config: declared.Estimation) -> tuple[estimation.Hyperparams, dict]:
+    """The setting's noise, clipping and search parameters for ``config``, and its privacy
+    fields: every release is calibrated to (eps, delta) of the setting's neighbouring relation
+    (the central user-level curator splits eps and delta in two halves, basic composition)."""
+    S, n, eps = config.sites, config.units, config.epsilon
+    mechanism, setting = config.mechanism, config.setting
+    delta = config.delta if mechanism == "gaussian" else 0.0
+    clip = default_clip(config)
+    tau = LOCATION_SPREAD
+    first = second = width = 0.0
+    stages = 0
+
+    def scale(sensitivity, share=1.0):
+        return noise_scale(sensitivity, eps * share, delta * share, mechanism)
+
+    if setting == "local-item":
+        first = scale(2.0 * clip)
+    elif setting == "central-item":
+        first = scale(2.0 * clip / (S * n))
+    elif setting == "federated":
+        first = scale(2.0 * clip / n)
+    elif setting == "local-user-small":
+        first = scale(2.0 * clip)
+        center_std = math.sqrt((noise_variance(first, mechanism) + 1.0 / n) / (S // 2))
+        width = tau * (1.0 / math.sqrt(n) + center_std)
+        second = scale(min(2.0 * width, 2.0 * clip))
+    elif setting == "central-user":
+        first = scale(2.0 * clip / S, 0.5)
+        center_std = math.sqrt(noise_variance(first, mechanism) + 1.0 / (S * n))
+        width = tau * (1.0 / math.sqrt(n) + center_std)
+        second = scale(min(2.0 * width, 2.0 * clip) / S, 0.5)
+    elif setting == "local-user-large":
+        width = tau / math.sqrt(n)  # a site mean's spread
+        # halve (to 3/4) until the interval is 4 spreads wide: every site then votes alike
+        wanted = math.log(2.0 * clip / (4.0 * width)) / math.log(4.0 / 3.0)
+        stages = int(min(max(math.ceil(wanted), 0), S // 2))
+        final = 2.0 * clip * 0.75**stages + 2.0 * width
+        second = scale(min(final, 2.0 * clip))
+    hp = estimation.hyperparams(
+        sites=S, units=n, mean=config.mean, clip=clip, first_noise=first, second_noise=second,
+        width=width, stages=stages, truthful=math.exp(eps) / (1.0 + math.exp(eps)),
+    )  # fmt: skip
+    # the variance the final release's noise adds to the estimate (the located center's error
+    # and the search's wrong turns enter only through clipping, not counted here)
+    estimate_noise = {
+        "none": 0.0,
+        "local-item": noise_variance(first, mechanism) / (S * n),
+        "central-item": noise_variance(first, mechanism),
+        "federated": noise_variance(first, mechanism) / S,
+        "local-user-small": noise_variance(second, mechanism) / (S - S // 2),
+        "local-user-large": noise_variance(second, mechanism) / (S - S // 2),
+        "central-user": noise_variance(second, mechanism),
+    }[setting]
+    notion, protected, trust = SETTING_NOTIONS[setting]
+    private = setting != "none"
+    if not private:
+        accountant = "none"
+    elif mechanism == "laplace":
+        accountant = "Laplace mechanism (pure eps)"
+    else:
+        accountant = "analytic Gaussian (Balle and Wang)"
+    if setting == "local-user-large":
+        accountant += "; randomized response (pure eps) for the search bits"
+    if setting == "central-user":
+        accountant += "; two releases at eps/2 (and delta/2), basic composition"
+    if setting.startswith("local-user"):
+        accountant += "; each user releases once"
+    if mechanism == "gaussian" and private:
+        notion = notion.replace("eps-DP", "(eps, delta)-DP")
+    return hp, {
+        "epsilon_certified": eps if private else math.inf,
+        "delta": delta,
+        "accountant": accountant,
+        "notion": notion,
+        "protected": protected,
+        "trust_model": trust,
+        "sigma": max(first, second),
+        "clip_used": clip,
+        "search_stages": stages,
+        "noise_variance": estimate_noise,
+    }
+
+
+def theory_rate(setting: str, sites: float, units: float, epsilon: float) -> float:
+    """The minimax rate of the spec's table for ``setting`` (constants omitted)."""
+    S, n, e2 = sites, units, epsilon**2
+    return {
+        "none": 1.0 / (S * n),
+        "local-item": 1.0 / (S * n * e2),
+        "local-user-small": 1.0 / (S * n * e2),
+        "local-user-large": math.exp(-S * e2),
+        "central-item": max(1.0 / (S * n), 1.0 / (S**2 * n**2 * e2)),
+        "central-user": max(1.0 / (S * n), 1.0 / (S**2 * n * e2)),
+        "federated": max(1.0 / (S * n), 1.0 / (S * n**2 * e2)),
+    }[setting]
+
+
+def sampling_variance(config: declared.Estimation) -> float:
+    """The variance the estimator would have without any noise: Var(X) / (units it averages),
+    where the local user-level estimators average only the half of the sites that do not locate
+    (clipping ignored). ``mse - sampling_variance`` is the price of privacy."""
+    variance = 1.0 - config.mean**2 if config.data == "rademacher" else 1.0
+    sites = config.sites
+    if config.setting in ("local-user-small", "local-user-large"):
+        sites -= config.sites // 2
+    return variance / (sites * config.units)
+
+
+def monte_carlo(errors: np.ndarray) -> dict:
+    """MSE and bias of the replications' errors, each with its standard error."""
+    errors = np.asarray(errors, np.float64)
+    squared = errors**2
+    count = len(errors)
+    return {
+        "mse": float(squared.mean()),
+        "mse_se": float(squared.std(ddof=1) / math.sqrt(count)),
+        "bias": float(errors.mean()),
+        "bias_se": float(errors.std(ddof=1) / math.sqrt(count)),
+        "replications": count,
+    }
+
+
+@dataclass(frozen=True)
+class Errors:
+    """The kept arrays: every replication's error and clipped fraction (``f32[R]``)."""
+
+    def __call__(self, state, infos) -> dict:
+        del state
+        return {"error": infos.error, "clipped": infos.clipped}
+
+
+@dataclass(frozen=True)
+class Task:
+    """What the runner streams: the sites."""
+
+    train: estimation.Sites
+
+
+class MonteCarloExperiment(Experiment):
+    """A run is ``replications`` engine rounds; nothing to choose among, so a sweep reports every
+    grid point (``selection_metric`` None)."""
+
+    selection_metric = None
+    selection_maximize = False
+    report_metric = "mse"
+
+    @property
+    def rounds(self) -> int:
+        return self.config.replications
+
+    @property
+    def outputs(self) -> Errors:
+        return Errors()
+
+
+class EstimationExperiment(MonteCarloExperiment):
+    """Mean estimation in one of the seven settings."""
+
+    def __init__(self, config: declared.Estimation) -> None:
+        super().__init__(config)
+        self._max_sites, self._max_units = config.sites, config.units
+
+    def prepare(self, configs: list[declared.Estimation]) -> None:
+        """Size the program for the largest S and n of the grid (the rest are masked)."""
+        self._max_sites = max(c.sites for c in configs)
+        self._max_units = max(c.units for c in configs)
+
+    @property
+    def task(self) -> Task:
+        return Task(estimation.Sites(self._max_sites))
+
+    @property
+    def algorithm(self) -> estimation.MeanEstimation:
+        program = estimation.MeanEstimation(
+            self.config.setting, self.config.mechanism, self.config.data, 1
+        )
+        units = self._max_units if program.per_unit else 1
+        return estimation.MeanEstimation(
+            self.config.setting, self.config.mechanism, self.config.data, units
+        )
+
+    def identity(self) -> dict:
+        return {"dataset": f"synthetic {self.config.data}"}
+
+    def calibrate(self, config: declared.Estimation):
+        return calibrate_mean(config)
+
+    def evaluate(self, outputs: dict, config: declared.Estimation) -> dict:
+        result = monte_carlo(outputs["error"])
+        sampling = sampling_variance(config)
+        return {
+            **result,
+            "sampling_variance": sampling,
+            "privacy_mse": result["mse"] - sampling,
+            "clipped_fraction": float(np.mean(outputs["clipped"])),
+            "theory_rate": theory_rate(config.setting, config.sites, config.units, config.epsilon),
+        }
+
+    @staticmethod
+    def summary(record: dict) -> str:
+        return (
+            f"estimation ({record['setting']}, {record['mechanism']}, {record['dataset']} data, "
+            f"mu={record['mean']:g}): S={record['sites']} sites x n={record['units']} units, "
+            f"MSE {record['mse']:.4g} +- {record['mse_se']:.2g} (bias {record['bias']:.2g} +- "
+            f"{record['bias_se']:.2g}) over {record['replications']} replications; theory rate "
+            f"{record['theory_rate']:.3g} (constants omitted) | privacy: "
+            f"{guarantee_of(record).describe()} | {record['run_seconds']:.2f} s run, "
+            f"{record['compile_seconds']:.2f} s compile"
+        )
+
+
+# ------------------------------------------------------------------ functional mean estimation
+
+
+def optimal_terms(config: declared.FunctionalEstimation) -> int:
+    """The spec's rate-optimal r for S servers, n functions, m observations, eps (at most the
+    basis limit :data:`functional.MAX_TERMS`)."""
+    a = config.smoothness
+    S, n, m = config.servers, config.functions, config.observations
+    e2 = config.epsilon**2 if config.noise_shape != "none" else math.inf
+    candidates = [(S * n) ** (1 / (2 * a)), (S * n * m) ** (1 / (2 * a + 1))]
+    if math.isfinite(e2):
+        candidates += [(S * n**2 * e2) ** (1 / (2 * a)), (S * n**2 * m * e2) ** (1 / (2 * a + 2))]
+    return int(min(max(round(min(candidates)), 1), functional.MAX_TERMS))
+
+
+def functional_theory(config: declared.FunctionalEstimation) -> dict:
+    """The four terms of the spec's upper bound for ``config`` (constants omitted) and their
+    maximum."""
+    a = config.smoothness
+    S, n, m = config.servers, config.functions, config.observations
+    terms = {
+        "theory_functions": 1.0 / (S * n),
+        "theory_dense": (1.0 / (S * n * m)) ** (2 * a / (2 * a + 1)),
+    }
+    if config.noise_shape != "none":
+        e2 = config.epsilon**2
+        terms["theory_private"] = 1.0 / (S * n**2 * e2)
+        terms["theory_private_sparse"] = (1.0 / (S * n**2 * m * e2)) ** (2 * a / (2 * a + 2))
+    return {**terms, "theory_rate": max(terms.values())}
+
+
+def calibrate_functional(config: declared.FunctionalEstimation, terms: int):
+    """Per-coordinate clipping bounds of a function's projection, the noise of each server's
+    batch means, and the privacy fields (certified exactly: the whitened mechanism is an
+    isotropic Gaussian, analytic calibration)."""
+    model = functional.Model(config.basis, config.smoothness)
+    bounds = model.clip_bounds(terms, config.observations, config.servers * config.functions)
+    batch = config.functions // config.iterations
+    sensitivities = 2.0 * bounds / batch  # replace one function of a batch
+    if config.noise_shape == "none":
+        std = np.zeros(terms)
+        fields = {"epsilon_certified": math.inf, "delta": 0.0, "accountant": "none",
+                  "notion": "none (non-private)", "sigma": 0.0}  # fmt: skip
+    else:
+        multiplier = float(analytic_gaussian_noise(1.0, config.epsilon, config.delta))
+        if config.noise_shape == "anisotropic":
+            # the seed's shape sigma_l ~ sqrt(Delta_l ||Delta||_1) (it minimises the total
+            # variance at a given whitened sensitivity), scaled exactly: the seed's constant
+            # sqrt(4 ln(2/delta)) / eps spends more noise than (eps, delta) needs
+            shape = np.sqrt(sensitivities * sensitivities.sum())
+            mechanism = AnisotropicGaussianMechanism(
+                tuple(map(float, sensitivities)), tuple(map(float, multiplier * shape))
+            )
+            std = np.asarray(mechanism.noise_std)
+            seed = AnisotropicGaussianMechanism.calibrate(
+                sensitivities, config.epsilon, config.delta
+            )
+            extra = {"seed_formula_noise_factor": float(seed.noise_std[0] / std[0]),
+                     "seed_formula_epsilon": seed.epsilon(config.delta)}  # fmt: skip
+            accountant = ("anisotropic Gaussian: the seed's shape sigma_l^2 ~ Delta_l ||Delta||_1, "
+                          "scaled by the analytic Gaussian of the whitened mechanism")  # fmt: skip
+            certified = mechanism.epsilon(config.delta)
+        else:
+            sensitivity = float(np.linalg.norm(sensitivities))
+            gaussian = GaussianMechanism(sensitivity, multiplier * sensitivity)
+            std = np.full(terms, gaussian.noise_std)
+            extra = {}
+            accountant = "analytic Gaussian (Balle and Wang), L2 sensitivity"
+            certified = gaussian.epsilon(config.delta)
+        fields = {
+            "epsilon_certified": float(certified),
+            "delta": config.delta,
+            "accountant": accountant + "; disjoint batches, so each function is in one release",
+            "notion": "user-level (eps, delta)-DP of each server's release",
+            "sigma": float(std.max()),
+            **extra,
+        }
+    padded = np.zeros(functional.MAX_TERMS)
+    padded_std, padded_bounds = padded.copy(), padded.copy()
+    padded_std[:terms], padded_bounds[:terms] = std, bounds
+    hp = functional.hyperparams(
+        servers=config.servers, functions=config.functions, observations=config.observations,
+        terms=terms, iterations=config.iterations, noise_std=padded_std, clip=padded_bounds,
+    )  # fmt: skip
+    return hp, {
+        **fields,
+        "protected": "one function of one server (all its observations)",
+        "trust_model": "each server a trusted curator of its own functions",
+        "terms_used": terms,
+        "noise_total_variance": float(np.sum(std**2)),
+    }
+
+
+class FunctionalExperiment(MonteCarloExperiment):
+    """Functional mean estimation."""
+
+    def __init__(self, config: declared.FunctionalEstimation) -> None:
+        super().__init__(config)
+        self._max = (config.servers, config.functions, config.observations)
+
+    def prepare(self, configs: list[declared.FunctionalEstimation]) -> None:
+        self._max = tuple(max(getattr(c, name) for c in configs)
+                          for name in ("servers", "functions", "observations"))  # fmt: skip
+
+    @property
+    def task(self) -> Task:
+        return Task(estimation.Sites(self._max[0]))
+
+    @property
+    def algorithm(self) -> functional.FunctionalMean:
+        _, functions, observations = self._max
+        return functional.FunctionalMean(
+            functional.Model(self.config.basis, self.config.smoothness), functions,
+            observations, self.config.iterations,
+        )  # fmt: skip
+
+    def identity(self) -> dict:
+        return {"dataset": f"synthetic {self.config.basis} Sobolev functions"}
+
+    def terms_of(self, config: declared.FunctionalEstimation) -> int:
+        return config.terms if config.terms is not None else optimal_terms(config)
+
+    def calibrate(self, config: declared.FunctionalEstimation):
+        return calibrate_functional(config, self.terms_of(config))
+
+    def evaluate(self, outputs: dict, config: declared.FunctionalEstimation) -> dict:
+        squared = np.asarray(outputs["error"], np.float64)  # already ||mu~ - mu*||^2
+        count = len(squared)
+        return {
+            "mse": float(squared.mean()),
+            "mse_se": float(squared.std(ddof=1) / math.sqrt(count)),
+            "replications": count,
+            "clipped_fraction": float(np.mean(outputs["clipped"])),
+            "truncation_error": functional.Model(config.basis, config.smoothness).truncation(
+                self.terms_of(config)
+            ),
+            **functional_theory(config),
+        }
+
+    @staticmethod
+    def summary(record: dict) -> str:
+        return (
+            f"functional-estimation ({record['basis']}, r={record['terms_used']}, "
+            f"{record['noise_shape']}): S={record['servers']} x n={record['functions']} "
+            f"functions x m={record['observations']} points: L2 MSE {record['mse']:.4g} +- "
+            f"{record['mse_se']:.2g} (truncation {record['truncation_error']:.2g}) over "
+            f"{record['replications']} replications; theory rate {record['theory_rate']:.3g} "
+            f"(constants omitted) | privacy: {guarantee_of(record).describe()} | "
+            f"{record['run_seconds']:.2f} s run, {record['compile_seconds']:.2f} s compile"
+        )

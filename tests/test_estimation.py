@@ -1,0 +1,333 @@
+"""Private federated estimation: unbiasedness, the exact MSE of the one-release settings, the
+privacy of every mechanism against closed forms, a slope against the theory with its tolerance
+from the fit, negative controls for each, the functional mean, the sweep as one program, and
+the command line."""
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from jfed.algorithms import estimation, functional
+from jfed.cli.main import main
+from jfed.methods import estimation as experiments
+from jfed.methods.declarations import Estimation, FunctionalEstimation
+from jfed.methods.running import experiment, run
+from jfed.report.rates import fit_slope
+from jfed.sweep.runner import run_sweep
+
+SETTINGS = estimation.SETTINGS
+# configurations where every setting's interval holds the sites' means, so clipping is rare
+UNBIASED = {
+    "local-user-small": dict(sites=512, units=16, epsilon=2.0),
+    "local-user-large": dict(sites=400, units=10**6, epsilon=1.0),
+    "central-user": dict(sites=256, units=16, epsilon=2.0),
+}
+
+
+def _rows(configs, experiment_=None):
+    return run_sweep(experiment_ or experiment(configs[0]), configs, None, progress=False)
+
+
+def exact_mse(config: Estimation) -> float:
+    """The MSE of the one-release settings: sampling variance plus the noise's variance on the
+    estimate, each from the setting's own sensitivity (written here, not taken from jfed)."""
+    S, n, eps, c = config.sites, config.units, config.epsilon, 1.0
+    sensitivity = {"none": 0.0, "local-item": 2 * c, "central-item": 2 * c / (S * n),
+                   "federated": 2 * c / n}[config.setting]  # fmt: skip
+    averaged = {"none": 1, "local-item": S * n, "central-item": 1, "federated": S}[config.setting]
+    noise = 2.0 * (sensitivity / eps) ** 2 / averaged  # Laplace(b) has variance 2 b^2
+    return (1.0 - config.mean**2) / (S * n) + noise
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_every_estimator_is_unbiased(setting, mechanism):
+    """|bias| within 4 standard errors of the replications (fixed seed)."""
+    fields = UNBIASED.get(setting, dict(sites=8, units=10, epsilon=1.0))
+    config = Estimation(setting=setting, mechanism=mechanism, mean=0.3, replications=2000,
+                        **fields)  # fmt: skip
+    (row,) = _rows([config])
+    assert abs(row["bias"]) <= 4 * row["bias_se"], row
+    assert row["clipped_fraction"] < 0.05
+
+
+def test_unbiasedness_check_catches_a_biased_estimator():
+    """Negative control: dividing the pooled sum by n + 1 units per site (a counting bug)
+    shrinks the estimate by n / (n + 1), a bias the same 4-standard-error check catches."""
+    config = Estimation(setting="federated", sites=8, units=10, epsilon=4.0, replications=2000)
+    program = experiment(config)
+    (row,) = _rows([config], program)
+    state_errors = _errors(program, config)
+    estimates = state_errors + config.mean
+    shrunk = estimates * config.units / (config.units + 1) - config.mean
+    se = shrunk.std(ddof=1) / math.sqrt(len(shrunk))
+    assert abs(row["bias"]) <= 4 * row["bias_se"]
+    assert abs(shrunk.mean()) > 4 * se
+
+
+def _errors(program, config) -> np.ndarray:
+    from jfed.engine import simulate
+
+    hp, _ = program.calibrate(config)
+    _, info = simulate(program.algorithm, program.task.train, hp, jax.random.key(config.seed),
+                       config.replications)  # fmt: skip
+    return np.asarray(info.error, np.float64)
+
+
+@pytest.mark.parametrize("setting", ["none", "local-item", "central-item", "federated"])
+def test_mse_matches_the_closed_form(setting):
+    """Measured MSE within 4 standard errors of sampling variance + noise variance."""
+    config = Estimation(setting=setting, sites=8, units=10, epsilon=1.0, replications=4000)
+    (row,) = _rows([config])
+    assert abs(row["mse"] - exact_mse(config)) <= 4 * row["mse_se"], (row["mse"], exact_mse(config))
+
+
+class HalfSensitivity(experiments.EstimationExperiment):
+    """A bug to catch: the noise calibrated to half the true sensitivity (c instead of 2c)."""
+
+    def calibrate(self, config):
+        hp, fields = super().calibrate(config)
+        return hp._replace(first_noise=hp.first_noise / 2), fields
+
+
+def test_mse_check_catches_noise_of_the_wrong_sensitivity():
+    config = Estimation(setting="federated", sites=8, units=10, epsilon=0.5, replications=4000)
+    (row,) = _rows([config], HalfSensitivity(config))
+    assert abs(row["mse"] - exact_mse(config)) > 4 * row["mse_se"]
+
+
+# --------------------------------------------------------------------------------- privacy
+
+
+def released_sensitivities(config: Estimation, hp) -> list[float]:
+    """Each release's sensitivity under the setting's neighbouring relation, derived from the
+    clipping the algorithm applies (intervals cut to [-c, c])."""
+    S, n, c = config.sites, config.units, float(hp.clip)
+    width = float(hp.width)
+    if config.setting == "local-item":
+        return [2 * c]
+    if config.setting == "central-item":
+        return [2 * c / (S * n)]
+    if config.setting == "federated":
+        return [2 * c / n]
+    if config.setting == "local-user-small":
+        return [2 * c, min(2 * width, 2 * c)]
+    if config.setting == "central-user":
+        return [2 * c / S, min(2 * width, 2 * c) / S]
+    stages = int(hp.stages)
+    return [min(2 * c * 0.75**stages + 2 * width, 2 * c)]
+
+
+def gaussian_delta(sensitivity: float, std: float, epsilon: float) -> float:
+    """Balle and Wang's exact delta of a Gaussian release, from scipy directly."""
+    r = sensitivity / std
+    return norm.cdf(r / 2 - epsilon / r) - math.exp(epsilon) * norm.cdf(-r / 2 - epsilon / r)
+
+
+def _privacy_holds(config: Estimation, hp) -> bool:
+    scales = [float(hp.first_noise), float(hp.second_noise)]
+    if config.setting == "local-user-large":
+        scales = [float(hp.second_noise)]
+        truthful = float(hp.truthful)
+        if truthful / (1 - truthful) > math.exp(config.epsilon) * (1 + 1e-6):
+            return False  # randomized response's likelihood ratio
+    share = 0.5 if config.setting == "central-user" else 1.0
+    for sensitivity, scale in zip(released_sensitivities(config, hp), scales, strict=False):
+        if config.mechanism == "laplace":
+            # Laplace likelihood ratio of two inputs Delta apart: at most exp(Delta / b)
+            if sensitivity / scale > config.epsilon * share * (1 + 1e-9):
+                return False
+        elif gaussian_delta(sensitivity, scale, config.epsilon * share) > (
+            config.delta * share * (1 + 1e-6)
+        ):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
+@pytest.mark.parametrize("setting", [s for s in SETTINGS if s != "none"])
+def test_every_mechanism_is_private_at_its_eps(setting, mechanism):
+    """Every release's noise meets its (eps, delta) at the sensitivity of what it releases:
+    Laplace ratio Delta / b <= eps; Gaussian delta from the closed form <= delta; randomized
+    response's ratio = e^eps. Negative control: the same noise on a query of twice the
+    sensitivity fails."""
+    fields = UNBIASED.get(setting, dict(sites=8, units=10, epsilon=1.0))
+    config = Estimation(setting=setting, mechanism=mechanism, **fields)
+    hp, record = experiments.calibrate_mean(config)
+    assert record["epsilon_certified"] == config.epsilon
+    assert _privacy_holds(config, hp)
+    doubled = hp._replace(first_noise=hp.first_noise / 2, second_noise=hp.second_noise / 2)
+    assert not _privacy_holds(config, doubled)
+
+
+def test_randomized_response_keeps_the_true_bit_at_e_eps_odds():
+    config = Estimation(setting="local-user-large", sites=40, units=10**6, epsilon=0.7)
+    hp, _ = experiments.calibrate_mean(config)
+    truthful = float(hp.truthful)
+    assert truthful / (1 - truthful) == pytest.approx(math.exp(0.7), rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------ rates
+
+
+def _units_slope(program, replications=3000):
+    configs = [Estimation(setting="federated", sites=8, units=n, epsilon=0.5,
+                          replications=replications) for n in (4, 8, 16, 32)]  # fmt: skip
+    rows = run_sweep(program, configs, None, progress=False)
+    n = np.array([r["units"] for r in rows], np.float64)
+    value = np.array([r["privacy_mse"] for r in rows])
+    se = np.array([r["mse_se"] for r in rows])
+    return fit_slope(n, value, se)
+
+
+def test_federated_privacy_term_falls_as_n_to_the_minus_2():
+    """The fitted slope of the privacy term in n is -2 (S n^-2 eps^-2) within 3 of the fit's
+    standard errors. Negative control: noise calibrated to the unit-level sensitivity 2c
+    instead of the site mean's 2c / n gives a slope near 0, outside that tolerance."""
+    config = Estimation(setting="federated", sites=8, units=4, epsilon=0.5)
+    fit = _units_slope(experiment(config))
+    assert abs(fit.slope + 2.0) <= 3 * fit.slope_se, fit
+
+    class UnitSensitivity(experiments.EstimationExperiment):
+        def calibrate(self, config):
+            hp, fields = super().calibrate(config)
+            return hp._replace(first_noise=hp.first_noise * config.units), fields
+
+    wrong = _units_slope(UnitSensitivity(config))
+    assert abs(wrong.slope + 2.0) > 3 * wrong.slope_se, wrong
+    assert abs(wrong.slope) < 0.3
+
+
+def test_slope_fit_recovers_a_known_power_and_its_error():
+    x = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
+    rng = np.random.default_rng(0)
+    slopes = []
+    for _ in range(400):
+        y = 3.0 * x**-1.5 * np.exp(0.05 * rng.standard_normal(5))
+        slopes.append(fit_slope(x, y, 0.05 * y).slope)
+    fit = fit_slope(x, 3.0 * x**-1.5, 0.05 * 3.0 * x**-1.5)
+    assert np.mean(slopes) == pytest.approx(-1.5, abs=0.01)
+    assert np.std(slopes) == pytest.approx(fit.slope_se, rel=0.15)
+
+
+# ----------------------------------------------------------------------------- the sweep
+
+
+def test_a_grid_of_sites_units_and_eps_is_one_program_and_padding_changes_no_draw():
+    """Every point of an (S, n, eps) grid runs in one compiled program, and a point's row is the
+    same bits as the point run alone (its draws are addressed by replication, site and unit)."""
+    base = Estimation(setting="local-item", replications=50)
+    configs = [base.replace(sites=s, units=n, epsilon=e)
+               for s in (2, 6) for n in (3, 7) for e in (0.5, 2.0)]  # fmt: skip
+    rows = _rows(configs)
+    assert len({r["compile_seconds"] for r in rows}) == 1
+    assert {r["slice"] for r in rows} == {0}
+    (alone,) = _rows([configs[2]])
+    assert alone["mse"] == rows[2]["mse"] and alone["bias"] == rows[2]["bias"]
+
+
+# ---------------------------------------------------------------------------- functional
+
+
+@pytest.mark.parametrize("basis", ["fourier", "legendre"])
+def test_basis_is_orthonormal_on_the_unit_interval(basis):
+    x = (np.arange(20_000) + 0.5) / 20_000
+    phi = np.asarray(functional.basis(basis, jnp.asarray(x), 12), np.float64)
+    gram = phi.T @ phi / len(x)
+    np.testing.assert_allclose(gram, np.eye(12), atol=2e-3)
+
+
+def test_functional_projection_is_unbiased_and_the_check_catches_a_bias():
+    """Each server's non-private iterate has mean theta (first r coefficients) within 4 standard
+    errors per coordinate. Negative control: the projection averaged over m + 1 points instead
+    of m is shrunk and caught."""
+    model = functional.Model("legendre", 2.0)
+    program = functional.FunctionalMean(model, 30, 4, 1)
+    hp = functional.hyperparams(servers=1, functions=30, observations=4, terms=6, iterations=1,
+                                noise_std=np.zeros(functional.MAX_TERMS),
+                                clip=np.full(functional.MAX_TERMS, 1e6))  # fmt: skip
+    keys = jax.random.split(jax.random.key(0), 3000)
+    iterates = jax.vmap(lambda k: program.server(hp, jnp.int32(0), k)[0])(keys)
+    iterates = np.asarray(iterates, np.float64)[:, :6]
+    theta = model.coefficients()[:6]
+    se = iterates.std(0, ddof=1) / math.sqrt(len(iterates))
+    assert np.all(np.abs(iterates.mean(0) - theta) <= 4 * se)
+    shrunk = iterates * 4 / 5
+    assert np.any(np.abs(shrunk.mean(0) - theta) > 4 * se)
+
+
+def test_anisotropic_and_isotropic_are_at_the_same_eps_and_anisotropic_adds_less_noise():
+    """Both mechanisms certify the target eps (analytic Gaussian, whitened for the anisotropic
+    one); the anisotropic noise's total variance is at most the isotropic one's
+    (Cauchy-Schwarz, ||Delta||_1^2 <= r ||Delta||_2^2); the seed's own constant would spend more
+    noise than (eps, delta) needs."""
+    config = FunctionalEstimation(observations=200, terms=12, epsilon=1.0)
+    _, anisotropic = experiments.calibrate_functional(config, 12)
+    _, isotropic = experiments.calibrate_functional(config.replace(noise_shape="isotropic"), 12)
+    assert anisotropic["epsilon_certified"] == pytest.approx(1.0, rel=1e-6)
+    assert isotropic["epsilon_certified"] == pytest.approx(1.0, rel=1e-6)
+    assert anisotropic["noise_total_variance"] < isotropic["noise_total_variance"]
+    assert anisotropic["seed_formula_noise_factor"] > 1.0
+    assert anisotropic["seed_formula_epsilon"] < 1.0
+
+
+def test_functional_run_reports_mse_and_the_theory():
+    record = run(FunctionalEstimation(servers=2, functions=40, observations=8, replications=20))
+    assert record["mse"] > record["truncation_error"] >= 0
+    assert record["theory_rate"] == max(
+        record[k] for k in ("theory_functions", "theory_dense", "theory_private",
+                            "theory_private_sparse")
+    )  # fmt: skip
+    assert record["notion"].startswith("user-level (eps, delta)-DP")
+
+
+# ------------------------------------------------------------------------------- command line
+
+
+def test_cli_run_estimation(capsys):
+    argv = ["run", "estimation", "--setting", "federated", "--sites", "8", "--units", "20",
+            "--epsilon", "1", "--replications", "50", "--json", "-"]  # fmt: skip
+    assert main(argv) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["setting"] == "federated" and record["sites"] == 8
+    assert record["notion"] == "item-level eps-DP of each site's release"
+    assert record["accountant"] == "Laplace mechanism (pure eps)"
+    assert record["theory_rate"] == pytest.approx(max(1 / 160, 1 / (8 * 400)))
+
+
+def test_cli_sweep_estimation_reports_every_grid_point(tmp_path, capsys):
+    out = str(tmp_path / "sweep")
+    argv = ["sweep", "estimation", "--setting", "central-item", "--epsilon", "0.5,2",
+            "--grid", "sites=2,4", "--replications", "20", "--out", out]  # fmt: skip
+    assert main(argv) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert len(lines) == 4 and all("at sites=" in line for line in lines)
+    assert (tmp_path / "sweep" / "utility.png").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "estimation", "--epsilon", "0"], "--epsilon in"),
+        (["run", "estimation", "--sites", "0"], "--sites in [1,"),
+        (["run", "estimation", "--units", "0"], "--units in [1,"),
+        (["run", "estimation", "--setting", "local-user-small", "--sites", "1"], "--sites >= 2"),
+        (["run", "estimation", "--setting", "secret"], "invalid choice: 'secret'"),
+        (["run", "estimation", "--delta", "1e-6"], "only with --mechanism gaussian"),
+        (["run", "functional-estimation", "--observations", "0"], "--observations in [1,"),
+        (["run", "functional-estimation", "--terms", "0"], "--terms in [1,"),
+        (["run", "functional-estimation", "--servers", "0"], "--servers in [1,"),
+        (["run", "functional-estimation", "--functions", "0"], "--functions in [1,"),
+        (["run", "functional-estimation", "--basis", "wavelet"], "invalid choice: 'wavelet'"),
+        (["run", "functional-estimation", "--epsilon", "-1"], "--epsilon in"),
+    ],
+)
+def test_bad_input_is_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jfed: error:") and message in err and "\n" not in err, err
