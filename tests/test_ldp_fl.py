@@ -161,3 +161,52 @@ def test_procedural_images_are_mnist_shaped_and_learnable():
     means = np.stack([X[:1000][y[:1000] == c].mean(0) for c in range(10)])
     predicted = np.argmin(((X[1000:, None] - means) ** 2).sum(-1), axis=1)
     assert np.mean(predicted == y[1000:]) > 0.5
+
+
+@pytest.mark.parametrize("kernel, channels", [((5, 5), 3), ((3, 3), 1), ((4, 2), 2)])
+def test_matmul_convolution_equals_flax_conv(kernel, channels):
+    """The CNN's matrix-product convolution has nn.Conv's parameters and gives its outputs and
+    gradients up to float32 rounding (odd, and even, kernels; leading batch axes)."""
+    import flax.linen as nn
+
+    x = jax.random.normal(jax.random.key(0), (2, 3, 9, 7, channels))
+    conv = nn.Conv(6, kernel)
+    params = conv.init(jax.random.key(1), x)
+    mine = ldp_fl.MatmulConv(6, kernel)
+    assert jax.tree.map(jnp.shape, mine.init(jax.random.key(1), x)) == jax.tree.map(
+        jnp.shape, params
+    )
+    np.testing.assert_allclose(mine.apply(params, x), conv.apply(params, x), atol=1e-5)
+
+    def loss(module, p):
+        return jnp.sum(jnp.sin(module.apply(p, x)))
+
+    for expected, got in zip(
+        jax.tree.leaves(jax.grad(lambda p: loss(conv, p))(params)),
+        jax.tree.leaves(jax.grad(lambda p: loss(mine, p))(params)),
+        strict=True,
+    ):
+        np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 8, 3), (3, 7, 5, 2), (1, 4, 4, 1)])
+def test_max_pool_equals_flax_max_pool_with_its_gradient(shape):
+    """Outputs and gradients equal to nn.max_pool's, ties included (the gradient goes to the
+    first maximum of a window, as select-and-scatter's). Negative control: jnp.max's own
+    gradient splits a tie and differs."""
+    import flax.linen as nn
+
+    x = jax.random.normal(jax.random.key(2), shape)
+    x = jnp.where(x < 0, 0.0, x)  # ties: windows of zeros, as after a ReLU
+    x = x.at[..., 0, 0, 0].set(1.0).at[..., 0, 1, 0].set(1.0)  # a tie at the maximum
+    weights = jax.random.normal(jax.random.key(3), ldp_fl.max_pool_2x2(x).shape)
+
+    def loss(pool):
+        return lambda v: jnp.sum(weights * pool(v))
+
+    flax_pool = lambda v: nn.max_pool(v, (2, 2), (2, 2))  # noqa: E731
+    np.testing.assert_array_equal(ldp_fl.max_pool_2x2(x), flax_pool(x))
+    expected = jax.grad(loss(flax_pool))(x)
+    np.testing.assert_array_equal(jax.grad(loss(ldp_fl.max_pool_2x2))(x), expected)
+    plain = jax.grad(loss(lambda v: ldp_fl._windows(v).max(axis=-2)))(x)
+    assert not np.array_equal(np.asarray(plain), np.asarray(expected))

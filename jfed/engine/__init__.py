@@ -1,7 +1,7 @@
 """Engine: the only place that knows how clients are batched, streamed, reduced and sharded."""
 
 from jfed.engine import distributed
-from jfed.engine.aggregate import aggregate, sum_messages
+from jfed.engine.aggregate import aggregate, stack_messages, sum_messages
 from jfed.engine.keys import as_key, client_key, round_key, run_streams
 from jfed.engine.loop import Algorithm, Clients, run_rounds, simulate
 from jfed.engine.plan import CLIENT_AXIS, ExecutionPlan, client_mesh
@@ -20,5 +20,6 @@ __all__ = [
     "run_rounds",
     "run_streams",
     "simulate",
+    "stack_messages",
     "sum_messages",
 ]

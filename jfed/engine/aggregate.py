@@ -34,6 +34,18 @@ def sum_messages(messages: PyTree, weights: jax.Array) -> PyTree:
     return jax.tree.map(lambda m: jnp.sum(m, axis=0), messages)
 
 
+def stack_messages(messages: PyTree, weights: jax.Array) -> PyTree:
+    """A statistic that keeps every client's message: pass it to ``clients`` (or
+    :func:`aggregate`) to get the messages stacked in client order, every leaf ``[n_clients,
+    ...]``, instead of a sum. For algorithms whose server needs each report (e.g. to perturb and
+    shuffle them); memory is O(n_clients x message), so keep it for few, heavy clients.
+
+    Called on one chunk it returns that chunk's messages; :func:`aggregate` recognises it and
+    fills the stack chunk by chunk rather than summing zero-padded buffers of the whole stack."""
+    del weights
+    return messages
+
+
 def _tree_add(a: PyTree, b: PyTree) -> PyTree:
     return jax.tree.map(jnp.add, a, b)
 
@@ -117,14 +129,18 @@ def aggregate(
       plan: block and chunk sizes, optional mesh.
       statistic: ``statistic(messages, weights) -> stats`` for one chunk, where every message leaf
         has a leading axis of ``chunk_size`` and ``weights: f32[chunk_size]`` is 1 for real
-        clients and 0 for padding (whose messages are zero). Must be additive over chunks.
+        clients and 0 for padding (whose messages are zero). Must be additive over chunks, or be
+        :func:`stack_messages`.
 
     Returns:
-      The sum over all chunks of ``statistic``, a pytree like one chunk's statistic.
+      The sum over all chunks of ``statistic``, a pytree like one chunk's statistic; with
+      :func:`stack_messages`, every client's message stacked in client order.
     """
     n_clients = population.n_clients
     per_pass = plan.block_size * plan.n_shards
     blocks_per_shard = -(-n_clients // per_pass)
+    if statistic is stack_messages:
+        return _stacked(client_fn, broadcast, population, key, plan, blocks_per_shard * per_pass)
     block_ids = jnp.arange(blocks_per_shard * plan.n_shards, dtype=jnp.int32)
     fold = partial(_block_fold, client_fn, statistic, plan, n_clients)
 
@@ -152,6 +168,43 @@ def aggregate(
         out_specs=replicated,
         check_vma=False,
     )(block_ids, broadcast, population, key)
+
+
+def _stacked(
+    client_fn: ClientFn,
+    broadcast: PyTree,
+    population: Population,
+    key: jax.Array,
+    plan: ExecutionPlan,
+    padded: int,
+) -> PyTree:
+    """Every client's message in client order (``[n_clients, ...]`` leaves): the chunks' messages
+    are the outputs of the scan over chunks (each shard scans its contiguous range), so the stack
+    is written once, never summed. Chunks keep their fixed width, so a message is the same bits
+    for every block size and device count."""
+    n_clients = population.n_clients
+    chunk_ids = jnp.arange(padded, dtype=jnp.int32).reshape(-1, plan.chunk_size)
+
+    def local_stack(local_chunk_ids, broadcast, population, key):
+        def one_chunk(carry, ids):
+            messages, _ = _chunk_messages(client_fn, n_clients, ids, broadcast, population, key)
+            return carry, messages
+
+        _, stacked = lax.scan(one_chunk, None, local_chunk_ids)
+        return jax.tree.map(lambda m: m.reshape(-1, *m.shape[2:]), stacked)
+
+    if plan.mesh is None:
+        stacked = local_stack(chunk_ids, broadcast, population, key)
+    else:
+        replicated = PartitionSpec()
+        stacked = jax.shard_map(
+            local_stack,
+            mesh=plan.mesh,
+            in_specs=(PartitionSpec(CLIENT_AXIS), replicated, replicated, replicated),
+            out_specs=PartitionSpec(CLIENT_AXIS),
+            check_vma=False,
+        )(chunk_ids, broadcast, population, key)
+    return jax.tree.map(lambda m: m[:n_clients], stacked)
 
 
 def _chunk_stat_shape(
