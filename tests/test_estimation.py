@@ -331,3 +331,38 @@ def test_bad_input_is_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("jfed: error:") and message in err and "\n" not in err, err
+
+
+def test_sgd_over_disjoint_batches_averages_the_batch_means():
+    """Without noise, T steps with eta_t = 1/(t + 1) over T equal disjoint batches end at the mean
+    of all projections, the one-step (T = 1) iterate. Negative control: a constant step 1/2
+    would weight the batches unequally and differ."""
+    model = functional.Model("fourier", 2.0)
+    common = dict(servers=1, functions=40, observations=6, terms=5,
+                  noise_std=np.zeros(functional.MAX_TERMS),
+                  clip=np.full(functional.MAX_TERMS, 1e6))  # fmt: skip
+    key = jax.random.key(4)
+    one = functional.FunctionalMean(model, 40, 6, 1).server(
+        functional.hyperparams(iterations=1, **common), jnp.int32(0), key)[0]  # fmt: skip
+    four = functional.FunctionalMean(model, 40, 6, 4).server(
+        functional.hyperparams(iterations=4, **common), jnp.int32(0), key)[0]  # fmt: skip
+    np.testing.assert_allclose(four, one, atol=1e-5)
+    program = functional.FunctionalMean(model, 40, 6, 4)
+    hp = functional.hyperparams(iterations=4, **common)
+    data_key = jax.random.split(key)[0]  # the server's data stream, as in ``server``
+    projections = jax.vmap(
+        lambda i: program.function_projection(hp, jax.random.fold_in(data_key, i))[0]
+    )(jnp.arange(40))
+    batch_means = [projections[np.arange(40) % 4 == t].mean(0) for t in range(4)]
+    np.testing.assert_allclose(np.mean(batch_means, axis=0), one, atol=1e-5)
+    constant = jnp.zeros(functional.MAX_TERMS)
+    for batch in batch_means:
+        constant = constant - 0.5 * (constant - batch)
+    assert not np.allclose(constant, one, atol=1e-3)
+
+
+def test_huge_epsilon_is_calibrated_without_overflow():
+    hp, record = experiments.calibrate_mean(
+        Estimation(setting="local-user-large", sites=40, units=10**6, epsilon=1e4)
+    )
+    assert float(hp.truthful) == 1.0 and record["epsilon_certified"] == 1e4

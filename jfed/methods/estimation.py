@@ -110,7 +110,7 @@ def calibrate_mean(config: declared.Estimation) -> tuple[estimation.Hyperparams,
         second = scale(min(final, 2.0 * clip))
     hp = estimation.hyperparams(
         sites=S, units=n, mean=config.mean, clip=clip, first_noise=first, second_noise=second,
-        width=width, stages=stages, truthful=math.exp(eps) / (1.0 + math.exp(eps)),
+        width=width, stages=stages, truthful=1.0 / (1.0 + math.exp(-eps)),  # e^eps / (1 + e^eps)
     )  # fmt: skip
     # the variance the final release's noise adds to the estimate (the located center's error
     # and the search's wrong turns enter only through clipping, not counted here)
