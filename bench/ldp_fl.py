@@ -116,7 +116,7 @@ def main() -> None:
     from jfed.methods.declarations import LDPFL
     from jfed.methods.ldp_fl import LDPFLExperiment
 
-    plan = LDPFLExperiment(LDPFL(), task=task).default_plan()
+    plan = LDPFLExperiment(LDPFL(clients=n), task=task).default_plan()
     vmapped = ExecutionPlan(chunk_size=n, block_size=n)
     weights_count = algorithm.unravel()[2]
 
@@ -150,24 +150,24 @@ def main() -> None:
         lambda w, features, labels, k: framework.local_training(w, features, labels, 0.03, k)
     )
 
-    @jax.jit
-    def sgd_step(flat, opt_state, features, labels):
-        def loss(flat):
-            logits = framework_model.apply(unravel(flat), features)
+    def loss_of(model: nn.Module):
+        def loss(flat, features, labels):
+            logits = model.apply(unravel(flat), features)
             return optax.softmax_cross_entropy_with_integer_labels(
                 logits, labels.astype(jnp.int32)
             ).mean()
 
-        updates, opt_state = optimizer.update(jax.grad(loss)(flat), opt_state, flat)
+        return loss
+
+    framework_loss, jfed_loss = loss_of(framework_model), loss_of(algorithm.module)
+
+    @jax.jit
+    def sgd_step(flat, opt_state, features, labels):
+        grads = jax.grad(framework_loss)(flat, features, labels)
+        updates, opt_state = optimizer.update(grads, opt_state, flat)
         return optax.apply_updates(flat, updates), opt_state
 
     steps = m // args.batch
-
-    def jfed_loss(flat, features, labels):
-        logits = algorithm.module.apply(unravel(flat), features)
-        return optax.softmax_cross_entropy_with_integer_labels(
-            logits, labels.astype(jnp.int32)
-        ).mean()
 
     # the three train the same clients from the same start with the same minibatches
     noise_free = ldp_fl.LDPFL("cnn", 28, 10, n, n, m, 1, args.batch, "fixed", private=False)

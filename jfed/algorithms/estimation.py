@@ -201,9 +201,13 @@ class MeanEstimation:
         return exact_site_mean(jax.random.fold_in(key, DATA_STREAM), self.model, hp.mean,
                                hp.units)  # fmt: skip
 
+    @staticmethod
+    def noise_key(key: jax.Array, stage: int | jax.Array) -> jax.Array:
+        """The key of a site's randomisation in ``stage`` (each stage's draws its own)."""
+        return jax.random.fold_in(jax.random.fold_in(key, NOISE_STREAM), stage)
+
     def site_noise(self, hp: Hyperparams, key: jax.Array, stage: int | jax.Array, scale):
-        return noise(jax.random.fold_in(jax.random.fold_in(key, NOISE_STREAM), stage),
-                     self.mechanism, scale)  # fmt: skip
+        return noise(self.noise_key(key, stage), self.mechanism, scale)
 
     # -- the server side ----------------------------------------------------------------------
 
@@ -302,8 +306,7 @@ class MeanEstimation:
         def vote(broadcast, site_id, key):
             hp, middle, stage = broadcast
             bit = self.site_mean(hp, key) > middle
-            noise_key = jax.random.fold_in(jax.random.fold_in(key, NOISE_STREAM), stage)
-            honest = jax.random.uniform(noise_key) < hp.truthful
+            honest = jax.random.uniform(self.noise_key(key, stage)) < hp.truthful
             report = jnp.where(honest, bit, ~bit).astype(jnp.float32)
             inside = ((site_id < locating) & (site_id % stages == stage)).astype(jnp.float32)
             return inside * report, inside

@@ -12,6 +12,7 @@ so every grid point is a lane of the same executable.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -246,9 +247,9 @@ class EstimationExperiment(MonteCarloExperiment):
         program = estimation.MeanEstimation(
             self.config.setting, self.config.mechanism, self.config.data, 1
         )
-        units = self._max_units if program.per_unit else 1
-        return estimation.MeanEstimation(
-            self.config.setting, self.config.mechanism, self.config.data, units
+        # padded to the grid's largest n only where units are drawn one by one
+        return (
+            dataclasses.replace(program, max_units=self._max_units) if program.per_unit else program
         )
 
     def identity(self) -> dict:
