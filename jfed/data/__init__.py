@@ -1,5 +1,24 @@
-"""Data layer: client populations and regression tasks (real sets ship offline with statsmodels)."""
+"""Data layer: client populations and tasks.
 
+- One record per client: :class:`ArrayClients` (real data) and :class:`SyntheticLinear`
+  (procedural, generated on the device from the client's id); regression tasks ship offline with
+  statsmodels (:func:`load_regression`).
+- Many records per client: :class:`SiloData` (clients padded to a common size, ``counts`` real
+  records each; a client function sees a :class:`SiloView` and reads rows with ``view.rows``),
+  :func:`load_silos` for the silo tasks of :data:`SILO_DATASETS`, and
+  :meth:`SiloData.from_lists` for your own; :func:`dirichlet_digits` (digits split among N
+  clients by a Dirichlet(alpha) label split) and :class:`SyntheticFederated` (Synthetic(alpha,
+  beta) of Li et al. 2020, procedural: 10^8 clients need no host memory).
+"""
+
+from jfed.catalog import SILO_DATASETS
+from jfed.data.federated import (
+    ClientModel,
+    ClientRecords,
+    SyntheticFederated,
+    dirichlet_digits,
+    dirichlet_partition,
+)
 from jfed.data.population import ArrayClients, Population, SyntheticLinear
 from jfed.data.regression import (
     DEFAULT_DATASET,
@@ -10,16 +29,27 @@ from jfed.data.regression import (
     split_and_standardize,
     synthetic_regression,
 )
+from jfed.data.silos import SiloData, SiloTask, SiloView, load_silos
 
 __all__ = [
     "DEFAULT_DATASET",
+    "SILO_DATASETS",
     "ArrayClients",
+    "ClientModel",
+    "ClientRecords",
     "Population",
     "RegressionTask",
+    "SiloData",
+    "SiloTask",
+    "SiloView",
+    "SyntheticFederated",
     "SyntheticLinear",
     "TaskInfo",
     "available_datasets",
+    "dirichlet_digits",
+    "dirichlet_partition",
     "load_regression",
+    "load_silos",
     "split_and_standardize",
     "synthetic_regression",
 ]

@@ -6,6 +6,9 @@ round holds ``O(chunk_size * d)`` messages at a time, and each chunk's sufficien
 to the running total one after another in client order. A fixed vmap width and a fixed summation
 order are what make the result bit-identical for every block size. With a mesh, contiguous ranges
 of blocks run on different devices and the partial totals are summed with ``psum``.
+
+A round may ask for a cohort (:mod:`jfed.engine.cohort`): then only the cohort's ids are streamed,
+through the same fixed-width chunks, so the round costs O(capacity), not O(population).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from jfed.data.population import Population, Record
-from jfed.engine.keys import client_key
+from jfed.engine.cohort import All, Cohort, CohortInfo, cohort_capacity, draw_cohort
+from jfed.engine.keys import client_key, cohort_key
 from jfed.engine.plan import CLIENT_AXIS, ExecutionPlan
 
 PyTree = Any
@@ -57,9 +61,14 @@ def _chunk_messages(
     broadcast: PyTree,
     population: Population,
     key: jax.Array,
+    valid: jax.Array | None = None,
 ) -> tuple[PyTree, jax.Array]:
-    """Messages of one chunk of clients (padding zeroed) and their weights ``f32[chunk]``."""
-    valid = chunk_ids < n_clients
+    """Messages of one chunk of clients (padding zeroed) and their weights ``f32[chunk]``.
+
+    ``valid: bool[chunk]`` marks the real clients; default: the ids below ``n_clients`` (a
+    population's tail padding). A cohort passes its own mask (positions past its size)."""
+    if valid is None:
+        valid = chunk_ids < n_clients
     keys = jax.vmap(partial(client_key, key))(chunk_ids)
 
     def one_client(client_id: jax.Array, client_key_: jax.Array) -> PyTree:
@@ -115,10 +124,11 @@ def aggregate(
     key: jax.Array,
     plan: ExecutionPlan,
     statistic: Statistic = sum_messages,
-) -> PyTree:
-    """Sum a statistic of every client's message over the whole population.
+    cohort: Cohort | None = None,
+) -> PyTree | tuple[PyTree, CohortInfo]:
+    """Sum a statistic of every client's message over the whole population, or over a cohort.
 
-    Traceable (call it inside ``jit``); ``plan`` and the population size are static.
+    Traceable (call it inside ``jit``); ``plan``, ``cohort`` and the population size are static.
 
     Args:
       client_fn: ``client_fn(broadcast, record, key) -> message`` for ONE client; ``record`` is
@@ -131,11 +141,33 @@ def aggregate(
         has a leading axis of ``chunk_size`` and ``weights: f32[chunk_size]`` is 1 for real
         clients and 0 for padding (whose messages are zero). Must be additive over chunks, or be
         :func:`stack_messages`.
+      cohort: ``None`` (every client; returns the statistic alone, as always), or a cohort kind
+        from :mod:`jfed.engine.cohort`: :class:`~jfed.engine.cohort.All`,
+        :class:`~jfed.engine.cohort.Uniform` or :class:`~jfed.engine.cohort.Poisson`. The
+        cohort is drawn from ``fold_in(key, COHORT_STREAM)`` (:func:`~jfed.engine.keys.cohort_key`)
+        and only its clients are computed, each with its usual key ``fold_in(key, id)``, so a
+        client's message does not depend on who else was drawn. The plan is refitted to the
+        cohort's capacity (:meth:`ExecutionPlan.fitted`), so a cohort of 100 is vmapped 104
+        wide, not 4,096.
 
     Returns:
-      The sum over all chunks of ``statistic``, a pytree like one chunk's statistic; with
-      :func:`stack_messages`, every client's message stacked in client order.
+      Without a cohort: the sum over all chunks of ``statistic``, a pytree like one chunk's
+      statistic; with :func:`stack_messages`, every client's message stacked in client order.
+      With a cohort: ``(statistic, info)`` with :class:`~jfed.engine.cohort.CohortInfo` ``info``;
+      the statistic sums over the cohort only, and with :func:`stack_messages` its leaves are
+      ``[capacity, ...]`` in cohort order (row j is client ``info.ids[j]``; rows past
+      ``info.size`` are zero).
+
+    Example:
+      >>> total, info = aggregate(client_fn, broadcast, population, key, plan,
+      ...                         cohort=Poisson(rate=1e-4))  # doctest: +SKIP
     """
+    if cohort is not None:
+        if isinstance(cohort, All):
+            n = population.n_clients
+            total = aggregate(client_fn, broadcast, population, key, plan, statistic)
+            return total, CohortInfo(jnp.int32(n), jnp.int32(0), jnp.int32(n), None)
+        return _sampled(client_fn, broadcast, population, key, plan, statistic, cohort)
     n_clients = population.n_clients
     per_pass = plan.block_size * plan.n_shards
     blocks_per_shard = -(-n_clients // per_pass)
@@ -205,6 +237,74 @@ def _stacked(
             check_vma=False,
         )(chunk_ids, broadcast, population, key)
     return jax.tree.map(lambda m: m[:n_clients], stacked)
+
+
+def _sampled(
+    client_fn: ClientFn,
+    broadcast: PyTree,
+    population: Population,
+    key: jax.Array,
+    plan: ExecutionPlan,
+    statistic: Statistic,
+    cohort: Cohort,
+) -> tuple[PyTree, CohortInfo]:
+    """The statistic of a drawn cohort: its ``capacity`` ids (padded to whole chunks on every
+    shard) are streamed through the same fixed-width chunks as a population, one after another
+    in cohort order; positions past the cohort's size get weight 0 and zero messages, as a
+    population's tail padding does. With a mesh, contiguous ranges of chunks go to the devices
+    (the draw itself, O(capacity), is replicated) and the partial statistics are ``psum``-ed,
+    or, for :func:`stack_messages`, the rows are gathered in cohort order."""
+    n_clients = population.n_clients
+    info = draw_cohort(cohort, n_clients, cohort_key(key))
+    capacity = cohort_capacity(cohort, n_clients)
+    plan = plan.fitted(capacity)
+    chunk = plan.chunk_size
+    padded = -(-capacity // (chunk * plan.n_shards)) * chunk * plan.n_shards
+    # masked positions fetch client 0 (a real id: every record read stays in bounds); their
+    # messages are computed at the fixed width, then zeroed
+    ids = jnp.pad(jnp.maximum(info.ids, 0), (0, padded - capacity)).reshape(-1, chunk)
+    valid = (jnp.arange(padded, dtype=jnp.int32) < info.size).reshape(-1, chunk)
+    stacked = statistic is stack_messages
+
+    def local(ids, valid, broadcast, population, key):
+        def one_chunk(total, chunk_inputs):
+            chunk_ids, chunk_valid = chunk_inputs
+            messages, weights = _chunk_messages(
+                client_fn, n_clients, chunk_ids, broadcast, population, key, chunk_valid
+            )
+            if stacked:
+                return total, messages
+            return _tree_add(total, statistic(messages, weights)), None
+
+        if stacked:
+            _, rows = lax.scan(one_chunk, None, (ids, valid))
+            return jax.tree.map(lambda m: m.reshape(-1, *m.shape[2:]), rows)
+        zero_shape = jax.eval_shape(
+            partial(_chunk_stat_shape, client_fn, statistic, plan), broadcast, population, key
+        )
+        zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_shape)
+        total, _ = lax.scan(one_chunk, zero, (ids, valid))
+        return total
+
+    if plan.mesh is None:
+        result = local(ids, valid, broadcast, population, key)
+    else:
+        replicated, split = PartitionSpec(), PartitionSpec(CLIENT_AXIS)
+
+        def sharded(ids, valid, broadcast, population, key):
+            part = local(ids, valid, broadcast, population, key)
+            return part if stacked else lax.psum(part, CLIENT_AXIS)
+
+        result = jax.shard_map(
+            sharded,
+            mesh=plan.mesh,
+            in_specs=(split, split, replicated, replicated, replicated),
+            out_specs=split if stacked else replicated,
+            check_vma=False,
+        )(ids, valid, broadcast, population, key)
+    if stacked:
+        result = jax.tree.map(lambda m: m[:capacity], result)
+    return result, info
 
 
 def _chunk_stat_shape(

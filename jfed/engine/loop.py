@@ -11,6 +11,7 @@ from jax import lax
 
 from jfed.data.population import Population
 from jfed.engine.aggregate import ClientFn, Statistic, aggregate, sum_messages
+from jfed.engine.cohort import Cohort, CohortInfo
 from jfed.engine.keys import round_key, run_streams
 from jfed.engine.plan import ExecutionPlan
 from jfed.engine.progress import report_every, report_round, round_progress
@@ -19,11 +20,26 @@ PyTree = Any
 
 
 class Clients(Protocol):
-    """What a round sees of the clients: one call that runs them all and returns the reduction."""
+    """What a round sees of the clients: one call that runs them (all, or a cohort) and returns
+    the reduction.
+
+    ``clients(client_fn, broadcast, statistic=sum_messages, cohort=None)``: without a cohort it
+    returns the statistic summed over every client, as always. With a cohort
+    (:class:`~jfed.engine.cohort.All`, :class:`~jfed.engine.cohort.Uniform` or
+    :class:`~jfed.engine.cohort.Poisson`, static) it returns ``(statistic, info)``: the statistic
+    over the round's cohort only and its :class:`~jfed.engine.cohort.CohortInfo` (size,
+    overflow, capacity, ids). The cohort is drawn from the round's own cohort key
+    (:func:`~jfed.engine.keys.cohort_key`), so every call in a round with the same cohort kind
+    sees the same clients; a client's key is the same as without a cohort.
+    """
 
     def __call__(
-        self, client_fn: ClientFn, broadcast: PyTree, statistic: Statistic = sum_messages
-    ) -> PyTree: ...
+        self,
+        client_fn: ClientFn,
+        broadcast: PyTree,
+        statistic: Statistic = sum_messages,
+        cohort: Cohort | None = None,
+    ) -> PyTree | tuple[PyTree, CohortInfo]: ...
 
 
 class Algorithm(Protocol):
@@ -40,7 +56,8 @@ class Algorithm(Protocol):
 
     def round(self, state: PyTree, key: jax.Array, clients: Clients) -> tuple[PyTree, PyTree]:
         """One round: ``key`` is the server's key for this round; ``clients(client_fn, broadcast,
-        statistic)`` runs ``client_fn`` on every client and returns the summed statistic."""
+        statistic)`` runs ``client_fn`` on every client and returns the summed statistic
+        (``clients(..., cohort=...)`` on a cohort only; see :class:`Clients`)."""
         ...
 
 
@@ -119,8 +136,10 @@ def run_rounds(
     def one_round(state: PyTree, t: jax.Array) -> tuple[PyTree, PyTree]:
         round_client_root = round_key(client_root, t)
 
-        def clients(client_fn, broadcast, statistic=sum_messages):
-            return aggregate(client_fn, broadcast, population, round_client_root, plan, statistic)
+        def clients(client_fn, broadcast, statistic=sum_messages, cohort=None):
+            return aggregate(
+                client_fn, broadcast, population, round_client_root, plan, statistic, cohort
+            )
 
         new_state, info = algorithm.round(state, round_key(server_root, t), clients)
         if progress_token is not None:
