@@ -113,7 +113,7 @@ def main() -> None:
     algorithm = ldp_fl.LDPFL("cnn", 28, 10, n, n, m, 1, args.batch, "fixed")
     hp = ldp_fl.hyperparams(0.03, 1.0, 0.0, 0.075)
     key = jax.random.key(0)
-    from jfed.methods.declarations import LDPFL
+    from jfed.methods import LDPFL
     from jfed.methods.ldp_fl import LDPFLExperiment
 
     plan = LDPFLExperiment(LDPFL(clients=n), task=task).default_plan()

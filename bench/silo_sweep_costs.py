@@ -27,8 +27,7 @@ import numpy as np
 from jfed.algorithms import silo_sgd
 from jfed.data.silos import load_silos
 from jfed.engine import ExecutionPlan, run_rounds
-from jfed.methods import NoisyMBSGD
-from jfed.methods.running import experiment
+from jfed.methods import NoisyMBSGD, build_experiment
 from jfed.report import versions
 
 EPSILONS = (0.75, 1.5, 3.0, 6.0, 12.0, 18.0)
@@ -49,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     task = load_silos("digits-evenodd")
     settings = NoisyMBSGD(batch=10, rounds=25)
-    runner = experiment(settings, task=task)
+    runner = build_experiment(settings, task=task)
     algorithm = runner.algorithm
     delta = runner.delta
     ((noise, _),) = runner.calibrate_many(settings, [1.0], delta)

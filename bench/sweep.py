@@ -30,8 +30,7 @@ import numpy as np
 
 from jfed.data import load_regression
 from jfed.engine import ExecutionPlan, run_rounds, simulate
-from jfed.methods import ModulatedOneShot
-from jfed.methods.running import experiment
+from jfed.methods import ModulatedOneShot, build_experiment
 from jfed.report import versions
 from jfed.sweep import configurations
 from jfed.sweep.runner import _program, _unit_function, _units, stack
@@ -41,10 +40,10 @@ import sys, time
 from jfed.engine.cache import enable_compilation_cache
 enable_compilation_cache(sys.argv[1])
 from jfed.methods import ModulatedOneShot
-from jfed.methods.running import experiment
+from jfed.methods import build_experiment
 from jfed.sweep import configurations, run_sweep
 base = ModulatedOneShot(dataset="fair")
-adapter = experiment(base)
+adapter = build_experiment(base)
 configs = configurations(base, [float(e) for e in sys.argv[3].split(",")], 10)
 tic = time.perf_counter()
 run_sweep(adapter, configs, sys.argv[2], progress=False)
@@ -74,7 +73,7 @@ def main() -> None:
     args = parser.parse_args()
     task = load_regression("fair")
     base = ModulatedOneShot(dataset="fair")
-    adapter = experiment(base, task=task)
+    adapter = build_experiment(base, task=task)
     configs = configurations(base, np.geomspace(0.1, 100, 20), 10)
     calibrated = [adapter.calibrate(c)[0] for c in configs]
     keys = [jax.random.key(c.seed) for c in configs]

@@ -3,20 +3,25 @@
 Layers (imports point down): :mod:`jfed.privacy` (host-side accounting), :mod:`jfed.data`
 (populations and tasks), :mod:`jfed.engine` (batching, streaming, sharding, rounds),
 :mod:`jfed.algorithms` (init + round pairs), :mod:`jfed.methods` (one declaration per method and
-its experiment), :mod:`jfed.sweep` (the runner) and :mod:`jfed.cli` / :mod:`jfed.report` on top.
+its experiment), :mod:`jfed.report` (records, results files, tables, plots), then
+:mod:`jfed.sweep` (the runner: ``jfed.run``, ``jfed.run_grid``) and :mod:`jfed.cli` on top.
 
     import jfed
     from jfed.methods import ModulatedIterative
     record = jfed.run(ModulatedIterative(dataset="co2", epsilon=2.0))
     frame = jfed.load_results(["results/a", "results/b"])
+    jfed.main(["sweep", "ols", "--out", "results/ols"])  # any command of the `jfed` program
+
+Your own method: :mod:`jfed.methods` (a configuration, an experiment, one registration).
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _LAZY = {
-    "run": ("jfed.methods.running", "run"),
-    "run_grid": ("jfed.methods.running", "run_grid"),
+    "run": ("jfed.sweep.running", "run"),
+    "run_grid": ("jfed.sweep.running", "run_grid"),
     "load_results": ("jfed.report.results", "load_results"),
+    "main": ("jfed.cli.main", "main"),
 }
 
 
@@ -31,4 +36,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'jfed' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "load_results", "run", "run_grid"]
+__all__ = ["__version__", "load_results", "main", "run", "run_grid"]

@@ -1,5 +1,5 @@
-"""The names jfed accepts (data sets, accountants, tuning rules), importable without JAX. The
-methods are declared in :mod:`jfed.methods.declarations`.
+"""The names jfed accepts (data sets, accountants, tuning rules, every choice of a method's
+field), importable without JAX. The methods are declared in :mod:`jfed.methods.declared`.
 
 The command line validates its arguments against these before it imports JAX or touches a
 device, so a mistyped flag answers in a fraction of a second with one line, on every backend.
@@ -59,3 +59,21 @@ ESTIMATION_SETTINGS = (
     "central-user",
     "federated",
 )
+
+# the choices of the silo algorithms' fields
+SILO_SAMPLINGS = ("with-replacement", "without-replacement", "poisson")
+SAMPLINGS = (*SILO_SAMPLINGS, "one-pass")  # the accelerated algorithm's single pass too
+AVAILABILITIES = ("all", "fixed", "bernoulli")
+
+# LDP-FL: image data sets, how they are split among clients, local models, weight ranges
+IMAGE_DATASETS = ("digits", "procedural-mnist")
+IMAGE_SPLITS = ("iid", "by-label")
+LDP_FL_MODELS = ("cnn", "mlp", "logistic")
+WEIGHT_RANGES = ("fixed", "adaptive")
+
+# estimation: data models, noise, the user-level settings that locate the mean first
+ESTIMATION_DATA = ("rademacher", "gaussian")
+ESTIMATION_MECHANISMS = ("laplace", "gaussian")
+TWO_STAGE_SETTINGS = ("local-user-small", "local-user-large", "central-user")
+FUNCTIONAL_BASES = ("fourier", "legendre")
+FUNCTIONAL_NOISE_SHAPES = ("anisotropic", "isotropic", "none")

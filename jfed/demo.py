@@ -21,9 +21,8 @@ import jax
 
 from jfed.algorithms import dpsgd, modulated
 from jfed.data import RegressionTask, load_regression
-from jfed.methods import DPSGD, ModulatedIterative, ModulatedOneShot
+from jfed.methods import DPSGD, ModulatedIterative, ModulatedOneShot, build_experiment
 from jfed.methods.regression import ols_reference
-from jfed.methods.running import experiment
 from jfed.sweep import configurations, run_sweep, tuned_table
 from jfed.sweep.schema import manifest_path
 
@@ -69,7 +68,7 @@ def compare_methods(
     reference = ols_reference(task)
     for name, base in METHODS.items():
         path = _fresh(os.path.join(out, f"{name}.jsonl"))
-        runner = experiment(base, task=task, reference=reference)
+        runner = build_experiment(base, task=task, reference=reference)
         rows += run_sweep(runner, configurations(base, EPSILONS, SEEDS), path, progress=progress)
     return rows, tuned_table(rows, ())
 
@@ -94,7 +93,7 @@ def scale_run(n_clients: int, out: str, progress: bool = False) -> dict:
     base = ModulatedOneShot(synthetic=True, clients=n_clients, dim=SCALE_DIM, delta=DELTA)
     path = _fresh(os.path.join(out, "scale.jsonl"))
     rows = run_sweep(
-        experiment(base), configurations(base, SCALE_EPSILONS, 1), path, progress=progress
+        build_experiment(base), configurations(base, SCALE_EPSILONS, 1), path, progress=progress
     )
     return {"rows": rows, "wall_seconds": time.perf_counter() - start}
 

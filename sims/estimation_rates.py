@@ -34,8 +34,7 @@ from dataclasses import dataclass
 import matplotlib
 import numpy as np
 
-from jfed.methods.declarations import Estimation, FunctionalEstimation
-from jfed.methods.running import experiment
+from jfed.methods import Estimation, FunctionalEstimation, build_experiment
 from jfed.report.rates import fit_slope
 from jfed.sweep.runner import run_sweep
 
@@ -178,7 +177,7 @@ def run_mean_studies(args, studies: list[Study]) -> tuple[list[dict], list[dict]
         folder = os.path.join(args.out, label.replace(" ", "_").replace(",", "").strip("()"))
         results = os.path.join(folder, "runs.jsonl")
         tic = time.perf_counter()
-        rows = run_sweep(experiment(configs[0]), configs, results,
+        rows = run_sweep(build_experiment(configs[0]), configs, results,
                          resume=os.path.exists(results), progress=False)  # fmt: skip
         print(f"{label}: {len(configs)} runs in one program (rows kept in {folder}), "
               f"{time.perf_counter() - tic:.1f} s")  # fmt: skip
@@ -241,7 +240,7 @@ def _sweep(configs: list, folder: str) -> list[dict]:
     """One program for ``configs`` (padded to their largest S, n and m), rows kept in ``folder``."""
     os.makedirs(folder, exist_ok=True)
     results = os.path.join(folder, "runs.jsonl")
-    return run_sweep(experiment(configs[0]), configs, results, resume=os.path.exists(results),
+    return run_sweep(build_experiment(configs[0]), configs, results, resume=os.path.exists(results),
                      progress=False)  # fmt: skip
 
 

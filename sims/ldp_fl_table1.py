@@ -19,7 +19,7 @@ import matplotlib
 import numpy as np
 
 import jfed
-from jfed.methods.declarations import LDPFL
+from jfed.methods import LDPFL
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

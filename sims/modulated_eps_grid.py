@@ -21,7 +21,7 @@ import numpy as np
 from jfed.data import available_datasets
 from jfed.methods import DPSGD, ModulatedIterative, ModulatedOneShot
 from jfed.methods.regression import load_task, ols_reference
-from jfed.methods.running import run
+from jfed.sweep import run
 
 # The paper's tuned values: (iterative c, one-shot lambda, DP-SGD clip G, DP-SGD step).
 PAPER_TUNED = {

@@ -31,8 +31,7 @@ from modulated_eps_grid import PAPER_TUNED  # sims/ is on the path when a script
 
 from jfed.cli.checks import within_range
 from jfed.data import available_datasets, load_regression
-from jfed.methods import DPSGD, ModulatedIterative, ModulatedOneShot
-from jfed.methods.running import experiment
+from jfed.methods import DPSGD, ModulatedIterative, ModulatedOneShot, build_experiment
 from jfed.sweep import configurations, run_sweep, tuned_table
 from jfed.sweep.tuning import sweep_until_interior
 
@@ -112,7 +111,7 @@ def run_arm(task, name: str, method: str, arm: str, grid: dict, args) -> tuple:
     """Sweep one arm (a method with a grid) on one task, extending the grid past edge choices;
     its rows and tuned table are labelled with the arm's name."""
     base = CONFIGS[method](dataset=name)
-    runner = experiment(base, task=task)
+    runner = build_experiment(base, task=task)
     path = os.path.join(args.out, name, arm.replace(" ", "_").replace("'", "") + ".jsonl")
     hyper = tuple(sorted(grid))
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from jfed.methods import ModulatedOneShot
 from jfed.methods.regression import load_task, ols_reference
-from jfed.methods.running import run
+from jfed.sweep import run
 
 EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 SCALES = (0.1, 0.3, 1.0, 3.0)

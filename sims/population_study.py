@@ -27,9 +27,8 @@ import os
 import matplotlib
 import numpy as np
 
-from jfed.methods import DPSGD, ModulatedIterative, ModulatedOneShot
+from jfed.methods import DPSGD, ModulatedIterative, ModulatedOneShot, build_experiment
 from jfed.methods.regression import load_task, ols_reference
-from jfed.methods.running import experiment
 from jfed.sweep import configurations, run_sweep
 
 matplotlib.use("Agg")
@@ -65,7 +64,7 @@ def run(sizes: list[int], seeds: int, out: str) -> list[dict]:
             base = method(synthetic=True, clients=n, dim=DIM, **settings)
             path = os.path.join(out, f"{run_name}-n{n}.jsonl")
             rows = run_sweep(
-                experiment(base, task=task, reference=ols),
+                build_experiment(base, task=task, reference=ols),
                 configurations(base, EPSILONS, seeds), path, resume=os.path.exists(path),
             )  # fmt: skip
             reference = rows[0]["ols_r2"]

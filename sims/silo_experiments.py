@@ -32,8 +32,7 @@ import matplotlib
 import numpy as np
 
 from jfed.data.silos import load_silos
-from jfed.methods import MBSGD, FedAvg, LocalSGD, NoisyMBSGD
-from jfed.methods.running import experiment
+from jfed.methods import MBSGD, FedAvg, LocalSGD, NoisyMBSGD, build_experiment
 from jfed.sweep import configurations, run_sweep, tuned_table
 from jfed.sweep.tuning import sweep_until_interior
 
@@ -66,7 +65,7 @@ def run_experiment(
     if private:
         fields["calibration"] = calibration
     base = CONFIGS[name](**fields)
-    adapter = experiment(base, task=task)
+    adapter = build_experiment(base, task=task)
     # the non-private runs have no eps: they are reported as eps = inf
     epsilons = EPSILONS if private else None
     path = os.path.join(out, dataset, label.replace(" ", "_").replace("(", "").replace(")", "")

@@ -82,7 +82,7 @@ def test_procedural_clip_radius_comes_from_the_feature_distribution():
     half of them in d = 10."""
     from jfed.methods import ModulatedOneShot
     from jfed.methods.regression import default_feature_clip, load_task
-    from jfed.methods.running import run
+    from jfed.sweep import run
 
     base = ModulatedOneShot(synthetic=True, clients=20_000, dim=10)
     task = load_task(base)

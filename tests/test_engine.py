@@ -147,7 +147,7 @@ def test_timed_simulation_separates_compile_from_run_and_changes_nothing(populat
     """``timings`` compiles ahead of time and runs the compiled program: same result, bit for
     bit, as the plain call; the record fields say how long each part took."""
     from jfed.methods import ModulatedIterative
-    from jfed.methods.running import run
+    from jfed.sweep import run
 
     hp = modulated.hyperparams(noise_std=1.0)
     algorithm = modulated.OneShot(DIM)

@@ -149,7 +149,7 @@ def test_noise_scaled_ridge_holds_as_the_population_grows():
     near-singular on one of the same seeds (fixed seeds 0, 1, 2)."""
     from jfed.methods import ModulatedOneShot
     from jfed.methods.regression import load_task, ols_reference
-    from jfed.methods.running import run
+    from jfed.sweep import run
 
     base = ModulatedOneShot(synthetic=True, clients=10**6, dim=10, epsilon=1.0)
     task = load_task(base)

@@ -114,6 +114,135 @@ def test_declared_packages_are_used():
     assert unused == set()
 
 
+# layers (DESIGN.md): these import nothing of the sweep or the command line
+LOWER_LAYERS = ("jfed.engine", "jfed.privacy", "jfed.algorithms", "jfed.data", "jfed.methods",
+                "jfed.report")  # fmt: skip
+UPPER_LAYERS = ("jfed.sweep", "jfed.cli")
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _import_graph(package: pathlib.Path) -> dict[str, set[str]]:
+    """Module name -> the modules of ``package`` it imports anywhere (inside functions too: a lazy
+    import is still a dependency); ``from a import b`` counts as module ``a.b`` when that is a
+    module, else as ``a``."""
+    files = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in files.items():
+        is_package = path.name == "__init__.py"
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level:  # relative: from the module's package, up level - 1 packages
+                    parts = name.split(".")
+                    base = parts[: len(parts) + is_package - node.level]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                targets = [
+                    f"{module}.{alias.name}" if f"{module}.{alias.name}" in files else module
+                    for alias in node.names
+                ]
+            else:
+                continue
+            for target in targets:
+                while target not in files and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in files and target != name:
+                    imported.add(target)
+        graph[name] = imported
+    return graph
+
+
+def _reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    """Modules reached from ``start`` by one import or more."""
+    seen: set[str] = set()
+    todo = list(edges[start])
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += edges.get(module, ())
+    return seen
+
+
+def _layer_findings(graph: dict[str, set[str]]) -> list[str]:
+    """Upward imports (a lower layer importing the sweep or the command line), then import cycles
+    (a package importing its own submodules, or being imported by them, is no cycle)."""
+    findings = [
+        f"upward import: {module} -> {imported}"
+        for module in sorted(graph) if _within(module, LOWER_LAYERS)
+        for imported in sorted(graph[module]) if _within(imported, UPPER_LAYERS)
+    ]  # fmt: skip
+    edges = {
+        module: {d for d in deps if not (d.startswith(module + ".") or module.startswith(d + "."))}
+        for module, deps in graph.items()
+    }
+    reach = {module: _reachable(edges, module) for module in edges}
+    cycles = {
+        tuple(sorted({module} | {d for d in reach[module] if module in reach[d]}))
+        for module in edges
+        if module in reach[module]
+    }
+    return findings + [f"import cycle: {' <-> '.join(cycle)}" for cycle in sorted(cycles)]
+
+
+def test_layers_import_down_and_no_module_imports_itself_back():
+    graph = _import_graph(PACKAGE)
+    assert _layer_findings(graph) == []
+    # the walk saw the whole package, and the imports inside functions
+    assert len(graph) == sum(1 for _ in PACKAGE.rglob("*.py"))
+    assert "jfed.sweep" in graph["jfed.cli.main"]  # imported only inside a function
+
+
+def test_the_layer_check_catches_an_upward_import_and_cycles():
+    # negative control: a synthetic graph
+    graph = {
+        "jfed.cli": {"jfed.cli.main"},
+        "jfed.cli.main": {"jfed.cli", "jfed.cli.sweep"},  # a package and its own module: no cycle
+        "jfed.cli.sweep": {"jfed.cli.main"},
+        "jfed.methods.running": {"jfed.sweep", "jfed.engine"},
+        "jfed.sweep": {"jfed.engine", "jfed.cli"},  # downward
+        "jfed.engine": set(),
+        "jfed.data.a": {"jfed.data.b"},
+        "jfed.data.b": {"jfed.data.c"},
+        "jfed.data.c": {"jfed.data.a", "jfed.engine"},
+    }
+    assert _layer_findings(graph) == [
+        "upward import: jfed.methods.running -> jfed.sweep",
+        "import cycle: jfed.cli.main <-> jfed.cli.sweep",
+        "import cycle: jfed.data.a <-> jfed.data.b <-> jfed.data.c",
+    ]
+
+
+def test_the_import_graph_sees_relative_and_lazy_imports(tmp_path):
+    # negative control of the walk: an upward import inside a function, written relative
+    package = tmp_path / "jfed"
+    files = {
+        "__init__.py": "",
+        "report/__init__.py": "from jfed.report.results import load\n",
+        "report/results.py": "import os\n\ndef load():\n    from ..sweep import runner\n",
+        "sweep/__init__.py": "from . import runner\n",
+        "sweep/runner.py": "import numpy as np\nfrom jfed.report import results\n",
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    graph = _import_graph(package)
+    assert graph["jfed.report.results"] == {"jfed.sweep.runner"}
+    assert graph["jfed.sweep.runner"] == {"jfed.report.results"}
+    assert _layer_findings(graph) == [
+        "upward import: jfed.report.results -> jfed.sweep.runner",
+        "import cycle: jfed.report.results <-> jfed.sweep.runner",
+    ]
+
+
 REFUSED = [
     ["run", "modulated", "--epsilon", "-1"],
     ["run", "modulated", "--accountant", "magic"],

@@ -82,8 +82,8 @@ def test_calibration_spends_the_target(rounds):
 
 def test_classic_accountant_needs_more_noise_than_zcdp_over_rounds():
     sensitivity = 4.5
-    zcdp_sigma, _ = modulated.calibrate(5.0, 1e-5, 10, sensitivity, "zcdp")
-    classic_sigma, guarantee = modulated.calibrate(5.0, 1e-5, 10, sensitivity, "classic")
+    zcdp_sigma, _ = modulated.calibrate(5.0, 1e-5, 10, sensitivity, privacy.Zcdp())
+    classic_sigma, guarantee = modulated.calibrate(5.0, 1e-5, 10, sensitivity, privacy.Classic())
     assert guarantee.accountant == "classic-gaussian+basic-composition"
     assert classic_sigma > zcdp_sigma
 

@@ -139,7 +139,7 @@ def test_bad_parameters_raise():
 def test_run_record_reports_the_bounds():
     from jfed.data import load_regression
     from jfed.methods import ModulatedIterative
-    from jfed.methods.running import run
+    from jfed.sweep import run
 
     task = load_regression("modechoice")
     record = run(ModulatedIterative(dataset="modechoice", epsilon=10.0, rounds=3), task=task)

@@ -259,8 +259,7 @@ def test_local_sgd_exact_noise_is_certified_by_an_independent_pld():
     """What a Local SGD run calibrated `exact` uses is certified, by dp-accounting called
     directly, for what it runs: K R Poisson-sampled one-record steps. Negative control: the seed's
     formula noise (what Local SGD used before) does not certify its target at eps 18."""
-    from jfed.methods import LocalSGD
-    from jfed.methods.running import experiment
+    from jfed.methods import LocalSGD, build_experiment
 
     # two silos of 68 records: the largest digits-evenodd silo, where the issue was seen
     task = synthetic_silos(jax.random.key(0), n_silos=2, records_per_silo=68, dim=3)
@@ -269,7 +268,8 @@ def test_local_sgd_exact_noise_is_certified_by_an_independent_pld():
     delta = 1.0 / n**2
     exact = LocalSGD(batch=K, rounds=R, gradient_clip=L, calibration="exact", delta=delta)
     formula = exact.replace(calibration="experiments")
-    exact_run, formula_run = experiment(exact, task=task), experiment(formula, task=task)
+    exact_run = build_experiment(exact, task=task)
+    formula_run = build_experiment(formula, task=task)
     assert exact_run.sampling == "poisson"
     assert formula_run.sampling == "with-replacement"
     for target in (1.5, 18.0):
@@ -286,16 +286,15 @@ def test_local_sgd_exact_noise_is_certified_by_an_independent_pld():
 
 
 def test_exact_calibration_refuses_a_sampler_it_does_not_model():
-    from jfed.methods import AcceleratedMBSGD, LocalSGD, NoisyMBSGD
-    from jfed.methods.running import experiment
+    from jfed.methods import AcceleratedMBSGD, LocalSGD, NoisyMBSGD, build_experiment
 
     task = synthetic_silos(jax.random.key(0), n_silos=2, records_per_silo=20, dim=3)
     for method in (NoisyMBSGD, LocalSGD, AcceleratedMBSGD):
         config = method(calibration="exact", sampling="with-replacement")
         with pytest.raises(ValueError, match="accounts Poisson sampling"):
-            experiment(config, task=task)
+            build_experiment(config, task=task)
     formula = LocalSGD(calibration="theorem", sampling="with-replacement")
-    assert experiment(formula, task=task).sampling == "with-replacement"
+    assert build_experiment(formula, task=task).sampling == "with-replacement"
 
 
 def test_poisson_local_sgd_runs_and_reports_its_accountant(capsys):

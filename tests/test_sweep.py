@@ -10,8 +10,7 @@ import pytest
 from jfed.cli.main import main
 from jfed.data import load_regression
 from jfed.engine import simulate
-from jfed.methods import ModulatedIterative, ModulatedOneShot, NoisyMBSGD
-from jfed.methods.running import experiment
+from jfed.methods import ModulatedIterative, ModulatedOneShot, NoisyMBSGD, build_experiment
 from jfed.report.plots import plot_convergence, plot_utility
 from jfed.sweep import choose, config_key, configurations, read_rows, run_sweep, tuned_table
 from jfed.sweep.tuning import beyond_edge, edge_choices, sweep_until_interior
@@ -26,13 +25,13 @@ def task():
 
 @pytest.fixture(scope="module")
 def one_shot(task):
-    return experiment(ONE_SHOT, task=task)
+    return build_experiment(ONE_SHOT, task=task)
 
 
 @pytest.mark.parametrize("share_noise", [True, False])
 def test_vmapped_sweep_equals_runs_one_by_one(task, tmp_path, share_noise):
     base = ModulatedIterative(dataset="modechoice", rounds=3)
-    runner = experiment(base, task=task)
+    runner = build_experiment(base, task=task)
     configs = configurations(base, [1.0, 10.0], 2, {"step_scale": [0.5, 1.0]})
     path = str(tmp_path / "runs.jsonl")
     rows = run_sweep(runner, configs, path, progress=False, share_noise=share_noise)
@@ -54,7 +53,7 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(
     task, tmp_path, share_noise, rows_per_slice
 ):
     # a slice of 4 runs holds one unit of 3 eps with shared noise, 4 single runs without
-    adapter = experiment(ONE_SHOT, task=task)
+    adapter = build_experiment(ONE_SHOT, task=task)
     configs = configurations(ONE_SHOT, [0.5, 2.0, 8.0], 2, {"ridge": [0.5, 1.0]})  # 12 runs
     options = dict(slice_size=4, progress=False, share_noise=share_noise)
     full = run_sweep(adapter, configs, str(tmp_path / "full.jsonl"), **options)
@@ -93,10 +92,10 @@ def test_rerunning_a_sweep_with_a_new_experiment_does_not_recompile(task, tmp_pa
         return runner._program(unit, 1)
 
     configs = configurations(ONE_SHOT, [0.5, 2.0, 4.0], 2, {"ridge": [0.5, 1.0]})
-    first = experiment(ONE_SHOT, task=task)
+    first = build_experiment(ONE_SHOT, task=task)
     run_sweep(first, configs, str(tmp_path / "first.jsonl"), progress=False)
     compiled = runner._compiled.cache_info().currsize
-    second = experiment(ONE_SHOT, task=task)  # as a new script would build it
+    second = build_experiment(ONE_SHOT, task=task)  # as a new script would build it
     rows = run_sweep(second, configs, str(tmp_path / "second.jsonl"), progress=False)
     assert program(second) is program(first)
     assert runner._compiled.cache_info().currsize == compiled  # one executable served both
@@ -105,7 +104,7 @@ def test_rerunning_a_sweep_with_a_new_experiment_does_not_recompile(task, tmp_pa
 
 def test_extending_the_eps_grid_runs_only_the_new_eps(task, tmp_path):
     # resumed units hold only the missing eps (shorter units than a fresh sweep's)
-    adapter = experiment(ONE_SHOT, task=task)
+    adapter = build_experiment(ONE_SHOT, task=task)
     path = str(tmp_path / "grown.jsonl")
     run_sweep(adapter, configurations(ONE_SHOT, [0.5, 2.0], 2), path, progress=False)
     grown = run_sweep(adapter, configurations(ONE_SHOT, [0.5, 2.0, 8.0], 2), path, resume=True,
@@ -138,7 +137,7 @@ def test_poisoning_the_test_split_does_not_change_the_choice(task, tmp_path):
     configs = configurations(ONE_SHOT, [2.0, 20.0], 2, {"ridge": [0.1, 1.0, 10.0]})
     chosen = []
     for name, which in (("clean", task), ("poisoned", poisoned)):
-        adapter = experiment(ONE_SHOT, task=which)
+        adapter = build_experiment(ONE_SHOT, task=which)
         rows = run_sweep(adapter, configs, str(tmp_path / f"{name}.jsonl"), progress=False)
         chosen.append(choose(rows, ("ridge",), "per-eps"))
     assert chosen[0] == chosen[1]
@@ -149,7 +148,7 @@ def test_plots_from_a_results_file(task, tmp_path):
     for dataset in ("modechoice", "co2"):
         base = ModulatedIterative(dataset=dataset, rounds=2)
         rows += run_sweep(
-            experiment(base, task=load_regression(dataset)),
+            build_experiment(base, task=load_regression(dataset)),
             configurations(base, [1.0, 10.0], 2, {"step_scale": [0.5, 1.0]}),
             str(tmp_path / f"{dataset}.jsonl"),
             progress=False,
@@ -208,12 +207,12 @@ def test_silo_sweep_calibrates_all_eps_of_a_clip_together(tmp_path, monkeypatch)
 
     monkeypatch.setattr(silo.CalibratedExperiment, "calibrate_many", counting)
     base = NoisyMBSGD(rounds=3, batch=5, calibration="theorem")
-    adapter = experiment(base)
+    adapter = build_experiment(base)
     configs = configurations(base, [1.0, 4.0, 16.0], 1,
                              {"gradient_clip": [0.5, 1.0], "step_size": [1.0]})  # fmt: skip
     rows = run_sweep(adapter, configs, str(tmp_path / "runs.jsonl"), progress=False)
     assert sorted(calls) == [(1.0, 4.0, 16.0), (1.0, 4.0, 16.0)]  # one call per clip
-    ((alone, _),) = original(experiment(base), base, [4.0], adapter.delta)
+    ((alone, _),) = original(build_experiment(base), base, [4.0], adapter.delta)
     row = next(r for r in rows if r["epsilon"] == 4.0 and r["gradient_clip"] == 1.0)
     assert row["sigma"] == pytest.approx(float(np.max(alone)))
 

@@ -4,7 +4,9 @@ Every round every client computes its own least-squares gradient ``g_i = (x_i^T 
 clips it to norm ``G``, adds ``N(0, sigma^2 I)`` and sends it; the server averages and steps.
 Replacing one client's record moves its message by at most ``2G``, so a round is the Gaussian
 mechanism with sensitivity ``2G``; T full-participation rounds compose in zCDP (no subsampling
-amplification). The guarantee covers the whole record ``(x_i, y_i)``.
+amplification). The guarantee covers the whole record ``(x_i, y_i)``. The Gaussian noise is a
+:class:`~jfed.privacy.NoiseRandomizer` (``FedAvg.randomizer``, ``plan(randomizer=...)``): another
+local randomizer plugs in, and the calibration and accounting follow its event.
 
 References: specs/modulated.md (Baseline).
 """
@@ -12,6 +14,7 @@ References: specs/modulated.md (Baseline).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -20,9 +23,12 @@ import jax.numpy as jnp
 from jfed import privacy
 from jfed._validation import check_int_range, check_nonnegative, check_positive
 from jfed.algorithms.linear import project_to_ball
-from jfed.privacy.calibration import calibrate_rounds
+from jfed.privacy.accounting import AccountantSpec, Zcdp, via
 from jfed.privacy.clipping import clip_to_ball
+from jfed.privacy.plan import PrivacyPlan, rounds_plan
+from jfed.privacy.privatizers import GaussianNoise, NoiseRandomizer
 
+GAUSSIAN = GaussianNoise()
 PROTECTED = "one client's record (x_i, y_i)"
 TRUST_MODEL = "local DP: untrusted server; each client randomizes its own gradient"
 
@@ -59,51 +65,40 @@ def sensitivity(clip_norm: float) -> float:
 
 
 def calibrate(
-    epsilon: float, delta: float, rounds: int, clip_norm: float, accountant: str = "zcdp"
+    epsilon: float,
+    delta: float,
+    rounds: int,
+    clip_norm: float,
+    accountant: AccountantSpec = Zcdp(),  # noqa: B008 (frozen, immutable)
 ) -> tuple[float, privacy.PrivacyGuarantee]:
-    """Noise per round so that ``rounds`` full-participation rounds are (eps, delta)-LDP.
-
-    ``accountant`` as in :func:`jfed.privacy.calibration.calibrate_rounds` (default zCDP, as the
-    modulated-learning paper accounts its DP-SGD baseline).
-    """
-    rounds = check_int_range("rounds", rounds, 1, 10**9)
-    noise_std, spent, rho, label = calibrate_rounds(
-        sensitivity(clip_norm), epsilon, delta, rounds, accountant
-    )
-    guarantee = privacy.PrivacyGuarantee.local(spent, delta, label, PROTECTED, TRUST_MODEL, rho)
-    return noise_std, guarantee
-
-
-@dataclass(frozen=True)
-class PrivacyPlan:
-    """The gradient clip, the noise calibrated for it and the guarantee it certifies, built
-    together by :func:`plan` so they cannot drift apart; :meth:`hyperparams` takes only what does
-    not change privacy (learning rate, radius).
-
-    Attributes:
-      clip_norm: G; rounds: T; noise_std: sigma per coordinate per round; guarantee: what it
-      certifies.
-    """
-
-    clip_norm: float
-    rounds: int
-    noise_std: float
-    guarantee: privacy.PrivacyGuarantee
-
-    def hyperparams(self, **server: float) -> Hyperparams:
-        """The traced hyper-parameters; the clip and the noise are the plan's, ``server`` takes
-        ``learning_rate`` and ``radius`` (with :func:`hyperparams`' defaults); passing the clip or
-        the noise again is a ``TypeError``."""
-        return hyperparams(clip_norm=self.clip_norm, noise_std=self.noise_std, **server)
+    """Noise per round so that ``rounds`` full-participation rounds are (eps, delta)-LDP:
+    ``(noise_std, guarantee)`` of :func:`plan`."""
+    privacy_plan = plan(epsilon, delta, rounds, clip_norm=clip_norm, accountant=accountant)
+    return privacy_plan.noise_std, privacy_plan.guarantee
 
 
 def plan(
-    epsilon: float, delta: float, rounds: int, *, clip_norm: float = 2.0, accountant: str = "zcdp"
+    epsilon: float,
+    delta: float,
+    rounds: int,
+    *,
+    clip_norm: float = 2.0,
+    accountant: AccountantSpec = Zcdp(),  # noqa: B008 (frozen, immutable)
+    randomizer: NoiseRandomizer = GAUSSIAN,
+    dim: int | None = None,
 ) -> PrivacyPlan:
     """Calibrate T rounds of clipped gradients (clip G) to be (eps, delta)-LDP and bundle the
-    clip, the noise and the guarantee (:class:`PrivacyPlan`)."""
-    noise_std, guarantee = calibrate(epsilon, delta, rounds, clip_norm, accountant)
-    return PrivacyPlan(float(clip_norm), int(rounds), float(noise_std), guarantee)
+    clip, the noise, the event the clients emit (T releases of ``randomizer``, default Gaussian,
+    of L2 sensitivity 2G, in the randomizer's own norm for ``dim`` features) and the guarantee
+    ``accountant`` certifies for it (:class:`~jfed.privacy.PrivacyPlan`; its ``hyperparams``
+    takes ``learning_rate`` and ``radius``). ``accountant`` defaults to zCDP, as the
+    modulated-learning paper accounts its DP-SGD baseline."""
+    return rounds_plan(
+        randomizer.sensitivity(sensitivity(clip_norm), dim), epsilon, delta, rounds,
+        accountant=accountant, randomizer=randomizer,
+        notion=f"local (eps, delta)-DP{via(accountant)}", protected=PROTECTED,
+        trust_model=TRUST_MODEL, parameters={"clip_norm": float(clip_norm)}, build=hyperparams,
+    )  # fmt: skip
 
 
 class State(NamedTuple):
@@ -122,19 +117,27 @@ class RoundInfo(NamedTuple):
     clipped_fraction: jax.Array
 
 
-def client_message(broadcast, record, key):
-    """``(noisy clipped gradient: f32[d], clipped: f32[])`` of one client at ``broadcast.theta``."""
+def client_message(broadcast, record, key, randomizer: NoiseRandomizer = GAUSSIAN):
+    """``(noisy clipped gradient: f32[d], clipped: f32[])`` of one client at ``broadcast.theta``:
+    the clipped gradient perturbed by ``randomizer`` at scale ``noise_std``."""
     theta, hp = broadcast
     x, y = record
     gradient, clipped = clip_to_ball((x @ theta - y) * x, hp.clip_norm)
-    return gradient + hp.noise_std * jax.random.normal(key, gradient.shape), clipped
+    return randomizer.perturb(key, gradient, hp.noise_std), clipped
 
 
 @dataclass(frozen=True)
 class FedAvg:
-    """DP-SGD FedAvg, one local gradient step per client per round (full participation)."""
+    """DP-SGD FedAvg, one local gradient step per client per round (full participation).
+
+    Attributes:
+      dim: d.
+      randomizer: the local randomizer of every message (default Gaussian noise); the run's
+        plan must be calibrated with the same one (:func:`plan`'s ``randomizer``).
+    """
 
     dim: int
+    randomizer: NoiseRandomizer = GAUSSIAN
 
     def __post_init__(self) -> None:
         check_int_range("dim", self.dim, 1, 10**6)
@@ -152,7 +155,8 @@ class FedAvg:
             gradients, clipped = messages
             return jnp.sum(gradients, 0), jnp.sum(clipped), jnp.sum(weights)
 
-        gradient_sum, clipped, count = clients(client_message, (state.theta, hp), statistic)
+        message = partial(client_message, randomizer=self.randomizer)
+        gradient_sum, clipped, count = clients(message, (state.theta, hp), statistic)
         theta = project_to_ball(state.theta - hp.learning_rate * gradient_sum / count, hp.radius)
         new_state = State(theta, state.theta_sum + theta, state.rounds_done + 1, hp)
         return new_state, RoundInfo(theta, clipped / count)

@@ -40,11 +40,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jfed.catalog import ESTIMATION_SETTINGS
+from jfed.catalog import ESTIMATION_DATA, ESTIMATION_MECHANISMS, ESTIMATION_SETTINGS
 
 SETTINGS = ESTIMATION_SETTINGS
-MODELS = ("rademacher", "gaussian")
-MECHANISMS = ("laplace", "gaussian")
+MODELS = ESTIMATION_DATA
+MECHANISMS = ESTIMATION_MECHANISMS
 DATA_STREAM, NOISE_STREAM = 0, 1
 
 

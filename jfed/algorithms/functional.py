@@ -29,13 +29,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfed.algorithms.estimation import Info
+from jfed.catalog import FUNCTIONAL_BASES
 
 MAX_TERMS = 32
 TRUTH_TERMS = 64
 NOISE_STD = 0.5
 DECAY_EXCESS = 0.6  # p = alpha + 0.6: the coefficients are alpha-Sobolev with room to spare
 CLIP_LEVEL = 20.0
-BASES = ("fourier", "legendre")
+BASES = FUNCTIONAL_BASES
 
 
 class Hyperparams(NamedTuple):

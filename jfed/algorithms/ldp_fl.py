@@ -36,11 +36,12 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from jfed import catalog
 from jfed.engine.aggregate import stack_messages
 from jfed.privacy import two_point
 
-MODELS = ("cnn", "mlp", "logistic")
-RANGES = ("fixed", "adaptive")
+MODELS = catalog.LDP_FL_MODELS
+RANGES = catalog.WEIGHT_RANGES
 
 
 class MatmulConv(nn.Module):
@@ -353,16 +354,3 @@ def accuracy(algorithm: LDPFL, weights: jax.Array, features, labels) -> jax.Arra
     unravel, _, _ = algorithm.unravel()
     logits = algorithm.module.apply(unravel(weights), features)
     return jnp.mean(jnp.argmax(logits, -1) == labels.astype(jnp.int32))
-
-
-@dataclass(frozen=True)
-class Outputs:
-    """``(state, infos) -> {"weights", "weights_per_round", "radius", "clipped_fraction"}``."""
-
-    def __call__(self, state: State, infos: RoundInfo) -> dict[str, jax.Array]:
-        return {
-            "weights": state.weights,
-            "weights_per_round": infos.weights,
-            "radius": infos.radius[-1],
-            "clipped_fraction": infos.clipped_fraction.mean(),
-        }

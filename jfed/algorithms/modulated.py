@@ -29,6 +29,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -51,12 +52,12 @@ from jfed.algorithms.linear import (
     psd_part,
     second_moments,
 )
-from jfed.privacy.calibration import ROUNDS_ACCOUNTANTS, calibrate_rounds
+from jfed.privacy.accounting import AccountantSpec, Zcdp, via
 from jfed.privacy.clipping import clip_to_ball
+from jfed.privacy.plan import PrivacyPlan, rounds_plan
 
 PROTECTED = "one client's feature vector x_i (responses y_i treated as public)"
 TRUST_MODEL = "local DP: untrusted server; each client randomizes its own message"
-ACCOUNTANTS = ROUNDS_ACCOUNTANTS
 
 
 class Hyperparams(NamedTuple):
@@ -164,7 +165,7 @@ def calibrate(
     delta: float,
     rounds: int,
     message_sensitivity: float,
-    accountant: str = "zcdp",
+    accountant: AccountantSpec = Zcdp(),  # noqa: B008 (frozen, immutable)
 ) -> tuple[float, privacy.PrivacyGuarantee]:
     """Noise ``sigma`` per round so that ``rounds`` full-participation rounds are (eps, delta)-LDP.
 
@@ -173,19 +174,24 @@ def calibrate(
       delta: target delta in (0, 1).
       rounds: number of releases per client (T for the iterative estimator, 1 for one-shot).
       message_sensitivity: L2 sensitivity of one message (:func:`sensitivity`).
-      accountant: ``"zcdp"`` (default, the paper's: rho adds over rounds, converted once),
-        ``"classic"`` (Dwork-Roth per round at (eps/T, delta/T); eps/T < 1 needed), ``"pld"``
-        (exact T-fold composition) or ``"analytic"`` (exact, one release);
-        see :func:`jfed.privacy.calibration.calibrate_rounds`.
+      accountant: :class:`~jfed.privacy.Zcdp` (default, the paper's: rho adds over rounds,
+        converted once), :class:`~jfed.privacy.Classic` (Dwork-Roth per round at (eps/T,
+        delta/T); eps/T < 1 needed), :class:`~jfed.privacy.Pld` (numerically tight T-fold
+        composition) or :class:`~jfed.privacy.Analytic` (exact).
 
     Returns:
       ``(noise_std, guarantee)``.
     """
-    noise_std, spent, rho, label = calibrate_rounds(
-        message_sensitivity, epsilon, delta, check_int_range("rounds", rounds, 1, 10**9), accountant
-    )
-    guarantee = privacy.PrivacyGuarantee.local(spent, delta, label, PROTECTED, TRUST_MODEL, rho)
-    return noise_std, guarantee
+    privacy_plan = _rounds_plan(message_sensitivity, epsilon, delta, rounds, accountant, {})
+    return privacy_plan.noise_std, privacy_plan.guarantee
+
+
+def _rounds_plan(message_sensitivity, epsilon, delta, rounds, accountant, parameters, build=None):
+    return rounds_plan(
+        message_sensitivity, epsilon, delta, check_int_range("rounds", rounds, 1, 10**9),
+        accountant=accountant, notion=f"local (eps, delta)-DP{via(accountant)}",
+        protected=PROTECTED, trust_model=TRUST_MODEL, parameters=parameters, build=build,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- client (one)
@@ -214,50 +220,6 @@ def noise_scaled_ridge(
     return check_positive("scale", scale) * level * 2.0 * math.sqrt(dim / n_clients)
 
 
-@dataclass(frozen=True)
-class PrivacyPlan:
-    """The privacy-carrying parameters of the modulated map, the noise calibrated for them and the
-    guarantee that noise certifies, built together by :func:`plan` so that they cannot drift
-    apart (as jax_privacy's plans bundle clipping, noise and accounting). Build the traced
-    hyper-parameters with :meth:`hyperparams`, which takes only what does not change privacy.
-
-    Attributes:
-      alpha, beta, omega, directions, clip_norm, adjacency_diameter: the map (see
-        :func:`sensitivity`).
-      rounds: releases per client (T; 1 for the one-shot estimator).
-      noise_std: sigma per coordinate per release.
-      sensitivity: L2 sensitivity of one message.
-      guarantee: what the plan certifies (eps, delta, accountant, notion, what is protected).
-    """
-
-    alpha: float
-    beta: float
-    omega: float
-    directions: int
-    clip_norm: float
-    adjacency_diameter: float | None
-    rounds: int
-    noise_std: float
-    sensitivity: float
-    guarantee: privacy.PrivacyGuarantee
-
-    def hyperparams(self, *, directions: np.ndarray | None = None, **server: float) -> Hyperparams:
-        """The traced hyper-parameters of this plan: the map's parameters and the noise are the
-        plan's; ``server`` takes what does not change privacy (``radius``, ``step_scale``,
-        ``step_floor``, ``ridge``, with :func:`hyperparams`' defaults), and passing a
-        privacy-carrying field again is a ``TypeError``. ``directions`` (fixed, ``f[d, k]``) must
-        have the plan's k columns."""
-        if directions is not None and np.shape(directions)[1] != self.directions:
-            raise ValueError(
-                f"expected fixed directions with {self.directions} columns (the plan's k), got "
-                f"shape {np.shape(directions)}"
-            )
-        return hyperparams(
-            alpha=self.alpha, beta=self.beta, omega=self.omega, noise_std=self.noise_std,
-            clip_norm=self.clip_norm, directions=directions, **server,
-        )  # fmt: skip
-
-
 def plan(
     epsilon: float,
     delta: float,
@@ -269,10 +231,13 @@ def plan(
     directions: int = 1,
     clip_norm: float = 3.0,
     adjacency_diameter: float | None = None,
-    accountant: str = "zcdp",
+    accountant: AccountantSpec = Zcdp(),  # noqa: B008 (frozen, immutable)
 ) -> PrivacyPlan:
     """Calibrate the noise of ``rounds`` releases of the map with these parameters to be
-    (eps, delta)-LDP, and bundle everything (see :class:`PrivacyPlan`).
+    (eps, delta)-LDP, and bundle the map's parameters, the noise, the event the clients emit and
+    the guarantee (:class:`~jfed.privacy.PrivacyPlan`). Its ``hyperparams`` takes what does not
+    change privacy (``radius``, ``step_scale``, ``step_floor``, ``ridge``) and the fixed
+    ``directions`` (``f[d, k]``, which must have the plan's k columns).
 
     Example:
       >>> plan = modulated.plan(5.0, 1e-5, 10, clip_norm=3.0)
@@ -280,11 +245,20 @@ def plan(
       >>> plan.guarantee.describe()
     """
     message_sensitivity = sensitivity(alpha, beta, omega, directions, clip_norm, adjacency_diameter)
-    noise_std, guarantee = calibrate(epsilon, delta, rounds, message_sensitivity, accountant)
-    return PrivacyPlan(
-        float(alpha), float(beta), float(omega), int(directions), float(clip_norm),
-        adjacency_diameter, int(rounds), float(noise_std), message_sensitivity, guarantee,
-    )  # fmt: skip
+    parameters = {"alpha": float(alpha), "beta": float(beta), "omega": float(omega),
+                  "clip_norm": float(clip_norm)}  # fmt: skip
+    build = functools.partial(_plan_hyperparams, int(directions))
+    return _rounds_plan(message_sensitivity, epsilon, delta, rounds, accountant, parameters, build)
+
+
+def _plan_hyperparams(k: int, *, directions: np.ndarray | None = None, **values) -> Hyperparams:
+    """:func:`hyperparams`, refusing fixed directions without the plan's k columns."""
+    if directions is not None and np.shape(directions)[1] != k:
+        raise ValueError(
+            f"expected fixed directions with {k} columns (the plan's k), got shape "
+            f"{np.shape(directions)}"
+        )
+    return hyperparams(directions=directions, **values)
 
 
 class Broadcast(NamedTuple):

@@ -34,11 +34,13 @@ from jfed._validation import check_int_range, check_open_unit, check_positive
 from jfed.privacy import (
     AdvancedCompositionAccountant,
     ApproximateDpEvent,
+    Pld,
     analytic_gaussian_noise,
-    calibrate_noise_multiplier,
+    calibrate,
     calibrate_noise_multipliers,
-    epsilon_for_noise,
+    poisson_rounds_event,
     shuffle_epsilon,
+    spent,
 )
 from jfed.privacy.gaussian import _bisect
 from jfed.privacy.shuffle import shuffle_validity_limit
@@ -47,6 +49,7 @@ SILO_CALIBRATIONS = catalog.SILO_CALIBRATIONS
 # PLD's estimates are pessimistic at any discretization; 1e-3 is 10x faster than the default 1e-4
 # and moved eps by about 1e-5 in the seed's settings.
 PLD_DISCRETIZATION = 1e-3
+EXACT = Pld(PLD_DISCRETIZATION)  # the exact calibration's accountant, under replace-one
 
 
 @dataclass(frozen=True)
@@ -86,11 +89,8 @@ def exact_mbsgd_epsilon(
     noise_std: float, n: int, batch: int, rounds: int, delta: float, clip_norm: float
 ) -> float:
     """eps (PLD, replace-one) of R rounds of Poisson-sampled (q = K/n) sums / K with noise sigma."""
-    multiplier = noise_std * batch / clip_norm
-    return epsilon_for_noise(
-        multiplier, delta, min(1.0, batch / n), rounds, "pld", neighboring="replace-one",
-        pld_discretization=PLD_DISCRETIZATION,
-    )  # fmt: skip
+    event = poisson_rounds_event(noise_std * batch / clip_norm, min(1.0, batch / n), rounds)
+    return spent(event, delta, accountant=EXACT, adjacency="replace-one")
 
 
 def mbsgd_noise(
@@ -115,9 +115,9 @@ def mbsgd_noise(
     elif calibration == "experiments":
         noise = math.sqrt(8 * clip**2 * math.log(1 / delta) * rounds) / (n * epsilon)
     elif calibration == "exact":
-        multiplier = calibrate_noise_multiplier(
-            epsilon, delta, min(1.0, batch / n), rounds, "pld", neighboring="replace-one",
-            tolerance=1e-4, pld_discretization=PLD_DISCRETIZATION,
+        multiplier = calibrate(
+            lambda z: poisson_rounds_event(z, min(1.0, batch / n), rounds), epsilon, delta,
+            accountant=EXACT, adjacency="replace-one", tolerance=1e-4,
         )  # fmt: skip
         noise = multiplier * clip / batch
     else:
@@ -143,9 +143,8 @@ def mbsgd_noises(
         return [mbsgd_noise(n, batch, rounds, e, delta, clip_norm, calibration) for e in epsilons]
     n, batch, rounds, _, delta, clip = _check(n, batch, rounds, min(epsilons), delta, clip_norm)
     multipliers, info = calibrate_noise_multipliers(
-        np.asarray(epsilons, np.float64), delta, min(1.0, batch / n), rounds, "pld",
+        np.asarray(epsilons, np.float64), delta, min(1.0, batch / n), rounds, EXACT,
         neighboring="replace-one", tolerance=1e-4, verify=True,
-        pld_discretization=PLD_DISCRETIZATION,
     )  # fmt: skip
     return [
         SiloNoise(float(m) * clip / batch, spent, delta, calibration, spent)

@@ -30,14 +30,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfed import catalog
 from jfed._random import integers_and_normals
 from jfed._validation import check_int_range, check_nonnegative, check_positive
 from jfed.algorithms.linear import project_to_ball
 from jfed.algorithms.losses import Loss
 from jfed.privacy.clipping import clip_per_example
 
-AVAILABILITY = ("all", "fixed", "bernoulli")
-SAMPLING = ("with-replacement", "without-replacement", "poisson")
+AVAILABILITY = catalog.AVAILABILITIES
+SAMPLING = catalog.SILO_SAMPLINGS
 
 
 class Hyperparams(NamedTuple):
@@ -371,7 +372,7 @@ class AcceleratedMBSGD(_SiloConfig):
         super().__post_init__()
         if self.stages is not None and sum(self.stages) != self.rounds:
             raise ValueError(f"expected stages summing to rounds={self.rounds}, got {self.stages}")
-        if self.sampling not in ("one-pass", *SAMPLING):
+        if self.sampling not in catalog.SAMPLINGS:
             raise ValueError(f"unknown sampling {self.sampling!r}")
 
     def _stage_round(self, round_index: jax.Array) -> jax.Array:

@@ -29,7 +29,7 @@ def _int_range(low: int, high: int) -> Callable[[str, int], int]:
 
 
 # argparse destination -> the check of its value, for the flags that are not a method's
-# configuration fields (those are declared with their ranges in jfed.methods.declarations)
+# configuration fields (those are declared with their ranges in jfed.methods.declared)
 CHECKS: dict[str, Callable] = {
     "seeds": _int_range(1, MAX_SEEDS),
     "block_size": _int_range(1, MAX_CLIENTS),

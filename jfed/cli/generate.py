@@ -1,5 +1,5 @@
 """The flags of ``jfed run METHOD`` and ``jfed sweep METHOD``, generated from the method
-declarations (:mod:`jfed.methods.declarations`), and the configuration built back from them.
+declarations (:mod:`jfed.methods.declared`), and the configuration built back from them.
 
 Every declared field is a flag (``feature_clip`` -> ``--feature-clip``) whose help shows its
 default, unit and range. Flags default to ``None`` so that what the user gave is known; the
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from jfed.cli.checks import parse_numbers
-from jfed.methods.declarations import ALIASES, METHODS, Config, Method, method
+from jfed.methods import ALIASES, METHODS, Config, Method, method
 from jfed.methods.fields import Field, field_map, fields_of
 
 SWEEP_ONLY_RUN_FIELDS = ("epsilon", "seed")  # a sweep takes a list of eps and a seed count

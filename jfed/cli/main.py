@@ -37,22 +37,9 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"jfed: error: {message} (see `{self.prog} --help`)\n")
 
 
-def engine_flags(parser: argparse.ArgumentParser) -> None:
-    """The engine plan (not part of a configuration: results do not depend on it)."""
-    group = parser.add_argument_group("engine")
-    group.add_argument(
-        "--block-size", type=int, default=None,
-        help="clients per streaming step (default: 65536 on CPU, 1048576 on GPU / TPU)",
-    )  # fmt: skip
-    group.add_argument(
-        "--chunk-size", type=int, default=None,
-        help="clients vmapped at once (default: 4096 on CPU, 262144 on GPU / TPU)",
-    )  # fmt: skip
-
-
 def _run_flags(parser: argparse.ArgumentParser, declared) -> None:
     del declared
-    engine_flags(parser)
+    options.engine_flags(parser)
     output = parser.add_argument_group("output")
     output.add_argument(
         "--json", metavar="PATH", help="write the JSON record to PATH ('-': stdout)"
@@ -90,28 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     methods.add_parser(commands)
     launch.add_parser(commands)
     account.add_parser(commands)
-    sweep.add_parsers(commands, engine_flags)
+    sweep.add_parsers(commands)
     return parser
 
 
-def plan_of(args: argparse.Namespace):
-    """The engine plan of the flags; ``None`` when neither is given (the method's default plan,
-    sized for the backend)."""
-    from jfed.engine import ExecutionPlan
-
-    if args.block_size is None and args.chunk_size is None:
-        return None
-    default = ExecutionPlan.for_backend()
-    return ExecutionPlan(
-        block_size=args.block_size or default.block_size,
-        chunk_size=args.chunk_size or default.chunk_size,
-    )
-
-
 def _run(args: argparse.Namespace, config) -> dict:
-    from jfed.methods.running import run
+    from jfed.sweep import run
 
-    return run(config, plan_of(args), progress=options.show_progress(args))
+    return run(config, options.plan_of(args), progress=options.show_progress(args))
 
 
 def _datasets() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from jfed.methods.declarations import ALIASES, METHODS, Method
+from jfed.methods import ALIASES, METHODS, Method
 from jfed.methods.fields import fields_of
 
 BEGIN = "<!-- jfed methods --markdown: begin -->"

@@ -28,6 +28,33 @@ def cache_flag(group) -> None:
     )  # fmt: skip
 
 
+def engine_flags(parser: argparse.ArgumentParser) -> None:
+    """The engine plan (not part of a configuration: results do not depend on it)."""
+    group = parser.add_argument_group("engine")
+    group.add_argument(
+        "--block-size", type=int, default=None,
+        help="clients per streaming step (default: 65536 on CPU, 1048576 on GPU / TPU)",
+    )  # fmt: skip
+    group.add_argument(
+        "--chunk-size", type=int, default=None,
+        help="clients vmapped at once (default: 4096 on CPU, 262144 on GPU / TPU)",
+    )  # fmt: skip
+
+
+def plan_of(args: argparse.Namespace):
+    """The engine plan of ``--block-size`` / ``--chunk-size``; ``None`` when neither is given (the
+    method's default plan, sized for the backend)."""
+    from jfed.engine import ExecutionPlan
+
+    if args.block_size is None and args.chunk_size is None:
+        return None
+    default = ExecutionPlan.for_backend()
+    return ExecutionPlan(
+        block_size=args.block_size or default.block_size,
+        chunk_size=args.chunk_size or default.chunk_size,
+    )
+
+
 def certification_warning(record: dict) -> str | None:
     """What to warn about a run record or sweep row whose certified eps is not its target
     (``epsilon`` vs ``epsilon_certified``), or that no accountant certifies; ``None`` when the

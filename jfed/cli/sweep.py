@@ -28,13 +28,20 @@ import sys
 from jfed.catalog import METRIC_LABELS, SELECTION_STATISTICS, TUNING_RULES
 from jfed.cli import generate
 from jfed.cli.checks import check_epsilons, check_numerical_accountant, within_range
-from jfed.cli.options import cache_flag, certification_warning, progress_flag, show_progress
+from jfed.cli.options import (
+    cache_flag,
+    certification_warning,
+    engine_flags,
+    plan_of,
+    progress_flag,
+    show_progress,
+)
 
 DEFAULT_EPSILONS = "0.1,0.3,1,3,10"
 DEFAULT_SEEDS = 10
 
 
-def add_parsers(commands, engine_flags) -> None:
+def add_parsers(commands) -> None:
     sweep = commands.add_parser(
         "sweep", help="eps x seeds x tunable fields of a method in one compiled program"
     )
@@ -250,13 +257,12 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
         _plot(args)
         return
     declared, epsilons, grid, base = sweep or checked(args)
-    from jfed.cli.main import plan_of
-    from jfed.methods.running import experiment
+    from jfed.methods import build_experiment
     from jfed.sweep import configurations, run_sweep, tuned_table
     from jfed.sweep.lock import folder_lock
     from jfed.sweep.tuning import sweep_until_interior
 
-    runner = experiment(base)
+    runner = build_experiment(base)
     results = os.path.join(args.out, "runs.jsonl")
     calls = []
 

@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfed.catalog import IMAGE_DATASETS
+from jfed.catalog import IMAGE_SPLITS as SPLITS
 from jfed.data.silos import SiloData, SiloTask
 
-IMAGE_DATASETS = ("digits", "procedural-mnist")
-SPLITS = ("iid", "by-label")
 DIGITS_TEST_FRACTION = 0.2
 
 

@@ -1,49 +1,98 @@
-"""Methods: one declaration each (configuration, paper, privacy notion) and its experiment.
+"""Methods: the public method API, the same for the built-in methods and a user's.
+
+A method is a configuration (a frozen dataclass of fields declared with :func:`param`), an
+experiment (the population, the ``init`` + ``round`` algorithm, the calibration and its privacy
+statement, the outputs kept as :class:`Output` declarations, the evaluation), and one
+registration (:func:`register_method` on the experiment, or :func:`register`; installed packages
+through the ``jfed.methods`` entry-point group). Registered, it gets what every built-in method
+gets: ``jfed run`` / ``jfed sweep`` with generated flags, records, resume, tuning, plots,
+``jfed methods`` and :func:`jfed.run_grid`.
 
     import jfed
     from jfed.methods import ModulatedOneShot
     record = jfed.run(ModulatedOneShot(dataset="fair", epsilon=10.0))
     rows = jfed.run_grid(ModulatedOneShot(), [1, 10], seeds=3, grid={"ridge_scale": [0.5, 1]})
 
-Importing this package loads no numerical package; the experiments (JAX) load when a run starts.
+Importing this package loads no numerical package; an experiment (JAX) loads when a run starts.
 """
 
-from jfed.methods.declarations import (
+from jfed.methods.config import Config, Rounds
+from jfed.methods.declared import (
     DPSGD,
+    LDPFL,
     MBSGD,
-    METHODS,
     OLS,
     AcceleratedMBSGD,
-    Config,
+    Estimation,
     FedAvg,
+    FunctionalEstimation,
     LocalSGD,
-    Method,
     ModulatedIterative,
     ModulatedOneShot,
     NoisyMBSGD,
     ShuffleMBSGD,
+)
+from jfed.methods.experiment import Experiment, Output, Outputs
+from jfed.methods.fields import (
+    EPSILON,
+    NONNEGATIVE,
+    OPEN_UNIT,
+    POSITIVE,
+    UNIT,
+    Field,
+    Range,
+    fields_of,
+    integers,
+    param,
+)
+from jfed.methods.registry import (
+    ALIASES,
+    ENTRY_POINT_GROUP,
+    METHODS,
+    Method,
+    build_experiment,
     method,
     method_of,
+    register,
+    register_method,
 )
-from jfed.methods.fields import Field, Range, fields_of
 
 __all__ = [
+    "ALIASES",
     "DPSGD",
+    "ENTRY_POINT_GROUP",
+    "EPSILON",
+    "LDPFL",
     "MBSGD",
     "METHODS",
+    "NONNEGATIVE",
     "OLS",
+    "OPEN_UNIT",
+    "POSITIVE",
+    "UNIT",
     "AcceleratedMBSGD",
     "Config",
+    "Estimation",
+    "Experiment",
     "FedAvg",
     "Field",
+    "FunctionalEstimation",
     "LocalSGD",
     "Method",
     "ModulatedIterative",
     "ModulatedOneShot",
     "NoisyMBSGD",
+    "Output",
+    "Outputs",
     "Range",
+    "Rounds",
     "ShuffleMBSGD",
+    "build_experiment",
     "fields_of",
+    "integers",
     "method",
     "method_of",
+    "param",
+    "register",
+    "register_method",
 ]

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from jfed.algorithms import estimation, functional
-from jfed.methods import declarations as declared
-from jfed.methods.experiment import Experiment, guarantee_of
+from jfed.methods import declared
+from jfed.methods.experiment import Experiment, Output, guarantee_of
+from jfed.privacy import Analytic, Basic, spent
 from jfed.privacy.gaussian import analytic_gaussian_noise
 from jfed.privacy.laplace import laplace_scale
 from jfed.privacy.mechanisms import AnisotropicGaussianMechanism, GaussianMechanism
@@ -83,8 +84,12 @@ def calibrate_mean(config: declared.Estimation) -> tuple[estimation.Hyperparams,
     first = second = width = 0.0
     stages = 0
 
+    releases = []  # (scale, sensitivity) of each release, for the events the run emits
+
     def scale(sensitivity, share=1.0):
-        return noise_scale(sensitivity, eps * share, delta * share, mechanism)
+        releases.append((noise_scale(sensitivity, eps * share, delta * share, mechanism),
+                         sensitivity))  # fmt: skip
+        return releases[-1][0]
 
     if setting == "local-item":
         first = scale(2.0 * clip)
@@ -109,9 +114,10 @@ def calibrate_mean(config: declared.Estimation) -> tuple[estimation.Hyperparams,
         stages = int(min(max(math.ceil(wanted), 0), S // 2))
         final = 2.0 * clip * 0.75**stages + 2.0 * width
         second = scale(min(final, 2.0 * clip))
+    truthful = 1.0 / (1.0 + math.exp(-eps))  # e^eps / (1 + e^eps)
     hp = estimation.hyperparams(
         sites=S, units=n, mean=config.mean, clip=clip, first_noise=first, second_noise=second,
-        width=width, stages=stages, truthful=1.0 / (1.0 + math.exp(-eps)),  # e^eps / (1 + e^eps)
+        width=width, stages=stages, truthful=truthful,
     )  # fmt: skip
     # the variance the final release's noise adds to the estimate (the located center's error
     # and the search's wrong turns enter only through clipping, not counted here)
@@ -140,8 +146,12 @@ def calibrate_mean(config: declared.Estimation) -> tuple[estimation.Hyperparams,
         accountant += "; each user releases once"
     if mechanism == "gaussian" and private:
         notion = notion.replace("eps-DP", "(eps, delta)-DP")
+    certified = math.inf
+    if private:
+        event = mean_event(setting, mechanism, releases, stages, eps)
+        certified = spent(event, delta, accountant=Basic(), adjacency="bounded")
     return hp, {
-        "epsilon_certified": eps if private else math.inf,
+        "epsilon_certified": certified,
         "delta": delta,
         "accountant": accountant,
         "notion": notion,
@@ -152,6 +162,30 @@ def calibrate_mean(config: declared.Estimation) -> tuple[estimation.Hyperparams,
         "search_stages": stages,
         "noise_variance": estimate_noise,
     }
+
+
+def mean_event(setting: str, mechanism: str, releases: list, stages: int, epsilon: float):
+    """The event of what one protected unit's data takes part in, in ``setting``: one release
+    (item-level, federated), the two halves of the central user-level curator (composed), or,
+    in the local user-level settings, the one release each user makes (the locating stage's or
+    the final one: disjoint users, parallel composition). ``releases``: (scale, sensitivity) of
+    each release in order."""
+    import dp_accounting
+
+    from jfed.privacy import ApproximateDpEvent, ParallelDpEvent
+
+    kind = dp_accounting.LaplaceDpEvent if mechanism == "laplace" else dp_accounting.GaussianDpEvent
+    made = [kind(scale / sensitivity) for scale, sensitivity in releases]
+    if setting == "central-user":
+        return dp_accounting.ComposedDpEvent(made)
+    if setting == "local-user-small":
+        return ParallelDpEvent(tuple(made))
+    if setting == "local-user-large":
+        # a search bit: randomized response, truthful with probability e^eps / (1 + e^eps),
+        # eps-DP by its closed form (stated exactly: its noise parameter underflows at huge eps)
+        vote = ApproximateDpEvent(epsilon, 0.0)
+        return ParallelDpEvent((vote, *made)) if stages else made[0]
+    return made[0]
 
 
 def theory_rate(setting: str, sites: float, units: float, epsilon: float) -> float:
@@ -194,15 +228,6 @@ def monte_carlo(errors: np.ndarray) -> dict:
 
 
 @dataclass(frozen=True)
-class Errors:
-    """The kept arrays: every replication's error and clipped fraction (``f32[R]``)."""
-
-    def __call__(self, state, infos) -> dict:
-        del state
-        return {"error": infos.error, "clipped": infos.clipped}
-
-
-@dataclass(frozen=True)
 class Task:
     """What the runner streams: the sites."""
 
@@ -221,9 +246,8 @@ class MonteCarloExperiment(Experiment):
     def rounds(self) -> int:
         return self.config.replications
 
-    @property
-    def outputs(self) -> Errors:
-        return Errors()
+    # every replication's error and clipped fraction (f32[R])
+    outputs = (Output("error", "infos.error"), Output("clipped", "infos.clipped"))
 
 
 class EstimationExperiment(MonteCarloExperiment):
@@ -343,14 +367,16 @@ def calibrate_functional(config: declared.FunctionalEstimation, terms: int):
                      "seed_formula_epsilon": seed.epsilon(config.delta)}  # fmt: skip
             accountant = ("anisotropic Gaussian: the seed's shape sigma_l^2 ~ Delta_l ||Delta||_1, "
                           "scaled by the analytic Gaussian of the whitened mechanism")  # fmt: skip
-            certified = mechanism.epsilon(config.delta)
+            certified = spent(mechanism.dp_event(), config.delta, accountant=Analytic(),
+                              adjacency="bounded")  # fmt: skip
         else:
             sensitivity = float(np.linalg.norm(sensitivities))
             gaussian = GaussianMechanism(sensitivity, multiplier * sensitivity)
             std = np.full(terms, gaussian.noise_std)
             extra = {}
             accountant = "analytic Gaussian (Balle and Wang), L2 sensitivity"
-            certified = gaussian.epsilon(config.delta)
+            certified = spent(gaussian.dp_event(), config.delta, accountant=Analytic(),
+                              adjacency="bounded")  # fmt: skip
         fields = {
             "epsilon_certified": float(certified),
             "delta": config.delta,

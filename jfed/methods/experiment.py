@@ -1,45 +1,187 @@
-"""What every method's experiment provides to the runner (:mod:`jfed.sweep.runner`).
+"""The experiment of a method: what the runner (``jfed.sweep``) asks of every method, built-in or
+a user's, and the outputs it keeps, declared as data.
 
 An experiment is built from a method's configuration with its fixed fields (the data set, the
 rounds, the static shape of the program); each run's configuration differs from it only in eps,
-the seed and the tunable fields. The runner asks it for:
+the seed and the tunable fields. A subclass of :class:`Experiment` provides:
 
-- ``task``: the data (``task.train`` is the population the engine streams), ``rounds``;
-- ``algorithm``: the static ``init`` + ``round`` program, and ``shared_noise_algorithm`` (the
-  program that runs several eps of one seed together, sharing their draws) or ``None``;
-- ``prepare(configs)``: host calibration of a whole grid at once, where that shares work;
-- ``calibrate(config) -> (hyper-parameters, privacy fields)``: the traced hyper-parameters and
-  what the run certifies (the privacy layer does the accounting);
-- ``outputs``: a hashable ``(state, infos) -> {name: array}``, the arrays kept on the device;
-- ``evaluate(outputs, config) -> metrics``: host metrics in float64;
-- ``selection_metric`` / ``selection_maximize`` / ``report_metric``: how a sweep chooses among
-  settings and what it reports;
-- ``default_plan()``: the engine plan when the caller gives none;
-- ``summary(record) -> str``: the one line ``jfed run`` prints.
+- ``population`` (or ``task`` with ``task.train``): the clients the engine streams;
+- ``algorithm``: the static ``init`` + ``round`` program (:class:`jfed.engine.Algorithm`);
+- ``calibrate(config) -> (hyperparams, privacy)``: the traced hyper-parameters of one run and
+  what it certifies, a :class:`~jfed.privacy.PrivacyGuarantee` (or a dict of record fields with
+  at least :data:`PRIVACY_FIELDS`);
+- ``outputs``: the arrays kept on the device, a tuple of :class:`Output` (name, source, reduction);
+- ``evaluate(outputs, config) -> metrics``: host metrics from the kept arrays (float64).
+
+and may override ``rounds`` (default: the configuration's ``rounds``, else 1), ``prepare(configs)``
+(host work of a whole grid at once), ``identity()`` (the record's data fields),
+``selection_metric`` / ``selection_maximize`` / ``report_metric`` (how a sweep tunes and what it
+reports), ``shared_noise_algorithm``, ``default_plan()`` and ``summary(record)``.
+
+Mistakes an author can make are reported when the class is defined or registered, naming the
+method, the member and what is expected, not from inside a compiled program.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from jfed.methods.declarations import Config, Method, method_of
+from jfed.methods.config import Config
 from jfed.privacy import PrivacyGuarantee
 
+PRIVACY_FIELDS = ("epsilon_certified", "delta", "accountant", "notion", "protected",
+                  "trust_model")  # fmt: skip
+REDUCTIONS = ("all", "last", "mean", "sum")
+SOURCES = ("state", "infos")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-def guarantee_fields(guarantee: PrivacyGuarantee, sigma: float) -> dict:
-    """The privacy fields of a record from what the accountant certified."""
-    return {
+
+@dataclass(frozen=True)
+class Output:
+    """One array a run keeps, read from the final state or from the per-round infos.
+
+    Attributes:
+      name: the key it is kept under (``evaluate`` receives ``{name: array}``).
+      source: a dotted path into ``state`` or ``infos``, e.g. ``"state.params"`` (any pytree)
+        or ``"infos.loss"`` (leading axis: rounds); mapping keys and tuple positions
+        (``"state.0"``) are path parts too.
+      reduce: over the rounds axis of an ``infos`` source: ``"all"`` (keep ``[rounds, ...]``),
+        ``"last"``, ``"mean"`` or ``"sum"``; a ``state`` source must keep ``"all"``.
+
+    Example: ``Output("accuracy_per_round", "infos.accuracy")`` keeps ``f32[rounds]``.
+    """
+
+    name: str
+    source: str
+    reduce: str = "all"
+
+    def problems(self) -> list[str]:
+        """What is wrong with this declaration (empty when nothing is)."""
+        found = []
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            found.append(f"output name {self.name!r} is not an identifier")
+        parts = self.source.split(".") if isinstance(self.source, str) else []
+        if len(parts) < 1 or parts[0] not in SOURCES or not all(parts):
+            found.append(
+                f"output {self.name!r} has source {self.source!r}; expected 'state' or "
+                "'infos' followed by a dotted path, e.g. 'state.params' or 'infos.loss'"
+            )
+        if self.reduce not in REDUCTIONS:
+            found.append(
+                f"output {self.name!r} has reduce={self.reduce!r}; expected one of "
+                f"{list(REDUCTIONS)}"
+            )
+        elif parts[:1] == ["state"] and self.reduce != "all":
+            found.append(f"output {self.name!r} reads the final state: reduce must be 'all'")
+        return found
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The declared outputs of an experiment, as one hashable function ``(state, infos) ->
+    {name: array}`` (hashable, so a compiled program is reused by every experiment that keeps
+    the same arrays of the same algorithm)."""
+
+    declared: tuple[Output, ...]
+
+    def __call__(self, state: Any, infos: Any) -> dict:
+        import jax.numpy as jnp
+
+        reductions = {"last": lambda x: x[-1], "mean": lambda x: jnp.mean(x, axis=0),
+                      "sum": lambda x: jnp.sum(x, axis=0)}  # fmt: skip
+        kept = {}
+        for output in self.declared:
+            root, *path = output.source.split(".")
+            value = _follow(state if root == "state" else infos, root, path, output.name)
+            if output.reduce != "all":
+                import jax
+
+                value = jax.tree.map(reductions[output.reduce], value)
+            kept[output.name] = value
+        return kept
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(output.name for output in self.declared)
+
+
+def _follow(value: Any, root: str, path: list[str], name: str) -> Any:
+    """``value.a.b`` (attributes, mapping keys, or positions ``0``, ``1`` of a tuple), with an
+    error naming what exists where a part is missing (raised while the program is traced,
+    before it runs)."""
+    where = root
+    for part in path:
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif hasattr(value, part):
+            value = getattr(value, part)
+        elif isinstance(value, (tuple, list)) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise ValueError(f"output {name!r}: {where} has no {part!r}; it has {_members(value)}")
+        where = f"{where}.{part}"
+    return value
+
+
+def _members(value: Any) -> list[str]:
+    """The parts a path may name next: keys, fields, or positions."""
+    if isinstance(value, Mapping):
+        return sorted(map(str, value))
+    fields = getattr(value, "_fields", None) or getattr(value, "__dataclass_fields__", None)
+    if fields:
+        return list(fields)
+    if isinstance(value, (tuple, list)):
+        return [str(i) for i in range(len(value))]
+    return sorted(a for a in vars(type(value)) if not a.startswith("_"))
+
+
+def declared_outputs(outputs: Any, owner: str) -> Outputs:
+    """``outputs`` (an :class:`Outputs`, or a sequence of :class:`Output`) checked and made
+    hashable; ``ValueError`` naming ``owner`` and every problem otherwise."""
+    if isinstance(outputs, Outputs):
+        items = outputs.declared
+    elif isinstance(outputs, (list, tuple)) and outputs:
+        items = tuple(outputs)
+    else:
+        raise ValueError(
+            f"{owner}: expected outputs to be a non-empty tuple of jfed.methods.Output, got "
+            f"{outputs!r}"
+        )
+    problems = []
+    for item in items:
+        if not isinstance(item, Output):
+            problems.append(f"{item!r} is not a jfed.methods.Output")
+        else:
+            problems += item.problems()
+    names = [item.name for item in items if isinstance(item, Output)]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        problems.append(f"output names repeated: {repeated}")
+    if problems:
+        raise ValueError(f"{owner}: malformed outputs: " + "; ".join(problems))
+    return Outputs(tuple(items))
+
+
+def guarantee_fields(guarantee: PrivacyGuarantee, sigma: float | None = None) -> dict:
+    """The privacy fields of a record from what the accountant certified (and the noise std
+    ``sigma`` of one release, where the method has one)."""
+    fields = {
         "epsilon_certified": guarantee.epsilon,
         "delta": guarantee.delta,
         "accountant": guarantee.accountant,
         "notion": guarantee.notion,
         "protected": guarantee.protected,
         "trust_model": guarantee.trust_model,
-        "sigma": float(sigma),
     }
+    return fields if sigma is None else {**fields, "sigma": float(sigma)}
 
 
-def non_private_fields(method: Method) -> dict:
+def non_private_fields(method) -> dict:
+    """The privacy fields of a run of a non-private method (``method``: its declaration)."""
     return {
         "epsilon_certified": math.inf,
         "delta": 0.0,
@@ -65,17 +207,53 @@ def guarantee_of(record: dict) -> PrivacyGuarantee:
 
 
 class Experiment:
-    """Base of the method experiments: the declaration and the fixed configuration."""
+    """Base of every method's experiment (see the module docstring for what a subclass gives).
 
-    selection_metric = "validation_r2"
+    Args:
+      config: the method's configuration; its fixed fields shape the experiment.
+    """
+
+    selection_metric: str | None = None
     selection_maximize = True
-    report_metric = "test_r2"
+    report_metric: str | None = None
     shared_noise_algorithm = None
+    outputs: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        declared = cls.__dict__.get("outputs")
+        if declared is not None and not isinstance(declared, property):
+            cls.outputs = declared_outputs(declared, f"{cls.__qualname__}.outputs")
 
     def __init__(self, config: Config) -> None:
+        from jfed.methods.registry import method_of
+
         self.config = config.check()
         self.method = method_of(config)
         self.name = self.method.name
+
+    # -- what a subclass may keep as it is
+    @property
+    def population(self) -> Any:
+        """The clients the engine streams: what was assigned, else ``self.task.train``."""
+        if "_population" in self.__dict__:
+            return self.__dict__["_population"]
+        task = getattr(self, "task", None)
+        if task is None:
+            raise ValueError(
+                f"method {self.name}: {type(self).__name__} sets neither `population` nor "
+                "`task` (with `task.train`): the runner has no clients to run"
+            )
+        return task.train
+
+    @population.setter
+    def population(self, population: Any) -> None:
+        self.__dict__["_population"] = population
+
+    @property
+    def rounds(self) -> int:
+        """Rounds of one run (default: the configuration's ``rounds``, else 1)."""
+        return int(getattr(self.config, "rounds", 1))
 
     def prepare(self, configs: list[Config]) -> None:
         del configs  # nothing shared to calibrate up front
@@ -87,5 +265,72 @@ class Experiment:
         return ExecutionPlan.for_backend()
 
     def identity(self) -> dict:
-        """Fields of every record that describe the data (dataset, n_clients, dim, ...)."""
-        raise NotImplementedError
+        """Fields of every record that describe the data (default: the client count, and the
+        configuration's ``dataset`` where it has one)."""
+        fields: dict = {"n_clients": int(self.population.n_clients)}
+        if hasattr(self.config, "dataset"):
+            fields["dataset"] = getattr(self.config, "dataset_label", self.config.dataset)
+        return fields
+
+    def calibrate(self, config: Config) -> tuple[Any, PrivacyGuarantee | dict]:
+        """``(hyperparams, privacy)`` of one run: traced hyper-parameters (a pytree of arrays)
+        and what the run certifies."""
+        raise NotImplementedError(
+            f"method {self.name}: {type(self).__name__} must define calibrate(config) -> "
+            "(hyperparams, PrivacyGuarantee or privacy fields)"
+        )
+
+    def evaluate(self, outputs: dict, config: Config) -> dict:
+        """Host metrics of one run (default: every kept array, scalars as floats)."""
+        del config
+        return {k: float(v) if getattr(v, "ndim", 0) == 0 else v.tolist()
+                for k, v in outputs.items()}  # fmt: skip
+
+    @staticmethod
+    def summary(record: dict) -> str:
+        """The one line ``jfed run`` prints (default: the reported metric and the guarantee)."""
+        metric = record.get("report_metric")
+        shown = f"{metric} {record[metric]:.4g}" if metric in record else "done"
+        return (
+            f"{record['method']}: {shown} | privacy: {guarantee_of(record).describe()} | "
+            f"{record['run_seconds']:.2f} s run, {record['compile_seconds']:.2f} s compile"
+        )
+
+    @classmethod
+    def check_class(cls, name: str) -> None:
+        """``ValueError`` naming method ``name`` and the member when this class lacks what the
+        runner asks of it (called when the method is registered or its experiment loads)."""
+        problems = []
+        if cls.calibrate is Experiment.calibrate:
+            problems.append("calibrate(config) -> (hyperparams, privacy) is not defined")
+        if not isinstance(cls.outputs, (Outputs, property)):
+            problems.append(
+                "outputs is not declared (a tuple of jfed.methods.Output as a class attribute)"
+            )
+        if problems:
+            raise ValueError(f"method {name}: {cls.__name__}: " + "; ".join(problems))
+
+    # -- what the runner calls
+    def calibrated(self, config: Config) -> tuple[Any, dict]:
+        """:meth:`calibrate`, its privacy statement checked and made the record's fields."""
+        result = self.calibrate(config)
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise ValueError(
+                f"method {self.name}: calibrate must return (hyperparams, privacy), got "
+                f"{type(result).__name__}"
+            )
+        hyperparams, privacy = result
+        if isinstance(privacy, PrivacyGuarantee):
+            privacy = guarantee_fields(privacy)
+        if not isinstance(privacy, dict):
+            raise ValueError(
+                f"method {self.name}: calibrate's privacy must be a PrivacyGuarantee or a dict "
+                f"of record fields, got {type(privacy).__name__}"
+            )
+        missing = [name for name in PRIVACY_FIELDS if name not in privacy]
+        if missing:
+            raise ValueError(
+                f"method {self.name}: calibrate's privacy lacks {missing} (every record states "
+                f"its guarantee: {list(PRIVACY_FIELDS)})"
+            )
+        return hyperparams, privacy

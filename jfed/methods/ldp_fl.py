@@ -17,8 +17,8 @@ from jfed.algorithms import ldp_fl
 from jfed.data.images import load_images
 from jfed.data.silos import SiloTask
 from jfed.engine import simulate
-from jfed.methods import declarations as declared
-from jfed.methods.experiment import Experiment, guarantee_of
+from jfed.methods import declared
+from jfed.methods.experiment import Experiment, Output, guarantee_of
 
 
 class LDPFLExperiment(Experiment):
@@ -28,6 +28,12 @@ class LDPFLExperiment(Experiment):
     selection_metric = "train_accuracy"
     selection_maximize = True
     report_metric = "test_accuracy"
+    outputs = (
+        Output("weights", "state.weights"),
+        Output("weights_per_round", "infos.weights"),
+        Output("radius", "infos.radius", reduce="last"),
+        Output("clipped_fraction", "infos.clipped_fraction", reduce="mean"),
+    )
 
     def __init__(self, config: declared.LDPFL, task: SiloTask | None = None) -> None:
         super().__init__(config)
@@ -65,10 +71,6 @@ class LDPFLExperiment(Experiment):
     @property
     def algorithm(self) -> ldp_fl.LDPFL:
         return self._program
-
-    @property
-    def outputs(self) -> ldp_fl.Outputs:
-        return ldp_fl.Outputs()
 
     def identity(self) -> dict:
         return {

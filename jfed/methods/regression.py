@@ -9,8 +9,6 @@ same clients.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,13 +19,15 @@ from jfed.algorithms.linear import r2_curve, r2_score
 from jfed.catalog import SYNTHETIC_CLIENTS, SYNTHETIC_DIM
 from jfed.data import RegressionTask, load_regression, synthetic_regression
 from jfed.engine import ExecutionPlan, simulate
-from jfed.methods import declarations as declared
+from jfed.methods import declared
 from jfed.methods.experiment import (
     Experiment,
+    Output,
     guarantee_fields,
     guarantee_of,
     non_private_fields,
 )
+from jfed.privacy import PrivacyPlan, accountant_named
 
 SYNTHETIC_DATA_KEY = 10_007
 REAL_DATA_FEATURE_CLIP = 3.0
@@ -75,7 +75,7 @@ def ols_reference(task: RegressionTask, plan: ExecutionPlan | None = None) -> di
 
 def modulated_plan(
     config: declared.Modulated, epsilon: float, rounds: int, population
-) -> tuple[modulated.Hyperparams, modulated.PrivacyPlan]:
+) -> tuple[modulated.Hyperparams, PrivacyPlan]:
     """Calibrate ``rounds`` releases of the modulated map of ``config`` to its (eps, delta)
     (:func:`jfed.algorithms.modulated.plan`) and build the traced hyper-parameters; the default
     feature clip and the noise-scaled ridge come from ``population``."""
@@ -85,7 +85,8 @@ def modulated_plan(
     privacy_plan = modulated.plan(
         epsilon, config.delta, rounds, alpha=config.alpha, beta=config.beta, omega=config.omega,
         directions=config.directions, clip_norm=clip,
-        adjacency_diameter=config.adjacency_diameter, accountant=config.accountant,
+        adjacency_diameter=config.adjacency_diameter,
+        accountant=accountant_named(config.accountant),
     )  # fmt: skip
     server = {"radius": config.radius}
     if isinstance(config, declared.ModulatedIterative):
@@ -134,36 +135,23 @@ def response_information(population) -> float:
     return float(theta_star @ theta_star) / float(population.noise_std) ** 2
 
 
-# The kept arrays as hashable values (equal for equal experiments), so the compiled program is
-# cached per algorithm and shape, not per experiment object.
-
-
-@dataclass(frozen=True)
-class IterateOutputs:
-    """``(state, infos) -> {"theta", "theta_per_round", "clipped_fraction"[, extras]}``."""
-
-    kind: str  # "iterative", "one-shot", "dpsgd" or "ols"
-
-    def __call__(self, state, infos) -> dict[str, jax.Array]:
-        if self.kind == "ols":
-            return {"theta": state.theta}
-        out = {
-            "theta": state.theta,
-            "theta_per_round": infos.theta,
-            "clipped_fraction": infos.clipped_fraction[-1],
-        }
-        if self.kind == "one-shot":
-            out["theta_psd"] = state.theta_psd
-        if self.kind == "iterative":
-            out["theta_average"] = state.theta_average
-            out["step_size"] = infos.step_size
-        return out
+def iterate_outputs(*extra: Output) -> tuple[Output, ...]:
+    """The parameter, its path over rounds and the last round's clipped fraction (plus
+    ``extra``)."""
+    return (
+        Output("theta", "state.theta"),
+        Output("theta_per_round", "infos.theta"),
+        Output("clipped_fraction", "infos.clipped_fraction", reduce="last"),
+        *extra,
+    )
 
 
 class RegressionExperiment(Experiment):
     """Shared by the regression methods: the task, the OLS reference and R^2 metrics."""
 
-    kind = ""
+    selection_metric = "validation_r2"
+    selection_maximize = True
+    report_metric = "test_r2"
 
     def __init__(
         self,
@@ -178,10 +166,6 @@ class RegressionExperiment(Experiment):
     @property
     def rounds(self) -> int:
         return getattr(self.config, "rounds", 1)
-
-    @property
-    def outputs(self) -> IterateOutputs:
-        return IterateOutputs(self.kind)
 
     def identity(self) -> dict:
         return {
@@ -233,10 +217,11 @@ class ModulatedExperiment(RegressionExperiment):
         super().__init__(config, task, reference)
         self._leak = None
 
+    program: type = modulated.Iterative
+
     @property
     def algorithm(self):
-        program = modulated.Iterative if self.kind == "iterative" else modulated.OneShot
-        return program(self.task.dim, self.config.directions)
+        return self.program(self.task.dim, self.config.directions)
 
     @property
     def shared_noise_algorithm(self):
@@ -254,8 +239,6 @@ class ModulatedExperiment(RegressionExperiment):
             ),
             "feature_clip_used": privacy_plan.clip_norm,
         }
-        if self.kind == "one-shot":
-            fields["ridge_used"] = float(hp.ridge)
         if privacy_plan.noise_std > 0:
             if self._leak is None:
                 self._leak = response_information(self.task.train)
@@ -266,7 +249,11 @@ class ModulatedExperiment(RegressionExperiment):
 
 
 class ModulatedIterativeExperiment(ModulatedExperiment):
-    kind = "iterative"
+    """The iterative estimator; also reports the averaged iterate and the step sizes."""
+
+    outputs = iterate_outputs(
+        Output("theta_average", "state.theta_average"), Output("step_size", "infos.step_size")
+    )
 
     def evaluate(self, outputs, config) -> dict:
         metrics = super().evaluate(outputs, config)
@@ -280,7 +267,12 @@ class ModulatedIterativeExperiment(ModulatedExperiment):
 class ModulatedOneShotExperiment(ModulatedExperiment):
     """The one-shot estimator; ``--psd`` reports the solve with the PSD part of S_hat."""
 
-    kind = "one-shot"
+    program = modulated.OneShot
+    outputs = iterate_outputs(Output("theta_psd", "state.theta_psd"))
+
+    def calibrate(self, config) -> tuple[modulated.Hyperparams, dict]:
+        hp, fields = super().calibrate(config)
+        return hp, fields | {"ridge_used": float(hp.ridge)}
 
     def evaluate(self, outputs, config) -> dict:
         raw = np.asarray(outputs["theta"], np.float64)
@@ -295,26 +287,30 @@ class ModulatedOneShotExperiment(ModulatedExperiment):
 class DPSGDExperiment(RegressionExperiment):
     """DP-SGD FedAvg: its noise feeds the next round's gradients, so every run is its own unit."""
 
-    kind = "dpsgd"
+    outputs = iterate_outputs()
+    # the local randomizer of every message: subclass and set another to plug in your own
+    # (a jfed.privacy.NoiseRandomizer); calibration and accounting follow it
+    randomizer = dpsgd.GAUSSIAN
 
     @property
     def algorithm(self):
-        return dpsgd.FedAvg(self.task.dim)
+        return dpsgd.FedAvg(self.task.dim, self.randomizer)
 
     def calibrate(self, config) -> tuple[dpsgd.Hyperparams, dict]:
         privacy_plan = dpsgd.plan(
             config.epsilon, config.delta, self.rounds, clip_norm=config.gradient_clip,
-            accountant=config.accountant,
+            accountant=accountant_named(config.accountant), randomizer=self.randomizer,
+            dim=self.task.dim,
         )  # fmt: skip
         hp = privacy_plan.hyperparams(learning_rate=config.learning_rate, radius=config.radius)
         fields = guarantee_fields(privacy_plan.guarantee, privacy_plan.noise_std)
-        return hp, fields | {"sensitivity": dpsgd.sensitivity(config.gradient_clip)}
+        return hp, fields | {"sensitivity": privacy_plan.sensitivity}
 
 
 class OLSExperiment(RegressionExperiment):
     """The non-private least-squares reference (eps = inf)."""
 
-    kind = "ols"
+    outputs = (Output("theta", "state.theta"),)
 
     @property
     def algorithm(self):

@@ -11,16 +11,14 @@ size on it; the silo tasks have no validation split).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-import jax
 import numpy as np
 
 from jfed.algorithms import silo_metrics, silo_privacy, silo_sgd
 from jfed.algorithms.losses import Loss
 from jfed.data.silos import SiloTask, load_silos
-from jfed.methods import declarations as declared
-from jfed.methods.experiment import Experiment, guarantee_of, non_private_fields
+from jfed.methods import declared
+from jfed.methods.experiment import Experiment, Output, guarantee_of, non_private_fields
 from jfed.privacy import analytic_gaussian_epsilon
 
 
@@ -30,25 +28,17 @@ def load_task(config: declared.SiloData) -> SiloTask:
     )
 
 
-@dataclass(frozen=True)
-class SiloOutputs:
-    """``(state, infos) -> {"w": the averaged iterate, "w_per_round", "available",
-    "clipped_fraction"}``."""
-
-    def __call__(self, state, infos) -> dict[str, jax.Array]:
-        return {
-            "w": state.w_average,
-            "w_per_round": infos.w,
-            "available": infos.available,
-            "clipped_fraction": infos.clipped_fraction.mean(),
-        }
-
-
 class SiloExperiment(Experiment):
     """Shared by the silo methods; subclasses name their program and their calibration."""
 
     selection_metric = "excess_train_risk"
     selection_maximize = False
+    outputs = (
+        Output("w", "state.w_average"),
+        Output("w_per_round", "infos.w"),
+        Output("available", "infos.available"),
+        Output("clipped_fraction", "infos.clipped_fraction", reduce="mean"),
+    )
     default_sampling = "with-replacement"
 
     def __init__(self, config: declared.SiloTraining, task: SiloTask | None = None) -> None:
@@ -91,10 +81,6 @@ class SiloExperiment(Experiment):
             availability=self.config.availability, available=self.config.available or 0,
             average_last=self.config.average_last,
         )  # fmt: skip
-
-    @property
-    def outputs(self) -> SiloOutputs:
-        return SiloOutputs()
 
     def identity(self) -> dict:
         return {

@@ -10,6 +10,12 @@ for the noise (or for the eps a noise spends). Every reported eps names its acco
   themselves (``dp_event``).
 - :mod:`~jfed.privacy.accountants`: zCDP, advanced composition, RDP / PLD (dp-accounting),
   parallel composition, with one interface.
+- :mod:`~jfed.privacy.accounting`: accountants as objects (``Pld()``, ``Rdp()``, ``Zcdp()``,
+  ``Analytic()``, ``Classic()``, ``Basic()``); ``certify`` turns the event a run emitted into its
+  guarantee, ``calibrate`` finds the noise for a target through the same accountant.
+- :mod:`~jfed.privacy.privatizers`: clipping and noise over pytrees, ``GaussianSumQuery``, the
+  ``NoiseRandomizer`` protocol; :mod:`~jfed.privacy.plan`: ``PrivacyPlan`` (noise, event and
+  guarantee built together).
 - :mod:`~jfed.privacy.calibration`: noise for a target eps, one or a grid.
 - :mod:`~jfed.privacy.shuffle`, :mod:`~jfed.privacy.last_iterate`: amplification by shuffling and
   the last-iterate accountant of projected noisy SGD.
@@ -20,42 +26,66 @@ for the noise (or for the eps a noise spends). Every reported eps names its acco
 # importing one light part of the layer (a closed form, the guarantee record) does not pay for
 # dp-accounting, scipy.signal or JAX.
 _EXPORTS = {
+    "Basic": "jfed.privacy.accounting",
+    "Classic": "jfed.privacy.accounting",
+    "ParallelDpEvent": "jfed.privacy.accountants",
+    "PrivacyPlan": "jfed.privacy.plan",
+    "accountant_named": "jfed.privacy.accounting",
+    "rounds_plan": "jfed.privacy.plan",
+    "GaussianNoise": "jfed.privacy.privatizers",
+    "NoiseRandomizer": "jfed.privacy.privatizers",
+    "Analytic": "jfed.privacy.accounting",
     "AdvancedCompositionAccountant": "jfed.privacy.accountants",
     "AnisotropicGaussianMechanism": "jfed.privacy.mechanisms",
     "ApproximateDpEvent": "jfed.privacy.accountants",
     "AuditResult": "jfed.privacy.audit",
     "DpAccountingAccountant": "jfed.privacy.accountants",
     "GaussianMechanism": "jfed.privacy.mechanisms",
+    "GaussianSumQuery": "jfed.privacy.privatizers",
     "LaplaceMechanism": "jfed.privacy.mechanisms",
     "LastIterateSetting": "jfed.privacy.last_iterate",
+    "LocalRandomizer": "jfed.privacy.privatizers",
     "ParallelComposition": "jfed.privacy.accountants",
+    "Pld": "jfed.privacy.accounting",
     "PrivacyGuarantee": "jfed.privacy.guarantee",
+    "Rdp": "jfed.privacy.accounting",
     "TwoPointMechanism": "jfed.privacy.mechanisms",
+    "Zcdp": "jfed.privacy.accounting",
     "ZcdpAccountant": "jfed.privacy.accountants",
     "analytic_gaussian_delta": "jfed.privacy.gaussian",
     "analytic_gaussian_epsilon": "jfed.privacy.gaussian",
     "analytic_gaussian_noise": "jfed.privacy.gaussian",
     "audit_threshold": "jfed.privacy.audit",
+    "calibrate": "jfed.privacy.accounting",
     "calibrate_gaussian": "jfed.privacy.zcdp",
     "calibrate_noise_multiplier": "jfed.privacy.calibration",
     "calibrate_noise_multipliers": "jfed.privacy.calibration",
+    "certify": "jfed.privacy.accounting",
     "classic_gaussian_epsilon": "jfed.privacy.gaussian",
     "classic_gaussian_noise": "jfed.privacy.gaussian",
     "clip_per_example": "jfed.privacy.clipping",
     "clip_to_ball": "jfed.privacy.clipping",
+    "clip_tree": "jfed.privacy.privatizers",
+    "clip_tree_per_layer": "jfed.privacy.privatizers",
     "epsilon_for_noise": "jfed.privacy.calibration",
     "epsilon_from_rho": "jfed.privacy.zcdp",
     "epsilon_of": "jfed.privacy.accountants",
     "epsilon_of_gaussian": "jfed.privacy.zcdp",
+    "fixed_cohort_rounds_event": "jfed.privacy.accounting",
     "gaussian_noise_for_rho": "jfed.privacy.zcdp",
+    "gaussian_noise_tree": "jfed.privacy.privatizers",
+    "gaussian_rounds_event": "jfed.privacy.accounting",
     "gaussian_rho": "jfed.privacy.zcdp",
     "hockey_stick": "jfed.privacy.gaussian",
     "last_iterate_delta": "jfed.privacy.last_iterate",
     "last_iterate_epsilon": "jfed.privacy.last_iterate",
     "make_accountant": "jfed.privacy.accountants",
+    "poisson_rounds_event": "jfed.privacy.accounting",
     "rho_from_epsilon": "jfed.privacy.zcdp",
     "shuffle_epsilon": "jfed.privacy.shuffle",
+    "spent": "jfed.privacy.accounting",
     "subsampled_gaussian_event": "jfed.privacy.accountants",
+    "tree_norm": "jfed.privacy.privatizers",
 }
 
 __all__ = sorted(_EXPORTS)

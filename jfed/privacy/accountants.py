@@ -47,6 +47,14 @@ class ApproximateDpEvent(events.DpEvent):
     delta: float
 
 
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ParallelDpEvent(events.DpEvent):
+    """Releases on disjoint data: each protected unit takes part in one branch only, so the
+    guarantee is the worst branch's, not their sum (dp-accounting has no such event)."""
+
+    branches: tuple
+
+
 class Accountant(Protocol):
     """What every accountant answers."""
 

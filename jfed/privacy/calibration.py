@@ -15,12 +15,13 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from scipy.interpolate import PchipInterpolator
 
 from jfed._validation import check_open_unit, check_positive
-from jfed.catalog import CALIBRATION_ACCOUNTANTS, ROUNDS_ACCOUNTANTS
+from jfed.catalog import CALIBRATION_ACCOUNTANTS
 from jfed.privacy import gaussian, zcdp
 
 # doublings / halvings from a noise multiplier of 1 before giving up: 2^+-40 covers every noise
@@ -37,6 +38,16 @@ def _event_factory(sampling_rate, steps, sampling, dataset_size):
         )
 
     return make_event
+
+
+def _named(accountant: Any, pld_discretization: float) -> tuple[str, float]:
+    """``(name, PLD discretization)`` of an accountant given by name or as an accountant object
+    (:class:`~jfed.privacy.Pld`, :class:`~jfed.privacy.Rdp`, ...; a ``Pld`` carries its own
+    discretization)."""
+    if isinstance(accountant, str):
+        return accountant, pld_discretization
+    name = {"analytic-gaussian": "analytic"}.get(accountant.name, accountant.name)
+    return name, getattr(accountant, "discretization", pld_discretization)
 
 
 def _check_closed_form(accountant: str, sampling_rate: float, steps: int) -> None:
@@ -57,13 +68,14 @@ def epsilon_for_noise(
     delta: float,
     sampling_rate: float = 1.0,
     steps: int = 1,
-    accountant: str = "pld",
+    accountant: str | Any = "pld",
     sampling: str = "poisson",
     dataset_size: int | None = None,
     neighboring: str = "add-or-remove",
     pld_discretization: float = 1e-4,
 ) -> float:
     """eps at ``delta`` of ``steps`` (subsampled) Gaussian steps with this noise multiplier."""
+    accountant, pld_discretization = _named(accountant, pld_discretization)
     from jfed.privacy.accountants import make_accountant, subsampled_gaussian_event
 
     check_positive("noise_multiplier", noise_multiplier)
@@ -85,7 +97,7 @@ def calibrate_noise_multiplier(
     delta: float,
     sampling_rate: float = 1.0,
     steps: int = 1,
-    accountant: str = "pld",
+    accountant: str | Any = "pld",
     sampling: str = "poisson",
     dataset_size: int | None = None,
     neighboring: str = "add-or-remove",
@@ -105,6 +117,7 @@ def calibrate_noise_multiplier(
       pld_discretization: the PLD accountant's discretization interval (see
         :func:`~jfed.privacy.make_accountant`).
     """
+    accountant, pld_discretization = _named(accountant, pld_discretization)
     import dp_accounting
 
     from jfed.privacy.accountants import make_accountant
@@ -182,7 +195,7 @@ def calibrate_noise_multipliers(
     delta: float,
     sampling_rate: float = 1.0,
     steps: int = 1,
-    accountant: str = "pld",
+    accountant: str | Any = "pld",
     sampling: str = "poisson",
     dataset_size: int | None = None,
     neighboring: str = "add-or-remove",
@@ -215,6 +228,7 @@ def calibrate_noise_multipliers(
       when verified, ``info["achieved_epsilons"]`` (the exact eps of every returned multiplier,
       flattened).
     """
+    accountant, pld_discretization = _named(accountant, pld_discretization)
     epsilons = np.asarray(epsilons, np.float64)
     for value in np.ravel(epsilons):
         check_positive("epsilon", value)
@@ -295,51 +309,3 @@ def _inverse_interpolant(noise: list[float], eps: list[float]) -> Callable[[floa
         return float(np.exp(spline(np.log(epsilon))))
 
     return evaluate
-
-
-def calibrate_rounds(
-    sensitivity: float, epsilon: float, delta: float, rounds: int, accountant: str = "zcdp"
-) -> tuple[float, float, float | None, str]:
-    """Noise per round for ``rounds`` full-participation Gaussian releases to be (eps, delta)-DP.
-
-    Every record takes part in every round (no subsampling), each release has L2 sensitivity
-    ``sensitivity``.
-
-    Args:
-      sensitivity: L2 sensitivity of one release (> 0).
-      epsilon, delta: target for the whole run.
-      rounds: T >= 1.
-      accountant: ``"zcdp"`` (rho adds over rounds, converted once; the modulated paper's),
-        ``"classic"`` (Dwork-Roth per round at (eps/T, delta/T), basic composition),
-        ``"pld"`` (T-fold composition, numerically tight, via dp-accounting) or
-        ``"analytic"`` (exact, T = 1 only).
-
-    Returns:
-      ``(noise_std, epsilon_spent, rho_or_None, accountant_label)``, where ``epsilon_spent`` is the
-      eps the chosen accountant certifies for that noise at ``delta`` (at most the target).
-    """
-    sensitivity = check_positive("sensitivity", sensitivity)
-    epsilon = check_positive("epsilon", epsilon)
-    delta = check_open_unit("delta", delta)
-    if int(rounds) != rounds or rounds < 1:
-        raise ValueError(f"expected rounds >= 1 (integer), got rounds={rounds}")
-    if accountant == "zcdp":
-        noise = float(zcdp.calibrate_gaussian(sensitivity, epsilon, delta, rounds))
-        rho = float(rounds * zcdp.gaussian_rho(sensitivity, noise))
-        return noise, float(zcdp.epsilon_from_rho(rho, delta)), rho, "zcdp"
-    if accountant == "classic":
-        noise = gaussian.classic_gaussian_noise(sensitivity, epsilon / rounds, delta / rounds)
-        return noise, epsilon, None, "classic-gaussian+basic-composition"
-    if accountant == "analytic":
-        if rounds != 1:
-            raise ValueError(
-                f"the analytic Gaussian accountant covers one release, got rounds={rounds}; "
-                "use 'pld' for exact composition"
-            )
-        noise = float(gaussian.analytic_gaussian_noise(sensitivity, epsilon, delta))
-        return noise, epsilon, None, "analytic-gaussian"
-    if accountant == "pld":
-        multiplier = calibrate_noise_multiplier(epsilon, delta, 1.0, rounds, "pld")
-        spent = epsilon_for_noise(multiplier, delta, 1.0, rounds, "pld")
-        return multiplier * sensitivity, spent, None, "pld"
-    raise ValueError(f"unknown accountant {accountant!r}; expected one of {ROUNDS_ACCOUNTANTS}")

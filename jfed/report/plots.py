@@ -81,6 +81,7 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
     for axis, dataset in zip(axes[0], datasets, strict=True):
         shown = []
         outside = 0
+        private_shown = False
         for index, (label, rows) in enumerate(lines):
             mine = sorted(
                 (r for r in rows if (r.get("dataset") or "") == dataset),
@@ -93,6 +94,14 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
             mean = np.array([r[f"{metric}_mean"] for r in mine], np.float64)
             se = np.array([r[f"{metric}_se"] for r in mine], np.float64)
             outside += int(np.sum((mean < low) | (mean > high)))
+            if not np.isfinite(eps).any():  # a non-private method: one level at every eps
+                axis.axhline(np.clip(mean[0], low, high), color=f"C{index}", linestyle=":",
+                             label=f"{label} (non-private)")  # fmt: skip
+                axis.axhspan(np.clip(mean[0] - se[0], low, high),
+                             np.clip(mean[0] + se[0], low, high), color=f"C{index}",
+                             alpha=0.1)  # fmt: skip
+                continue
+            private_shown = True
             axis.plot(eps, np.clip(mean, low, high), marker="o", color=f"C{index}", label=label)
             axis.fill_between(eps, np.clip(mean - se, low, high), np.clip(mean + se, low, high),
                               color=f"C{index}", alpha=0.2)  # fmt: skip
@@ -100,6 +109,8 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
         if references:
             axis.axhline(references[0], color="black", linestyle="--", label="non-private OLS")
         axis.set_xscale("log")
+        if not private_shown:
+            axis.set_xlim(0.1, 10.0)  # no eps to span: the level of the non-private method(s)
         if logarithmic:
             axis.set_yscale("log")
         axis.set_ylim(low, high)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from jfed.report.rows import read_rows
+
 PARQUET = "runs.parquet"
 JSONL = "runs.jsonl"
 
@@ -51,8 +53,6 @@ def load_results(sources: str | Iterable[str]):
       row came from. Columns a sweep lacks are missing values in its rows.
     """
     import pandas as pd
-
-    from jfed.sweep.runner import read_rows
 
     sources = [sources] if isinstance(sources, str) else list(sources)
     if not sources:

@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from functools import lru_cache
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -35,8 +36,9 @@ from tqdm.auto import tqdm
 
 from jfed.engine import ExecutionPlan, client_mesh, distributed, run_rounds
 from jfed.engine.progress import report_every, round_progress
-from jfed.methods.declarations import Config, method_of
+from jfed.methods import Config, method_of
 from jfed.methods.fields import field_map
+from jfed.report.rows import append_rows, read_rows
 from jfed.sweep import schema
 from jfed.sweep.lock import folder_lock
 from jfed.sweep.schema import config_key
@@ -81,44 +83,6 @@ def configurations(
 
 def _typed(declared: dict, changes: dict) -> dict:
     return {k: declared[k].kind(v) if v is not None else None for k, v in changes.items()}
-
-
-def read_rows(path: str) -> list[dict]:
-    """All complete rows of a JSON-lines results file, one per configuration (the first written;
-    a torn last line is ignored). Raises ``ValueError`` for a file that is not jfed's."""
-    if not os.path.exists(path):
-        return []
-    rows, seen = [], set()
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by an interruption; its configuration re-runs
-            if not isinstance(row, dict) or not {"config_key", "method", "epsilon"} <= set(row):
-                raise ValueError(
-                    f"{path} line {number} is not a jfed sweep row (expected the fields "
-                    "config_key, method, epsilon)"
-                )
-            if row["config_key"] not in seen:
-                seen.add(row["config_key"])
-                rows.append(schema.from_json(row))
-    return rows
-
-
-def _append(path: str, rows: list[dict]) -> None:
-    if os.path.exists(path) and os.path.getsize(path) > 0:
-        with open(path, "rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            torn = handle.read(1) != b"\n"
-        if torn:  # an interrupted write left a partial line: end it so new rows stay whole
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write("\n")
-    with open(path, "a", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(schema.dumps_row(row) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def default_vector_width(slice_size: int) -> int:
@@ -228,21 +192,20 @@ def unit_footprint(unit, population, hp, key) -> int:
 def check_manifest(results_path: str, manifest: dict, resume: bool) -> None:
     """Refuse to continue ``results_path`` with a different configuration than it was run with
     (``ValueError`` naming the first differences; nothing is written)."""
-    path = schema.manifest_path(results_path)
     if os.path.exists(results_path) and not resume:
         raise ValueError(
             f"results file {results_path} exists; pass resume=True (--resume) to continue it "
             "or choose another path"
         )
-    if not os.path.exists(path):
+    saved = schema.read_manifest(results_path)
+    if saved is None:
         if resume and os.path.exists(results_path) and os.path.getsize(results_path) > 0:
+            name = os.path.basename(schema.manifest_path(results_path))
             raise ValueError(
-                f"cannot resume {results_path}: it has no {os.path.basename(path)} saying how it "
+                f"cannot resume {results_path}: it has no {name} saying how it "
                 "was run (written by an older jfed?); use a new --out"
             )
         return
-    with open(path, encoding="utf-8") as handle:
-        saved = json.load(handle)
     differences = schema.manifest_differences(saved, manifest)
     if differences:
         folder = os.path.dirname(results_path) or "."
@@ -250,6 +213,20 @@ def check_manifest(results_path: str, manifest: dict, resume: bool) -> None:
             f"cannot resume {folder}: it was run with {'; '.join(differences)}; use the same "
             "arguments, or a new --out"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepOptions:
+    """How a sweep runs (the arguments of :func:`run_sweep` that say neither which runs nor
+    where their rows go): none of them changes what a run computes beyond float32 rounding."""
+
+    slice_size: int | None = None
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
+    plan: ExecutionPlan | None = None
+    progress: bool = False
+    on_slice: Callable[[int], None] | None = None
+    vector_width: int | None = None
+    share_noise: bool = True
 
 
 def run_sweep(
@@ -302,118 +279,199 @@ def run_sweep(
                 f"expected {experiment.name} configurations, got {type(config).__name__}"
             )
         config.check()
-    progress = sys.stderr.isatty() if progress is None else progress
+    options = SweepOptions(
+        slice_size=slice_size, memory_budget=memory_budget, plan=plan,
+        progress=sys.stderr.isatty() if progress is None else progress, on_slice=on_slice,
+        vector_width=vector_width, share_noise=share_noise,
+    )  # fmt: skip
     if results_path is not None and not distributed.is_primary():
         # another process of a multi-process run writes; this one runs what that one runs
         done = read_rows(results_path) if resume else []
-        return _run(experiment, configs, None, done, slice_size, memory_budget, plan, False,
-                    on_slice, vector_width, share_noise)  # fmt: skip
+        return _run(experiment, configs, None, done, dataclasses.replace(options, progress=False))
     if results_path is None:
-        return _run(experiment, configs, None, [], slice_size, memory_budget, plan, progress,
-                    on_slice, vector_width, share_noise)  # fmt: skip
+        return _run(experiment, configs, None, [], options)
     manifest = schema.manifest(experiment.config, swept or schema.varying(configs))
     folder = os.path.dirname(os.path.abspath(results_path))
     with folder_lock(folder):  # one writer per folder: rows are never written twice
         check_manifest(results_path, manifest, resume)
         os.makedirs(folder, exist_ok=True)
         schema.write_manifest(results_path, manifest)
-        done = read_rows(results_path)
-        return _run(experiment, configs, results_path, done, slice_size, memory_budget, plan,
-                    progress, on_slice, vector_width, share_noise)  # fmt: skip
+        return _run(experiment, configs, results_path, read_rows(results_path), options)
 
 
 def _run(
-    experiment, configs, results_path, done_rows, slice_size, memory_budget, plan, progress,
-    on_slice, vector_width, share_noise,
+    experiment, configs: list[Config], results_path: str | None, done_rows: list[dict],
+    options: SweepOptions,
 ) -> list[dict]:  # fmt: skip
-    done = {row["config_key"] for row in done_rows}
-    todo = [c for c in configs if config_key(c) not in done]
-    kept: list[dict] = list(done_rows)
+    """Run the configurations of ``configs`` that ``done_rows`` lacks (their rows appended to
+    ``results_path`` unless ``None``); the rows of ``configs``, in their order."""
+    todo = _pending(configs, done_rows)
     if todo:
         experiment.prepare(todo)  # host work of the whole grid at once (may size the program)
-    population = experiment.task.train
-    plan = plan or experiment.default_plan()
-    if distributed.is_distributed() and plan.mesh is None:  # every device of every process
-        plan = dataclasses.replace(plan, mesh=client_mesh())
-    plan = plan.fitted(population.n_clients)
+    population = experiment.population
+    plan = _fit_plan(options.plan or experiment.default_plan(), population.n_clients)
     if distributed.is_distributed():
         population = distributed.replicate(population, plan.mesh)
-    shared_algorithm = experiment.shared_noise_algorithm if share_noise else None
-    shared = shared_algorithm is not None and len(todo) > 1
+    rows = list(done_rows)
     if todo:
-        units = _units(todo, shared)
-        per_unit = max(len(unit) for unit in units)  # shorter units are padded to this
-        single = len(units) == 1 and per_unit == 1
-        rounds_bar = progress and single
-        unit = _unit_function(
-            shared_algorithm if shared else experiment.algorithm, experiment.rounds, plan,
-            experiment.outputs, shared, report_every(experiment.rounds) if rounds_bar else 0,
-        )  # fmt: skip
+        rows += _run_pending(experiment, todo, len(configs), population, plan, results_path,
+                             options)  # fmt: skip
+    return _in_order(configs, rows)
 
-        def prepared(unit_configs):
-            padded = unit_configs + [unit_configs[-1]] * (per_unit - len(unit_configs))
-            calibrated = [experiment.calibrate(c) for c in padded]
-            hp = _stack_unit([hp for hp, _ in calibrated], shared_algorithm if shared else None)
-            return hp, [fields for _, fields in calibrated]
 
-        if slice_size is not None:
-            units_per_slice = max(1, slice_size // per_unit)
-        elif len(units) == 1:
-            units_per_slice = 1
-        elif distributed.is_distributed():
-            units_per_slice = MAX_SLICE // per_unit  # (the memory analysis takes local inputs)
-        else:
-            hp, _ = prepared(units[0])
-            footprint = unit_footprint(unit, population, hp, jax.random.key(0))
-            units_per_slice = max(1, min(MAX_SLICE // per_unit, memory_budget // footprint))
-        units_per_slice = min(units_per_slice, len(units))
-        program = _program(unit, vector_width or default_vector_width(units_per_slice))
-        device = jax.devices()[0]
-        run_info = {
-            "plan": plan.describe(),
-            "device": f"{device.platform}: {device.device_kind}",
-            "shared_noise": shared,
-            "slice_size": units_per_slice * per_unit,
-        }
-        bar = tqdm(total=len(configs), initial=len(configs) - len(todo),
-                   disable=not progress or rounds_bar, desc=f"sweep {experiment.name}",
-                   unit="run")  # fmt: skip
+def _pending(configs: list[Config], done_rows: list[dict]) -> list[Config]:
+    """The configurations that no row of ``done_rows`` holds (a resume re-runs only those)."""
+    done = {row["config_key"] for row in done_rows}
+    return [c for c in configs if config_key(c) not in done]
+
+
+def _fit_plan(plan: ExecutionPlan, n_clients: int) -> ExecutionPlan:
+    """``plan`` over every device of every process in a multi-process run (unless it names its
+    mesh), fitted to a population of ``n_clients``."""
+    if distributed.is_distributed() and plan.mesh is None:
+        plan = dataclasses.replace(plan, mesh=client_mesh())
+    return plan.fitted(n_clients)
+
+
+def _in_order(configs: list[Config], rows: list[dict]) -> list[dict]:
+    """The row of each configuration of ``configs`` (once each, in their order) that ``rows``
+    holds."""
+    by_key = {row["config_key"]: row for row in rows}
+    return [by_key[key] for key in dict.fromkeys(map(config_key, configs)) if key in by_key]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sweep:
+    """What every slice of one sweep shares."""
+
+    experiment: Any
+    population: Any  # placed for the program (replicated over the processes of a run)
+    plan: ExecutionPlan
+    unit: Callable  # (population, hp, key, token) -> outputs of one unit (_unit_function)
+    shared_algorithm: Any  # the program of units that share their noise; None: runs alone
+    per_unit: int  # runs per unit; shorter units are padded to it
+    rounds_bar: bool  # a progress bar over the rounds of the one run (instead of over runs)
+
+
+def _run_pending(
+    experiment, todo: list[Config], total: int, population, plan: ExecutionPlan,
+    results_path: str | None, options: SweepOptions,
+) -> list[dict]:  # fmt: skip
+    """Run ``todo`` (of ``total`` configurations) in slices of whole units through one compiled
+    program; each slice's rows are appended to ``results_path`` (unless ``None``) as soon as it
+    finishes."""
+    shared_algorithm = (
+        experiment.shared_noise_algorithm if options.share_noise and len(todo) > 1 else None
+    )
+    units = _units(todo, shared_algorithm is not None)
+    sweep = _sweep_of(experiment, units, shared_algorithm, population, plan, options.progress)
+    units_per_slice = _slice_size(sweep, units, options)
+    program = _program(sweep.unit, options.vector_width or default_vector_width(units_per_slice))
+    run_info = _run_info(sweep, units_per_slice)
+    rows: list[dict] = []
+    with tqdm(total=total, initial=total - len(todo),
+              disable=not options.progress or sweep.rounds_bar,
+              desc=f"sweep {experiment.name}", unit="run") as bar:  # fmt: skip
         for index, start in enumerate(range(0, len(units), units_per_slice)):
             chunk = units[start : start + units_per_slice]
-            padded = chunk + [chunk[-1]] * (units_per_slice - len(chunk))
-            prepared_units = [prepared(u) for u in padded]
-            hps = stack([hp for hp, _ in prepared_units])
-            keys = jax.vmap(jax.random.key)(np.array([u[0].seed for u in padded]))
-            args = (population, *_placed(plan, (hps, keys, jnp.int32(0))))
-            executable, compile_seconds = _compiled(program, _spec(args))
-            tic = time.perf_counter()
-            if rounds_bar:
-                with round_progress(experiment.rounds, experiment.name) as token:
-                    outputs = distributed.fetch(executable(*args[:3], *_placed(plan, (token,))))
-                    jax.effects_barrier()
-            else:
-                outputs = distributed.fetch(executable(*args))
-            n_runs = sum(len(u) for u in chunk)
-            per_run = (time.perf_counter() - tic) / n_runs
-            rows = []
-            for g, unit_configs in enumerate(chunk):
-                for e, config in enumerate(unit_configs):
-                    run_outputs = jax.tree.map(
-                        lambda leaf, g=g, e=e: np.asarray(leaf[g, e]), outputs
-                    )
-                    rows.append(schema.row(
-                        experiment, config, prepared_units[g][1][e],
-                        experiment.evaluate(run_outputs, config),
-                        dict(run_info, compile_seconds=compile_seconds, run_seconds=per_run,
-                             slice=index),
-                    ))  # fmt: skip
+            written = _run_slice(sweep, program, chunk, units_per_slice, run_info, index)
             if results_path is not None:
-                _append(results_path, rows)
-            kept += rows
-            bar.update(n_runs)
-            if on_slice is not None:
-                on_slice(index)
-        bar.close()
-    wanted = {config_key(c): c for c in configs}
-    by_key = {row["config_key"]: row for row in kept}
-    return [by_key[key] for key in wanted if key in by_key]
+                append_rows(results_path, written)
+            rows += written
+            bar.update(len(written))
+            if options.on_slice is not None:
+                options.on_slice(index)
+    return rows
+
+
+def _sweep_of(
+    experiment, units: list[list[Config]], shared_algorithm, population, plan: ExecutionPlan,
+    progress: bool,
+) -> _Sweep:  # fmt: skip
+    """What the slices of ``units`` share: the unit function (of ``shared_algorithm`` when not
+    ``None``, else of the method's algorithm), and a bar over rounds when there is one run."""
+    shared = shared_algorithm is not None
+    per_unit = max(len(unit) for unit in units)  # shorter units are padded to this
+    rounds_bar = progress and len(units) == 1 and per_unit == 1
+    unit = _unit_function(
+        shared_algorithm if shared else experiment.algorithm, experiment.rounds, plan,
+        experiment.outputs, shared, report_every(experiment.rounds) if rounds_bar else 0,
+    )  # fmt: skip
+    return _Sweep(experiment, population, plan, unit, shared_algorithm, per_unit, rounds_bar)
+
+
+def _calibrated_unit(sweep: _Sweep, unit_configs: list[Config]) -> tuple:
+    """A unit's hyper-parameters (leaves ``[per_unit, ...]``, padded with its last
+    configuration) and the privacy fields of each of its runs (host calibration)."""
+    padded = unit_configs + [unit_configs[-1]] * (sweep.per_unit - len(unit_configs))
+    calibrated = [sweep.experiment.calibrated(c) for c in padded]
+    hp = _stack_unit([hp for hp, _ in calibrated], sweep.shared_algorithm)
+    return hp, [fields for _, fields in calibrated]
+
+
+def _slice_size(sweep: _Sweep, units: list[list[Config]], options: SweepOptions) -> int:
+    """Units per compiled call: ``options.slice_size`` runs rounded down to whole units; else as
+    many as the memory budget holds (XLA's memory analysis of one unit), at most
+    :data:`MAX_SLICE` runs; never more than there are units."""
+    if options.slice_size is not None:
+        units_per_slice = max(1, options.slice_size // sweep.per_unit)
+    elif len(units) == 1:
+        units_per_slice = 1
+    elif distributed.is_distributed():
+        units_per_slice = MAX_SLICE // sweep.per_unit  # (the memory analysis takes local inputs)
+    else:
+        hp, _ = _calibrated_unit(sweep, units[0])
+        footprint = unit_footprint(sweep.unit, sweep.population, hp, jax.random.key(0))
+        fits = options.memory_budget // footprint
+        units_per_slice = max(1, min(MAX_SLICE // sweep.per_unit, fits))
+    return min(units_per_slice, len(units))
+
+
+def _run_info(sweep: _Sweep, units_per_slice: int) -> dict:
+    """The fields of every row that say where and how it ran."""
+    device = jax.devices()[0]
+    return {
+        "plan": sweep.plan.describe(),
+        "device": f"{device.platform}: {device.device_kind}",
+        "shared_noise": sweep.shared_algorithm is not None,
+        "slice_size": units_per_slice * sweep.per_unit,
+    }
+
+
+def _run_slice(
+    sweep: _Sweep, program, chunk: list[list[Config]], units_per_slice: int, run_info: dict,
+    index: int,
+) -> list[dict]:  # fmt: skip
+    """Run slice ``index``: ``chunk``'s units (padded to ``units_per_slice`` with its last) in
+    one call of the compiled program; the rows of its runs."""
+    padded = chunk + [chunk[-1]] * (units_per_slice - len(chunk))
+    calibrated = [_calibrated_unit(sweep, unit_configs) for unit_configs in padded]
+    hps = stack([hp for hp, _ in calibrated])
+    keys = jax.vmap(jax.random.key)(np.array([u[0].seed for u in padded]))
+    args = (sweep.population, *_placed(sweep.plan, (hps, keys, jnp.int32(0))))
+    executable, compile_seconds = _compiled(program, _spec(args))
+    tic = time.perf_counter()
+    if sweep.rounds_bar:
+        with round_progress(sweep.experiment.rounds, sweep.experiment.name) as token:
+            outputs = distributed.fetch(executable(*args[:3], *_placed(sweep.plan, (token,))))
+            jax.effects_barrier()
+    else:
+        outputs = distributed.fetch(executable(*args))
+    per_run = (time.perf_counter() - tic) / sum(len(u) for u in chunk)
+    row_info = dict(run_info, compile_seconds=compile_seconds, run_seconds=per_run, slice=index)
+    return _rows_of_slice(sweep.experiment, chunk, [fields for _, fields in calibrated],
+                          outputs, row_info)  # fmt: skip
+
+
+def _rows_of_slice(
+    experiment, chunk: list[list[Config]], privacy: list[list[dict]], outputs, run_info: dict
+) -> list[dict]:
+    """The record of each run of ``chunk``: its outputs (leaf ``[unit, run]`` of the slice's)
+    evaluated on the host, with its privacy fields and ``run_info``."""
+    rows = []
+    for g, unit_configs in enumerate(chunk):
+        for e, config in enumerate(unit_configs):
+            run_outputs = jax.tree.map(lambda leaf, g=g, e=e: np.asarray(leaf[g, e]), outputs)
+            metrics = experiment.evaluate(run_outputs, config)
+            rows.append(schema.row(experiment, config, privacy[g][e], metrics, run_info))
+    return rows

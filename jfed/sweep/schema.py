@@ -4,7 +4,7 @@
 A record (schema version :data:`SCHEMA_VERSION`) has, flat:
 
 - ``schema_version``, ``method``, ``paper``, ``algorithm`` (its name in the paper);
-- every field of the method's configuration (:mod:`jfed.methods.declarations`), fixed or swept,
+- every field of the method's configuration (:mod:`jfed.methods.declared`), fixed or swept,
   under its own name (``epsilon`` is the target eps, ``seed`` the run seed);
 - the data: ``dataset``, ``n_clients``, ``dim`` (silos add ``n_silos``, ``records``, ``sampling``);
 - privacy: ``epsilon_certified`` (what the accountant certifies for the noise used; ``None``
@@ -29,7 +29,7 @@ import subprocess
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from jfed.methods.declarations import Config, method_of
+from jfed.methods import Config, method_of
 from jfed.report.record import json_safe, versions
 
 SCHEMA_VERSION = 1
@@ -107,22 +107,6 @@ def _versions() -> dict:
     return versions()
 
 
-def from_json(value):
-    """The inverse of :func:`jfed.report.record.json_safe` for the floats it spelled as strings."""
-    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: from_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [from_json(v) for v in value]
-    return value
-
-
-def dumps_row(record: dict) -> str:
-    """One JSON line (inf and nan spelled as strings, as in every record jfed writes)."""
-    return json.dumps(json_safe(record))
-
-
 # ----------------------------------------------------------------------------- sweep manifests
 
 
@@ -166,7 +150,17 @@ def manifest_differences(saved: dict, wanted: dict, limit: int = 3) -> list[str]
     return differences
 
 
+def read_manifest(results_path: str) -> dict | None:
+    """The manifest kept beside ``results_path`` (``None`` when there is none)."""
+    path = manifest_path(results_path)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
 def write_manifest(results_path: str, content: dict) -> None:
+    """Keep ``content`` (:func:`manifest`) beside ``results_path``."""
     with open(manifest_path(results_path), "w", encoding="utf-8") as handle:
         json.dump(content, handle, indent=2)
         handle.write("\n")

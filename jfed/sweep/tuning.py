@@ -49,7 +49,7 @@ IDENTITY = ("config_key", "method", "epsilon", "seed", "dataset")
 
 def swept_names(rows: list[dict]) -> tuple[str, ...]:
     """The tunable fields (of the rows' methods' declarations) whose value varies across rows."""
-    from jfed.methods.declarations import method
+    from jfed.methods import method
     from jfed.methods.fields import fields_of
 
     tunable = {

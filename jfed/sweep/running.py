@@ -7,15 +7,8 @@ import os
 from collections.abc import Iterable
 
 from jfed.engine import ExecutionPlan
-from jfed.methods.declarations import Config, method_of
+from jfed.methods import Config, build_experiment
 from jfed.sweep.runner import configurations, run_sweep
-
-
-def experiment(config: Config, **data):
-    """The experiment of ``config``'s method, built on its fixed fields. ``data`` passes an
-    already loaded ``task`` (and, for regression methods, the OLS ``reference``) so that many
-    experiments on one task load and fit it once."""
-    return method_of(config).load()(config, **data)
 
 
 def run(
@@ -32,9 +25,10 @@ def run(
       plan: engine batching plan (default: sized for the backend).
       progress: a progress bar over rounds, from inside the compiled scan (default: when stderr
         is a terminal).
-      data: ``task=`` / ``reference=`` to reuse loaded data (see :func:`experiment`).
+      data: ``task=`` / ``reference=`` to reuse loaded data (see
+        :func:`jfed.methods.experiment`).
     """
-    (record,) = run_sweep(experiment(config, **data), [config], None, plan=plan,
+    (record,) = run_sweep(build_experiment(config, **data), [config], None, plan=plan,
                           progress=progress, share_noise=False)  # fmt: skip
     return record
 
@@ -54,5 +48,5 @@ def run_grid(
     data = {k: options.pop(k) for k in ("task", "reference") if k in options}
     configs = configurations(base, epsilons, seeds, grid)
     results = os.path.join(out, "runs.jsonl") if out is not None else None
-    return run_sweep(experiment(base, **data), configs, results, resume=resume,
+    return run_sweep(build_experiment(base, **data), configs, results, resume=resume,
                      swept=tuple(sorted(grid or {})), **options)  # fmt: skip

@@ -1,0 +1,55 @@
+"""The built-in methods' declarations, one module per family, each registered through the public
+:func:`jfed.methods.register` exactly as a user's method is. Importing this package loads no
+numerical package."""
+
+# the order of registration is the order of every listing (jfed methods, the README's tables)
+# isort: off
+from jfed.methods.declared import regression, silo, ldp_fl, estimation  # noqa: F401
+
+# isort: on
+from jfed.methods.declared.estimation import Estimation, FunctionalEstimation
+from jfed.methods.declared.ldp_fl import LDPFL
+from jfed.methods.declared.regression import (
+    DPSGD,
+    OLS,
+    LocalPrivacy,
+    Modulated,
+    ModulatedIterative,
+    ModulatedOneShot,
+    RegressionData,
+)
+from jfed.methods.declared.silo import (
+    MBSGD,
+    AcceleratedMBSGD,
+    Calibrated,
+    FedAvg,
+    LocalSGD,
+    NoisyMBSGD,
+    ShuffleMBSGD,
+    SiloData,
+    SiloPrivacy,
+    SiloTraining,
+)
+
+__all__ = [
+    "DPSGD",
+    "LDPFL",
+    "MBSGD",
+    "OLS",
+    "AcceleratedMBSGD",
+    "Calibrated",
+    "Estimation",
+    "FedAvg",
+    "FunctionalEstimation",
+    "LocalPrivacy",
+    "LocalSGD",
+    "Modulated",
+    "ModulatedIterative",
+    "ModulatedOneShot",
+    "NoisyMBSGD",
+    "RegressionData",
+    "ShuffleMBSGD",
+    "SiloData",
+    "SiloPrivacy",
+    "SiloTraining",
+]

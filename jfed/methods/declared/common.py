@@ -1,0 +1,47 @@
+"""Fields that several method families share, each written once: a name means one thing across
+methods (its help, unit and range), and every family builds its field from here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jfed.methods.fields import MAX_SEED, POSITIVE, integers, param
+
+MAX_DIM = 100_000
+GRADIENT_CLIP = "clip norm of each gradient (DP-SGD: a client's, G; silos: a record's, L)"
+RIDGE = "ridge (L2) regulariser lambda"
+CLIENTS = "number of clients n (procedural regression clients; LDP-FL: they share the images)"
+LEARNING_RATE = "SGD learning rate (DP-SGD: the server's step; LDP-FL: each client's local step)"
+BATCH = (
+    "minibatch size: records per silo per round K (Local SGD: local steps), LDP-FL: images per "
+    "local step B (at most a client's images)"
+)
+REPLICATIONS = "Monte Carlo replications of the run (fresh data and noise each)"
+
+
+def projection_radius() -> Any:
+    """B: the parameter is projected onto the L2 ball of this radius after every step."""
+    return param(10.0, "projection radius B of the parameter", unit="parameter norm",
+                 range=POSITIVE, tunable=True)  # fmt: skip
+
+
+def gradient_clip(default: float) -> Any:
+    return param(default, GRADIENT_CLIP, unit="gradient norm", range=POSITIVE, tunable=True)
+
+
+def learning_rate(default: float) -> Any:
+    return param(default, LEARNING_RATE, range=POSITIVE, tunable=True)
+
+
+def data_seed() -> Any:
+    return param(0, "seed of the data's split among silos or clients and of its test split",
+                 range=integers(0, MAX_SEED), group="data")  # fmt: skip
+
+
+def batch(default: int, high: int) -> Any:
+    return param(default, BATCH, unit="records", range=integers(1, high))
+
+
+def replications(default: int) -> Any:
+    return param(default, REPLICATIONS, unit="replications", range=integers(2, 10**6),
+                 group="run")  # fmt: skip

@@ -1,0 +1,127 @@
+"""Private mean estimation in seven trust settings and private functional mean estimation.
+Their experiments are in :mod:`jfed.methods.estimation`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jfed import catalog
+from jfed.methods.config import Config
+from jfed.methods.declared.common import replications
+from jfed.methods.fields import EPSILON, OPEN_UNIT, POSITIVE, Range, integers, param
+from jfed.methods.registry import Method, register
+
+ESTIMATION_PAPER = (
+    "Yu, Optimal federated learning under differential privacy constraints (talk; Kent, Berrett "
+    "and Yu 2024; Li, Tian, Feng and Yu 2024; Xue, Lin and Yu 2024)"
+)
+TWO_STAGE = catalog.TWO_STAGE_SETTINGS
+
+
+@dataclass(frozen=True)
+class Estimation(Config):
+    """Private mean estimation: S sites of n units each, in one of seven trust settings; a run is
+    ``replications`` Monte Carlo draws of the estimate."""
+
+    setting: str = param(
+        "federated", "who is trusted and what is protected: none, local-item, local-user-small, "
+        "local-user-large, central-item, central-user, federated (each site a trusted curator of "
+        "its own units)", choices=catalog.ESTIMATION_SETTINGS,
+    )  # fmt: skip
+    sites: int = param(20, "sites S (users in the local user-level settings; servers in the "
+                       "federated one)", unit="sites", range=integers(1, 100_000), tunable=True,
+                       group="data")  # fmt: skip
+    units: int = param(50, "units n per site", unit="units", range=integers(1, 10**7),
+                       tunable=True, group="data")  # fmt: skip
+    data: str = param("rademacher", "data model: rademacher (values +-1, the worst case of "
+                      "data in [-1, 1]) or gaussian (N(mu, 1), sub-Gaussian)",
+                      choices=catalog.ESTIMATION_DATA, group="data")  # fmt: skip
+    mean: float = param(0.3, "true mean mu", range=Range(-1.0, 1.0), tunable=True, group="data")
+    epsilon: float = param(1.0, "eps of each release (the setting says whose data and who "
+                           "sees it)", range=EPSILON, group="privacy")  # fmt: skip
+    mechanism: str = param("laplace", "noise: laplace (pure eps) or gaussian (analytic "
+                           "calibration, (eps, delta))", choices=catalog.ESTIMATION_MECHANISMS,
+                           group="privacy")  # fmt: skip
+    delta: float = param(1e-5, "delta of each release", range=OPEN_UNIT, group="privacy",
+                         requires=(lambda c: c.mechanism == "gaussian",
+                                   "only with --mechanism gaussian"))  # fmt: skip
+    value_clip: float | None = param(
+        None, "c: a unit's value (item-level) or a site's mean (user-level) is clipped to "
+        "[-c, c]", kind=float, range=POSITIVE, group="privacy",
+        default_text="1 for rademacher data; gaussian: 1 + sqrt(2 ln(20 S n)) per unit, "
+        "1 + 3 / sqrt(n) per site mean",
+    )  # fmt: skip
+    replications: int = replications(400)
+
+    def check(self) -> Config:
+        super().check()
+        if self.setting in TWO_STAGE and self.sites < 2:
+            raise ValueError(
+                f"expected --sites >= 2 for --setting {self.setting} (half the sites locate the "
+                f"mean), got --sites={self.sites}"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class FunctionalEstimation(Config):
+    """Private functional mean estimation: S servers, n functions each, m noisy observations
+    per function; a basis expansion fitted by Gaussian-perturbed SGD at every server."""
+
+    servers: int = param(4, "servers S", unit="servers", range=integers(1, 10_000),
+                         tunable=True, group="data")  # fmt: skip
+    functions: int = param(100, "functions n per server", unit="functions",
+                           range=integers(1, 10**6), tunable=True, group="data")  # fmt: skip
+    observations: int = param(20, "observations m per function", unit="points",
+                              range=integers(1, 10**5), tunable=True, group="data")  # fmt: skip
+    smoothness: float = param(2.0, "Sobolev smoothness alpha of the mean and of the random "
+                              "functions", range=Range(0.5, 10.0), group="data")  # fmt: skip
+    basis: str = param("fourier", "basis Phi_r: fourier or legendre (orthonormal on [0, 1])",
+                       choices=catalog.FUNCTIONAL_BASES)  # fmt: skip
+    terms: int | None = param(
+        None, "basis terms r", kind=int, unit="terms", range=integers(1, 32), tunable=True,
+        default_text="the rate-optimal r of the spec (S n)^(1/2a) ^ (S n m)^(1/(2a+1)) ^ "
+        "(S n^2 eps^2)^(1/2a) ^ (S n^2 m eps^2)^(1/(2a+2)), at most 32",
+    )  # fmt: skip
+    iterations: int = param(1, "SGD iterations T per server (disjoint batches of n / T "
+                            "functions)", unit="iterations", range=integers(1, 1000))  # fmt: skip
+    epsilon: float = param(1.0, "eps of each server's release (user-level: one function)",
+                           range=EPSILON, group="privacy")  # fmt: skip
+    delta: float = param(1e-5, "delta of each server's release", range=OPEN_UNIT,
+                         group="privacy")  # fmt: skip
+    noise_shape: str = param("anisotropic", "Gaussian noise: anisotropic (the seed's shape, "
+                           "sigma_l^2 ~ Delta_l ||Delta||_1), isotropic (one sigma, L2 "
+                           "sensitivity), both scaled by the analytic Gaussian; or none",
+                           choices=catalog.FUNCTIONAL_NOISE_SHAPES,
+                           group="privacy")  # fmt: skip
+    replications: int = replications(100)
+
+    def check(self) -> Config:
+        super().check()
+        if self.iterations > self.functions:
+            raise ValueError(
+                f"expected --iterations in [1, {self.functions}] (at most --functions), got "
+                f"--iterations={self.iterations}"
+            )
+        return self
+
+
+register(Method(
+    "estimation", Estimation,
+    "private mean estimation across S sites of n units, seven trust settings",
+    "eps-DP (Laplace) or (eps, delta)-DP (Gaussian); local or central, of one unit or of "
+    "one site's units: --setting says which (every record names it)",
+    "one unit (item-level) or all n units of one site (user-level), per --setting",
+    "per --setting: nobody, one curator, or each site for its own units",
+    "jfed.methods.estimation:EstimationExperiment",
+    ESTIMATION_PAPER, "mean estimation (the talk's table of minimax rates)",
+))  # fmt: skip
+register(Method(
+    "functional-estimation", FunctionalEstimation,
+    "private functional mean estimation: basis expansion, Gaussian-perturbed SGD per server",
+    "(eps, delta)-DP of each server's release, user-level (one function with its m "
+    "observations)", "one function of one server, with all its observations",
+    "each server a trusted curator of its own functions; the aggregator sees releases",
+    "jfed.methods.estimation:FunctionalExperiment",
+    ESTIMATION_PAPER, "private distributed functional mean estimation (Xue, Lin and Yu)",
+))  # fmt: skip

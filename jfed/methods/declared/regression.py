@@ -1,0 +1,181 @@
+"""The regression methods of the modulated-learning paper: the modulated estimators (iterative
+and one-shot), DP-SGD FedAvg with one sample per client, and the non-private OLS reference.
+Their experiments are in :mod:`jfed.methods.regression`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jfed import catalog
+from jfed.methods.config import Config, Rounds
+from jfed.methods.declared.common import (
+    CLIENTS,
+    MAX_DIM,
+    RIDGE,
+    gradient_clip,
+    learning_rate,
+    projection_radius,
+)
+from jfed.methods.fields import (
+    EPSILON,
+    MAX_CLIENTS,
+    NONNEGATIVE,
+    OPEN_UNIT,
+    POSITIVE,
+    integers,
+    param,
+)
+from jfed.methods.registry import Method, register
+
+MODULATED_PAPER = (
+    "Modulated learning for private and distributed regression with just a single sample per "
+    "client device"
+)
+LOCAL = "local (eps, delta)-DP"
+UNTRUSTED = "untrusted server; each client randomizes its own messages"
+FEATURES = "one client's feature vector x_i (the response y_i is treated as public)"
+RECORD = "one client's record (x_i, y_i)"
+EXPERIMENTS = "jfed.methods.regression:"
+
+
+@dataclass(frozen=True)
+class RegressionData(Config):
+    """A regression task: one of the real tasks, or procedural clients generated on the device."""
+
+    dataset: str = param(
+        catalog.DEFAULT_REGRESSION_DATASET,
+        "real task, one record per client (statsmodels, ships offline; see `jfed datasets`)",
+        choices=tuple(catalog.REGRESSION_DATASETS), group="data",
+    )  # fmt: skip
+    synthetic: bool = param(
+        False, "procedural linear clients generated on the device from their ids instead",
+        group="data",
+    )  # fmt: skip
+    clients: int | None = param(
+        None, CLIENTS, kind=int, unit="clients",
+        range=integers(1, MAX_CLIENTS), default_text=str(catalog.SYNTHETIC_CLIENTS),
+        requires=(lambda c: c.synthetic, "only with --synthetic"), group="data",
+    )  # fmt: skip
+    dim: int | None = param(
+        None, "features d of the procedural clients", kind=int, unit="features",
+        range=integers(1, MAX_DIM), default_text=str(catalog.SYNTHETIC_DIM),
+        requires=(lambda c: c.synthetic, "only with --synthetic"), group="data",
+    )  # fmt: skip
+
+    @property
+    def dimension(self) -> int | None:
+        """d of the task, known without loading it (``None`` for an unknown data set)."""
+        if self.synthetic:
+            return self.dim or catalog.SYNTHETIC_DIM
+        return catalog.REGRESSION_DATASETS.get(self.dataset)
+
+    @property
+    def dataset_label(self) -> str:
+        return "synthetic" if self.synthetic else self.dataset
+
+
+@dataclass(frozen=True)
+class LocalPrivacy(Config):
+    """(eps, delta) of the whole run and the accountant that calibrates the noise to it."""
+
+    epsilon: float = param(1.0, "target eps of the whole run", range=EPSILON, group="privacy")
+    delta: float = param(1e-5, "target delta of the whole run", range=OPEN_UNIT, group="privacy")
+    accountant: str = param(
+        "zcdp", "accountant that calibrates the noise (zcdp: Gaussian zCDP, converted exactly)",
+        choices=catalog.ROUNDS_ACCOUNTANTS, group="privacy",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Modulated(RegressionData, LocalPrivacy):
+    """The modulated client map, common to both of its estimators."""
+
+    alpha: float = param(1.0, "signal amplitude alpha", range=POSITIVE, tunable=True)
+    beta: float = param(0.5, "modulation amplitude beta", range=NONNEGATIVE, tunable=True)
+    omega: float = param(1.0, "modulation frequency omega", range=NONNEGATIVE, tunable=True)
+    directions: int = param(1, "modulation directions k (at most d)", range=integers(1, MAX_DIM))
+    feature_clip: float | None = param(
+        None, "feature clip radius C: a client's features are scaled into the ball of radius C",
+        kind=float, unit="feature norm", range=POSITIVE, tunable=True,
+        default_text="3.0 on real tasks (standardised features); synthetic: the 95% quantile "
+        "of the feature norm, 4.28 for d = 10",
+    )  # fmt: skip
+    adjacency_diameter: float | None = param(
+        None, "adjacency diameter D: how far apart two neighbouring feature vectors may be",
+        kind=float, unit="feature norm", range=POSITIVE, tunable=True,
+        default_text="2 x feature clip",
+    )  # fmt: skip
+    radius: float = projection_radius()
+
+    def check(self) -> Config:
+        dimension = self.dimension
+        if dimension is not None and not 1 <= self.directions <= dimension:
+            raise ValueError(
+                f"expected --directions in [1, {dimension}] (the data's dimension d), "
+                f"got --directions={self.directions}"
+            )
+        return super().check()
+
+
+@dataclass(frozen=True)
+class ModulatedIterative(Modulated, Rounds):
+    """Modulated learning, iterative estimator: T rounds of debiased modulated gradients."""
+
+    step_scale: float = param(0.8, "step scale c of the step size c / (L sqrt(t))",
+                              range=POSITIVE, tunable=True)  # fmt: skip
+    step_floor: float = param(1e-3, "smallest step size", range=POSITIVE, tunable=True)
+
+
+@dataclass(frozen=True)
+class ModulatedOneShot(Modulated):
+    """Modulated learning, one-shot estimator: one release, a ridge solve of the debiased
+    second moments."""
+
+    ridge: float | None = param(
+        None, RIDGE, kind=float, range=NONNEGATIVE, tunable=True,
+        default_text="noise-scaled: --ridge-scale x (sigma / alpha)^2 x 2 sqrt(d / n)",
+    )  # fmt: skip
+    ridge_scale: float = param(
+        1.0, "scale s of the noise-scaled ridge", range=POSITIVE, tunable=True,
+        requires=(lambda c: c.ridge is None, "only without --ridge"),
+    )  # fmt: skip
+    psd: bool = param(False, "solve with the positive semi-definite part of the second moments")
+
+
+@dataclass(frozen=True)
+class DPSGD(RegressionData, LocalPrivacy, Rounds):
+    """DP-SGD FedAvg with one sample per client: clipped gradients, Gaussian noise per client."""
+
+    gradient_clip: float = gradient_clip(2.0)
+    learning_rate: float = learning_rate(0.1)
+    radius: float = projection_radius()
+
+
+@dataclass(frozen=True)
+class OLS(RegressionData):
+    """Non-private least squares on the same clients: the reference every private method is
+    compared with."""
+
+
+register(Method(
+    "modulated-iterative", ModulatedIterative,
+    "modulated learning, iterative estimator: T rounds of debiased modulated gradients",
+    LOCAL, FEATURES, UNTRUSTED, EXPERIMENTS + "ModulatedIterativeExperiment",
+    MODULATED_PAPER, "iterative modulated estimator",
+))  # fmt: skip
+register(Method(
+    "modulated-one-shot", ModulatedOneShot,
+    "modulated learning, one-shot estimator: one release, a ridge solve",
+    LOCAL, FEATURES, UNTRUSTED, EXPERIMENTS + "ModulatedOneShotExperiment",
+    MODULATED_PAPER, "one-shot modulated estimator",
+))  # fmt: skip
+register(Method(
+    "dpsgd", DPSGD, "DP-SGD FedAvg, one sample per client (the modulated paper's baseline)",
+    LOCAL, RECORD, UNTRUSTED, EXPERIMENTS + "DPSGDExperiment",
+    MODULATED_PAPER, "DP-SGD FedAvg baseline",
+))  # fmt: skip
+register(Method(
+    "ols", OLS, "non-private least squares (the reference)",
+    "none", "nothing", "trusted server sees raw data", EXPERIMENTS + "OLSExperiment",
+    MODULATED_PAPER, "ordinary least squares", private=False,
+))  # fmt: skip

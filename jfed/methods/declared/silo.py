@@ -1,0 +1,184 @@
+"""The silo methods of the inter-silo record-level DP paper: Noisy MB-SGD, its accelerated,
+shuffled and local-step variants, and the non-private baselines. Their experiments are in
+:mod:`jfed.methods.silo`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jfed import catalog
+from jfed.methods.config import Config
+from jfed.methods.declared.common import (
+    RIDGE,
+    batch,
+    data_seed,
+    gradient_clip,
+    projection_radius,
+)
+from jfed.methods.fields import (
+    EPSILON,
+    MAX_ROUNDS,
+    NONNEGATIVE,
+    OPEN_UNIT,
+    POSITIVE,
+    UNIT,
+    integers,
+    param,
+)
+from jfed.methods.registry import Method, register
+
+SILO_PAPER = (
+    "Lowy and Razaviyayn, Private Federated Learning Without a Trusted Server: Optimal "
+    "Algorithms for Convex Losses"
+)
+ISRL = "inter-silo record-level (ISRL) (eps, delta)-DP of each silo's transcript"
+SILO_RECORD = "one record of one silo (replace-one), against the server and the other silos"
+SILO_TRUST = "people trust their own silo, not the server or other silos"
+EXPERIMENTS = "jfed.methods.silo:"
+MINIBATCH = "how a silo draws its minibatch"
+
+
+@dataclass(frozen=True)
+class SiloData(Config):
+    """Data silos: each silo holds many records of many people."""
+
+    dataset: str = param(
+        catalog.DEFAULT_SILO_DATASET,
+        "silo data set: digits-evenodd, digits-bylabel, <regression task>-sorted, synthetic",
+        choices=catalog.SILO_DATASETS, group="data",
+    )  # fmt: skip
+    silos: int | None = param(
+        None, "number of silos N", kind=int, unit="silos", range=integers(1, 10**6),
+        default_text="the data set's own",
+        requires=(lambda c: not c.dataset.startswith("digits"),
+                  "only to the -sorted and synthetic silo data sets (digits fixes its silos)"),
+        group="data",
+    )  # fmt: skip
+    mixing: float = param(0.0, "p: 0 heterogeneous silos .. 1 iid", range=UNIT, group="data")
+    data_seed: int = data_seed()
+
+    @property
+    def dataset_label(self) -> str:
+        return self.dataset
+
+
+@dataclass(frozen=True)
+class SiloTraining(SiloData):
+    """Minibatch SGD across silos: the fields every silo algorithm has."""
+
+    rounds: int = param(25, "communication rounds R", unit="rounds",
+                        range=integers(1, MAX_ROUNDS), group="run")  # fmt: skip
+    batch: int = batch(10, 10**7)
+    step_size: float = param(1.0, "step size eta (AC-SA: gamma)", range=POSITIVE, tunable=True)
+    gradient_clip: float = gradient_clip(1.0)
+    radius: float = projection_radius()
+    availability: str = param("all", "which silos take part in a round",
+                              choices=catalog.AVAILABILITIES)  # fmt: skip
+    available: int | None = param(
+        None, "silos taking part per round M (fixed) or expected (bernoulli)", kind=int,
+        unit="silos", range=integers(0, 10**6), default_text="all",
+        requires=(lambda c: c.availability != "all", "only with --availability fixed or bernoulli"),
+    )  # fmt: skip
+    average_last: int = param(0, "average the last this many iterates (0: all)", unit="rounds",
+                              range=integers(0, MAX_ROUNDS))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SiloPrivacy(SiloTraining):
+    """Inter-silo record-level DP: each silo's transcript is (eps, delta)-DP in its records."""
+
+    epsilon: float = param(1.0, "target eps of each silo", range=EPSILON, group="privacy")
+    delta: float | None = param(
+        None, "target delta of each silo", kind=float, range=OPEN_UNIT,
+        default_text="1 / n_min^2, n_min the smallest silo", group="privacy",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Calibrated(SiloPrivacy):
+    calibration: str = param(
+        "exact", "noise calibration: exact (PLD, Poisson sampling) or the paper's formulas",
+        choices=catalog.SILO_CALIBRATIONS, group="privacy",
+    )  # fmt: skip
+    sampling: str | None = param(
+        None, MINIBATCH, kind=str, choices=catalog.SAMPLINGS,
+        default_text="poisson with --calibration exact, else with-replacement",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NoisyMBSGD(Calibrated):
+    """ISRL-DP Noisy MB-SGD (Algorithm 2 of the silo paper)."""
+
+
+@dataclass(frozen=True)
+class AcceleratedMBSGD(Calibrated):
+    """Accelerated (AC-SA) Noisy MB-SGD (Algorithm 1 of the silo paper): one pass, ERM, or
+    multi-stage restarts."""
+
+    sampling: str | None = param(None, MINIBATCH, kind=str, choices=catalog.SAMPLINGS,
+                                 default_text="one-pass")  # fmt: skip
+    ridge: float = param(0.0, RIDGE, range=NONNEGATIVE, tunable=True)
+    multistage: bool = param(False, "multi-stage restarts")
+
+
+@dataclass(frozen=True)
+class ShuffleMBSGD(SiloPrivacy):
+    """Shuffle-DP Noisy MB-SGD (section 5 of the silo paper): per-record messages, amplified by
+    shuffling."""
+
+
+@dataclass(frozen=True)
+class LocalSGD(Calibrated):
+    """ISRL-DP Local SGD: K noisy local steps per silo per round (the silo paper's baseline)."""
+
+
+@dataclass(frozen=True)
+class MBSGD(SiloTraining):
+    """Non-private minibatch SGD across silos."""
+
+    sampling: str | None = param(None, MINIBATCH, kind=str, choices=catalog.SAMPLINGS,
+                                 default_text="with-replacement")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FedAvg(SiloTraining):
+    """Non-private Local SGD (FedAvg): K local steps per silo per round."""
+
+    sampling: str | None = param(None, MINIBATCH, kind=str, choices=catalog.SAMPLINGS,
+                                 default_text="with-replacement")  # fmt: skip
+
+
+register(Method(
+    "noisy-mbsgd", NoisyMBSGD, "ISRL-DP Noisy MB-SGD across data silos",
+    ISRL, SILO_RECORD, SILO_TRUST, EXPERIMENTS + "NoisyMBSGDExperiment",
+    SILO_PAPER, "Noisy MB-SGD (Algorithm 2)",
+))  # fmt: skip
+register(Method(
+    "accel-mbsgd", AcceleratedMBSGD,
+    "accelerated (AC-SA) Noisy MB-SGD: one pass, ERM, multi-stage",
+    ISRL, SILO_RECORD, SILO_TRUST, EXPERIMENTS + "AcceleratedExperiment",
+    SILO_PAPER, "One-pass Accelerated Noisy MB-SGD (Algorithm 1)",
+))  # fmt: skip
+register(Method(
+    "shuffle-mbsgd", ShuffleMBSGD,
+    "shuffle-DP Noisy MB-SGD: per-record messages, amplification by shuffling",
+    "central (eps, delta)-DP via shuffling; each message (eps0, delta0)-LDP", SILO_RECORD,
+    "a trusted shuffler; the server sees shuffled messages", EXPERIMENTS + "ShuffleExperiment",
+    SILO_PAPER, "Noisy MB-SGD with a shuffler (section 5)",
+))  # fmt: skip
+register(Method(
+    "local-sgd", LocalSGD, "ISRL-DP Local SGD: K noisy local steps per silo",
+    ISRL, SILO_RECORD, SILO_TRUST, EXPERIMENTS + "LocalSGDExperiment",
+    SILO_PAPER, "Noisy Local SGD (baseline)",
+))  # fmt: skip
+register(Method(
+    "mbsgd", MBSGD, "non-private minibatch SGD across silos",
+    "none", "nothing", "trusted server sees raw gradients", EXPERIMENTS + "MBSGDExperiment",
+    SILO_PAPER, "minibatch SGD (non-private baseline)", private=False,
+))  # fmt: skip
+register(Method(
+    "fedavg", FedAvg, "non-private Local SGD (FedAvg)",
+    "none", "nothing", "trusted server sees raw updates", EXPERIMENTS + "FedAvgExperiment",
+    SILO_PAPER, "Local SGD / FedAvg (non-private baseline)", private=False,
+))  # fmt: skip

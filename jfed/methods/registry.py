@@ -1,0 +1,327 @@
+"""The registry of methods: one call (:func:`register`) or one decorator (:func:`register_method`)
+makes a method known to ``jfed run``, ``jfed sweep``, ``jfed methods``, ``jfed plot``,
+:func:`jfed.run_grid` and the records. The built-in methods register through the same call.
+
+An installed package adds methods through the entry-point group :data:`ENTRY_POINT_GROUP`
+(``jfed.methods``): in its ``pyproject.toml``::
+
+    [project.entry-points."jfed.methods"]
+    my-method = "my_package.method"
+
+The entry point names a module whose import registers its methods (with the decorator or the
+call), or a :class:`Method`, or a function returning one or several. Entry points load the first
+time the registry is read, so ``import jfed`` stays fast.
+
+A declaration is checked when it is registered (name, configuration fields, defaults, privacy
+statement, outputs), and the error names the method and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jfed.methods.config import Config
+
+ENTRY_POINT_GROUP = "jfed.methods"
+_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+NUMBER_KINDS = (int, float)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method: its configuration class and what a user needs to know before running it.
+
+    Attributes:
+      name: what the user types (``jfed run NAME``): lower case, words joined by ``-``.
+      config: the configuration dataclass (a subclass of :class:`~jfed.methods.Config`; its
+        declared fields are the flags).
+      summary: one line for listings.
+      notion: the privacy notion of its eps (``"none"`` for a non-private method).
+      protected: what one adjacency changes (``"one client's whole data"``).
+      trust_model: who sees what (``"trusted server adds the noise"``).
+      experiment: the experiment class (a subclass of :class:`~jfed.methods.Experiment`), or
+        ``"module:Class"`` imported only when a run starts (so the command line checks flags
+        before JAX loads).
+      paper: the source, where there is one; ``algorithm``: the algorithm's name there.
+      private: whether it has an eps (then its configuration declares ``epsilon``).
+    """
+
+    name: str
+    config: type
+    summary: str
+    notion: str
+    protected: str
+    trust_model: str
+    experiment: Any
+    paper: str = ""
+    algorithm: str = ""
+    private: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.algorithm:  # the algorithm's name in its source: the method's, if none
+            object.__setattr__(self, "algorithm", self.name)
+
+    def load(self) -> type:
+        """The experiment class (imports it, and with it JAX, on first use)."""
+        experiment = self.experiment
+        if isinstance(experiment, str):
+            module, _, name = experiment.partition(":")
+            experiment = getattr(importlib.import_module(module), name)
+        check_experiment(self.name, experiment)
+        return experiment
+
+
+class Registry(Mapping):
+    """Name -> :class:`Method`, in registration order; installed packages' entry points load on
+    first read."""
+
+    def __init__(self) -> None:
+        self._methods: dict[str, Method] = {}
+        self._plugins_loaded = False
+
+    def _plugins(self) -> dict[str, Method]:
+        if not self._plugins_loaded:
+            self._plugins_loaded = True
+            load_entry_points(self)
+        return self._methods
+
+    def __getitem__(self, name: str) -> Method:
+        return self._plugins()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._plugins())
+
+    def __len__(self) -> int:
+        return len(self._plugins())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._plugins()
+
+    def add(self, method: Method, replace: bool = False) -> None:
+        known = self._methods.get(method.name)
+        if known is not None and known != method and not replace:
+            raise ValueError(
+                f"method {method.name!r} is already registered (config "
+                f"{known.config.__qualname__}); choose another name or pass replace=True"
+            )
+        self._methods[method.name] = method
+
+    def remove(self, name: str) -> None:
+        """Forget ``name`` (tests; a notebook re-defining a method uses ``replace=True``)."""
+        self._methods.pop(name, None)
+
+
+METHODS = Registry()
+# names kept for the commands of earlier versions
+ALIASES = {"modulated": "modulated-iterative"}
+
+
+def load_entry_points(registry: Registry) -> None:
+    """Register the methods of every installed package's ``jfed.methods`` entry point. A plug-in
+    that fails to load is reported on stderr, naming it, and skipped: one broken package must
+    not take every other method down."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = entry.load()
+            for method in _methods_of(loaded() if _is_factory(loaded) else loaded):
+                registry.add(method)
+        except Exception as error:
+            source = getattr(entry, "dist", None)
+            package = f" (package {source.name})" if source is not None else ""
+            print(
+                f"jfed: skipped the methods of entry point {entry.name} = {entry.value}"
+                f"{package}: {type(error).__name__}: {error}",
+                file=sys.stderr,
+            )
+
+
+def _is_factory(loaded: Any) -> bool:
+    return callable(loaded) and not isinstance(loaded, (type, Method))
+
+
+def _methods_of(loaded: Any) -> list[Method]:
+    """What an entry point gave: a module (its import registered), a Method, or several."""
+    if loaded is None or isinstance(loaded, type(sys)):
+        return []
+    if isinstance(loaded, Method):
+        return [register_checked(loaded)]
+    if isinstance(loaded, (list, tuple)):
+        return [m for item in loaded for m in _methods_of(item)]
+    raise ValueError(f"expected a module, a jfed Method or a list of them, got {loaded!r}")
+
+
+def register_checked(method: Method) -> Method:
+    check_method(method)
+    _bind_config(method)
+    return method
+
+
+def register(method: Method, replace: bool = False) -> Method:
+    """Make ``method`` known to every command and to :func:`jfed.run_grid`; returns it.
+
+    Raises ``ValueError`` naming the method and the field when the declaration is malformed, or
+    when the name is taken (``replace=True`` re-registers it, e.g. in a notebook)."""
+    register_checked(method)
+    METHODS.add(method, replace)
+    return method
+
+
+def register_method(
+    name: str,
+    *,
+    config: type,
+    summary: str,
+    notion: str = "none",
+    protected: str = "nothing",
+    trust_model: str = "trusted server sees raw data",
+    paper: str = "",
+    algorithm: str = "",
+    private: bool | None = None,
+    replace: bool = False,
+) -> Callable[[type], type]:
+    """Register the decorated experiment class as method ``name`` (see :class:`Method`);
+    ``private`` defaults to whether ``notion`` is other than ``"none"``.
+
+    Example::
+
+        @register_method("dp-fedprox", config=DPFedProxConfig, summary="FedProx, central DP",
+                         notion="user-level (eps, delta)-DP", protected="one client's data",
+                         trust_model="trusted server adds the noise")
+        class DPFedProx(Experiment):
+            ...
+    """
+
+    def decorate(experiment: type) -> type:
+        register(
+            Method(
+                name=name, config=config, summary=summary, notion=notion, protected=protected,
+                trust_model=trust_model, experiment=experiment, paper=paper,
+                algorithm=algorithm,
+                private=notion != "none" if private is None else private,
+            ),
+            replace=replace,
+        )  # fmt: skip
+        return experiment
+
+    return decorate
+
+
+def method(name: str) -> Method:
+    """The declaration of ``name`` (or an alias of it); ``ValueError`` listing the names."""
+    name = ALIASES.get(name, name)
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; expected one of {list(METHODS)}")
+    return METHODS[name]
+
+
+def method_of(config: Config) -> Method:
+    """The declaration a configuration belongs to."""
+    name = type(config).method
+    if not name:
+        raise ValueError(
+            f"{type(config).__name__} is not the configuration of a registered method "
+            "(register it with jfed.methods.register or @register_method)"
+        )
+    return method(name)
+
+
+def build_experiment(config: Config, **data: Any) -> Any:
+    """The experiment of ``config``'s method, built on its fixed fields. ``data`` passes an
+    already loaded ``task`` (and, for regression methods, the OLS ``reference``) so that many
+    experiments on one task load and fit it once."""
+    return method_of(config).load()(config, **data)
+
+
+# ------------------------------------------------------------------------------------- checks
+
+
+def check_method(method: Method) -> None:
+    """Every problem of a declaration, at once, in one ``ValueError`` naming the method."""
+    if not isinstance(method, Method):
+        raise ValueError(f"expected a jfed.methods.Method, got {method!r}")
+    name = method.name
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(
+            f"method name {name!r}: expected lower-case words joined by '-', e.g. 'dp-fedprox'"
+        )
+    if name in ALIASES:
+        raise ValueError(f"method name {name!r} is an alias of {ALIASES[name]!r}")
+    problems = _config_problems(method)
+    for attribute in ("summary", "notion", "protected", "trust_model"):
+        if not isinstance(getattr(method, attribute), str) or not getattr(method, attribute):
+            problems.append(f"{attribute} must be a non-empty string")
+    if method.private and method.notion.strip().lower().startswith("none"):
+        problems.append("a private method states its notion (e.g. 'central (eps, delta)-DP')")
+    if not isinstance(method.experiment, (str, type)):
+        problems.append("experiment must be an Experiment subclass or 'module:Class'")
+    elif isinstance(method.experiment, str) and ":" not in method.experiment:
+        problems.append(f"experiment {method.experiment!r}: expected 'module:Class'")
+    if problems:
+        raise ValueError(f"method {name}: " + "; ".join(problems))
+    if isinstance(method.experiment, type):
+        check_experiment(name, method.experiment)
+
+
+def _config_problems(method: Method) -> list[str]:
+    config = method.config
+    if not (isinstance(config, type) and issubclass(config, Config)):
+        return [f"config must be a subclass of jfed.methods.Config, got {config!r}"]
+    if "__dataclass_params__" not in config.__dict__ or not config.__dataclass_params__.frozen:
+        return [f"config {config.__name__} must be a @dataclass(frozen=True)"]
+    problems = []
+    names = set()
+    for field in dataclasses.fields(config):
+        names.add(field.name)
+        declaration = field.metadata.get("jfed")
+        if declaration is None:
+            problems.append(
+                f"field {field.name!r} of {config.__name__} is not declared with "
+                "jfed.methods.param(default, help, ...)"
+            )
+        elif declaration["tunable"] and declaration["kind"] not in NUMBER_KINDS:
+            problems.append(
+                f"field {field.name!r} is tunable but of kind {declaration['kind'].__name__} "
+                "(a sweep varies numbers only)"
+            )
+        elif declaration["choices"] is not None and declaration["kind"] is not str:
+            problems.append(f"field {field.name!r} has choices but is not a str field")
+    if method.private and "epsilon" not in names:
+        problems.append(f"a private method's config declares an 'epsilon' field "
+                        f"({config.__name__} has {sorted(names)})")  # fmt: skip
+    if not method.private and "epsilon" in names:
+        problems.append("a non-private method's config must not declare 'epsilon'")
+    bound = config.__dict__.get("method", "")
+    if bound and bound != method.name:
+        problems.append(f"config {config.__name__} already belongs to method {bound!r}")
+    if not problems:
+        try:
+            config().check()
+        except (TypeError, ValueError) as error:
+            problems.append(f"the defaults of {config.__name__} are invalid: {error}")
+    return problems
+
+
+def _bind_config(method: Method) -> None:
+    """``config.method`` names the method (how a configuration finds its declaration)."""
+    if method.config.__dict__.get("method", "") != method.name:
+        type.__setattr__(method.config, "method", method.name)
+
+
+def check_experiment(name: str, experiment: Any) -> None:
+    """An experiment class has what the runner asks of it (``ValueError`` naming the member);
+    the class checks itself (:meth:`jfed.methods.Experiment.check_class`)."""
+    check_class = getattr(experiment, "check_class", None)
+    if not isinstance(experiment, type) or check_class is None:
+        raise ValueError(
+            f"method {name}: experiment must be a subclass of jfed.methods.Experiment, got "
+            f"{experiment!r}"
+        )
+    check_class(name)
