@@ -104,10 +104,6 @@ class Outputs:
             kept[output.name] = value
         return kept
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(output.name for output in self.declared)
-
 
 def _follow(value: Any, root: str, path: list[str], name: str) -> Any:
     """``value.a.b`` (attributes, mapping keys, or positions ``0``, ``1`` of a tuple), with an
