@@ -69,6 +69,13 @@ AVAILABILITIES = ("all", "fixed", "bernoulli")
 IMAGE_DATASETS = ("digits", "procedural-mnist")
 IMAGE_SPLITS = ("iid", "by-label")
 LDP_FL_MODELS = ("cnn", "mlp", "logistic")
+
+# DP-FedAvg
+FEDERATED_DATASETS = ("synthetic", "digits-dirichlet")
+COHORTS = ("poisson", "uniform")
+SERVER_OPTIMIZERS = ("sgd", "adam", "adagrad", "yogi")
+CLIPPINGS = ("flat", "per-layer")
+COHORT_ACCOUNTANTS = ("pld", "rdp")
 WEIGHT_RANGES = ("fixed", "adaptive")
 
 # estimation: data models, noise, the user-level settings that locate the mean first

@@ -303,7 +303,7 @@ def test_catalog_names_match_the_implementations():
     from jfed.methods import METHODS
 
     assert available_datasets() == list(catalog.REGRESSION_DATASETS)
-    assert len(METHODS) == 13
+    assert len(METHODS) == 15
     for name, declared in METHODS.items():
         assert declared.config.method == name  # a configuration names its own method
         assert hasattr(declared.load(), "calibrate")  # and its experiment is where it says

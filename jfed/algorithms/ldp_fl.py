@@ -3,13 +3,14 @@ weight, split and shuffle, and the server's per-position mean (specs/ldp_fl.md).
 
 One round:
 
-1. The server samples ``k = round(f n)`` clients without replacement (a permutation of the client
-   ids from the round's server key: client ``i`` holds slot ``rank(i)`` and is selected when its
-   slot is below ``k``) and broadcasts the global weights.
-2. Every client runs :func:`local_training` for ONE client (written for one, vmapped by the
-   engine): E epochs of minibatch SGD (optax) with batch B over its own records, in an order drawn
-   from its own key; a selected client reports its trained weights into its slot of a
-   ``[k, P]`` buffer (an additive statistic, so the engine streams clients as usual).
+1. The server samples ``k = round(f n)`` clients without replacement: the engine's uniform
+   cohort (:class:`jfed.engine.Uniform`, drawn from the round's cohort key in O(k)), and
+   broadcasts the global weights.
+2. Only the selected clients train: each runs :func:`local_training` for ONE client (written for
+   one, vmapped by the engine over the cohort): E epochs of minibatch SGD (optax) with batch B over
+   its own records, in an order drawn from its own key, and reports its trained weights (the
+   engine stacks the cohort's reports, ``[k, P]``, row j from client ``ids[j]``). A round costs
+   O(k) client trainings, not O(n).
 3. Each report is clipped to its range ``[c - r, c + r]`` and perturbed weight by weight by the
    two-point mechanism (:mod:`jfed.privacy.two_point`) with the key of its client, addressed as
    ``fold_in(fold_in(randomizer root, round), client id)``. The simulation applies this randomizer
@@ -38,6 +39,7 @@ from jax.flatten_util import ravel_pytree
 
 from jfed import catalog
 from jfed.engine.aggregate import stack_messages
+from jfed.engine.cohort import Uniform
 from jfed.privacy import two_point
 
 MODELS = catalog.LDP_FL_MODELS
@@ -308,8 +310,7 @@ class LDPFL:
 
     def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
         hp = state.hyperparams
-        select_key, randomizer_key, shuffle_key = jax.random.split(key, 3)
-        order = jax.random.permutation(select_key, self.n_clients)
+        _, randomizer_key, shuffle_key = jax.random.split(key, 3)
         broadcast = Broadcast(state.weights, hp.learning_rate)
 
         def client(broadcast: Broadcast, view, client_key):
@@ -318,11 +319,9 @@ class LDPFL:
                 view.targets[view.silo_id, : self.records], broadcast.learning_rate, client_key,
             )  # fmt: skip
 
-        # every client's trained weights in client order, f32[n, P]; the round's reports are the
-        # selected clients' rows in slot order (slot j holds client order[j])
-        trained = clients(client, broadcast, stack_messages)
-        selected = order[: self.selected]
-        reports = trained[selected]
+        # the selected clients' trained weights, f32[k, P], row j from client selected[j]
+        reports, cohort = clients(client, broadcast, stack_messages, cohort=Uniform(self.selected))
+        selected = cohort.ids
         if self.private:
             center, radius = self._ranges(reports, hp)
             clipped = jnp.mean((reports < center - radius) | (reports > center + radius))

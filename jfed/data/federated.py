@@ -37,6 +37,9 @@ from jfed.data.silos import SiloData, SiloTask, _digits
 DIGITS_TEST_FRACTION = 0.2
 """Fraction of digits held out for testing (as :func:`jfed.data.images.digits_clients`)."""
 
+SHARED_MODEL_STREAM = 2**31 + 3
+"""``fold_in(key, SHARED_MODEL_STREAM)`` is the shared model's key (no client id reaches it)."""
+
 FEATURE_COVARIANCE_EXPONENT = 1.2
 """Synthetic(alpha, beta) features have ``Sigma_jj = j^-1.2`` (j = 1..d)."""
 
@@ -234,6 +237,14 @@ class SyntheticFederated:
     does not change any label: it only moves ``W_k`` and ``b_k`` (model heterogeneity in parameter
     space). ``beta`` moves the feature means and hence the label mix.
 
+    Held-out clients. With a model of its own per client (Li et al.'s generator), the logits
+    ``W_k x + b_k`` of a new client are, given x, independent and identically distributed across
+    classes, so its label is uniform given x: no global model predicts a held-out client's labels
+    better than chance, whatever it learned. ``shared_model=True`` draws one ``W, b`` for every
+    client (plus the same ``u_k`` shift), as FedProx's Synthetic-IID does for the model, while the
+    features stay heterogeneous through beta: a global model then has something to learn that
+    carries to held-out clients.
+
     The client's parameters come from ``fold_in(client_key, 0)``; record r's noise from
     ``fold_in(fold_in(client_key, 1), r)``, so a record does not depend on ``n_max`` (beyond the cap
     on the count), on the block size, or on the other clients. Only keys and a few parameters are
@@ -248,9 +259,12 @@ class SyntheticFederated:
       feature_std: ``f32[d]``, ``sqrt(Sigma_jj)``.
       count_log_mean: ``f32[]``, m.
       count_log_std: ``f32[]``, s.
+      model_key: the key of the shared model (used with ``shared_model``; kept by
+        :meth:`held_out`, so held-out clients share the training clients' model).
       n_clients: number of clients (static).
       n_max: the cap on a client's records, the padded length (static).
       classes: number of classes (static).
+      shared_model: one ``W, b`` for all clients instead of one per client (static).
     """
 
     data_key: jax.Array
@@ -259,9 +273,11 @@ class SyntheticFederated:
     feature_std: jax.Array
     count_log_mean: jax.Array
     count_log_std: jax.Array
+    model_key: jax.Array
     n_clients: int = field(metadata=dict(static=True))
     n_max: int = field(metadata=dict(static=True))
     classes: int = field(metadata=dict(static=True))
+    shared_model: bool = field(default=False, metadata=dict(static=True))
 
     @classmethod
     def create(
@@ -276,6 +292,7 @@ class SyntheticFederated:
         classes: int = 10,
         count_log_mean: float = 3.0,
         count_log_std: float = 1.5,
+        shared_model: bool = False,
     ) -> SyntheticFederated:
         """A population of ``n_clients`` Synthetic(alpha, beta) clients (nothing is generated yet).
 
@@ -302,9 +319,11 @@ class SyntheticFederated:
             jnp.asarray(feature_std, jnp.float32),
             jnp.asarray(count_log_mean, jnp.float32),
             jnp.asarray(count_log_std, jnp.float32),
+            jax.random.fold_in(key, SHARED_MODEL_STREAM),
             n_clients,
             n_max,
             classes,
+            bool(shared_model),
         )
 
     @property
@@ -317,6 +336,9 @@ class SyntheticFederated:
         client_key = jax.random.fold_in(self.data_key, client_id)
         z, _ = normals_and_uniforms(jax.random.fold_in(client_key, 0), 3 + c * d + c + d, 0)
         u, B = self.alpha * z[0], self.beta * z[1]
+        if self.shared_model:
+            shared, _ = normals_and_uniforms(self.model_key, 3 + c * d + c + d, 0)
+            z = z.at[3 : 3 + c * d + c].set(shared[3 : 3 + c * d + c])
         log_count = self.count_log_mean + self.count_log_std * z[2]
         count = jnp.clip(jnp.floor(jnp.exp(log_count)), 1.0, float(self.n_max)).astype(jnp.int32)
         weights = u + z[3 : 3 + c * d].reshape(c, d)
@@ -345,6 +367,26 @@ class SyntheticFederated:
         """Records of ``ids: i32[b]``: a :class:`ClientRecords` with leaves ``X: f32[b, n_max,
         d]``, ``y: f32[b, n_max]``, ``count: i32[b]``, ``client_id: i32[b]``."""
         return jax.vmap(self.record)(client_ids)
+
+    def materialize(self, chunk: int = 4096) -> SiloData:
+        """Every client's records generated once and stored: a :class:`~jfed.data.silos.SiloData`
+        (``features: f32[N, n_max, d]``, ``targets: f32[N, n_max]``, ``counts: i32[N]``) with the
+        same records, which a round then reads instead of generating them. Worth it when the
+        population fits in memory (4 N n_max (d + 1) bytes) and is trained for many rounds."""
+        chunk = min(check_int_range("chunk", chunk, 1, 2**31 - 1), self.n_clients)
+        features, targets, counts = [], [], []
+        for start in range(0, self.n_clients, chunk):
+            ids = np.minimum(np.arange(start, start + chunk), self.n_clients - 1).astype(np.int32)
+            block = _records(self, jnp.asarray(ids))
+            keep = min(chunk, self.n_clients - start)
+            features.append(np.asarray(block.features)[:keep])
+            targets.append(np.asarray(block.targets)[:keep])
+            counts.append(np.asarray(block.count)[:keep])
+        return SiloData(
+            jnp.asarray(np.concatenate(features)),
+            jnp.asarray(np.concatenate(targets)),
+            jnp.asarray(np.concatenate(counts), jnp.int32),
+        )
 
     def held_out(self, n_clients: int, key: jax.Array | None = None) -> SyntheticFederated:
         """The same law for ``n_clients`` other clients, from ``key`` (default: a stream disjoint

@@ -146,22 +146,34 @@ def poisson_capacity(
 ) -> int:
     """The smallest ``K_max`` with ``P(Binomial(n, q) > K_max) <= overflow_probability``.
 
-    Computed on the host from scipy's binomial survival function (``binom.isf``, then checked
-    against ``binom.sf`` and moved by one where the float inverse landed off by one), clamped to
-    ``[1, n]``. For n = 10^8, q = 10^-6 (mean 100) it is 166.
+    Computed on the host from scipy's binomial survival function in logs (``binom.logsf``, a
+    bisection over ``[0, n]``), so probabilities far below float64's relative precision (1e-20,
+    where ``binom.isf`` returns n) are honoured. For n = 10^8, q = 10^-6 (mean 100) it is 166 at
+    1e-9 and 178 at 1e-12.
     """
     from scipy.stats import binom
 
     n_clients, rate = int(n_clients), float(rate)
+    if not 0.0 < overflow_probability < 1.0:
+        raise ValueError(f"expected overflow_probability in (0, 1), got {overflow_probability}")
     if rate >= 1.0:
         return n_clients
-    k = binom.isf(overflow_probability, n_clients, rate)
-    k = int(k) if np.isfinite(k) else n_clients
-    while k < n_clients and binom.sf(k, n_clients, rate) > overflow_probability:
-        k += 1
-    while k > 0 and binom.sf(k - 1, n_clients, rate) <= overflow_probability:
-        k -= 1
-    return min(max(k, 1), n_clients)
+    log_target = math.log(overflow_probability)
+    low, high = 0, n_clients  # logsf(high) = -inf <= target; find the least k that satisfies it
+    while low < high:
+        middle = (low + high) // 2
+        if binom.logsf(middle, n_clients, rate) <= log_target:
+            high = middle
+        else:
+            low = middle + 1
+    return min(max(low, 1), n_clients)
+
+
+def overflow_probability(n_clients: int, rate: float, capacity: int) -> float:
+    """``P(Binomial(n, q) > capacity)``: how often a Poisson cohort overflows its capacity."""
+    from scipy.stats import binom
+
+    return float(binom.sf(int(capacity), int(n_clients), float(rate)))
 
 
 def cohort_capacity(cohort: Cohort, n_clients: int) -> int:

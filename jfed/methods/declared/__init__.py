@@ -4,9 +4,10 @@ numerical package."""
 
 # the order of registration is the order of every listing (jfed methods, the README's tables)
 # isort: off
-from jfed.methods.declared import regression, silo, ldp_fl, estimation  # noqa: F401
+from jfed.methods.declared import regression, silo, ldp_fl, estimation, dp_fedavg  # noqa: F401
 
 # isort: on
+from jfed.methods.declared.dp_fedavg import DPFedAvg, FedAvgSampled, FederatedTraining
 from jfed.methods.declared.estimation import Estimation, FunctionalEstimation
 from jfed.methods.declared.ldp_fl import LDPFL
 from jfed.methods.declared.regression import (
@@ -38,8 +39,11 @@ __all__ = [
     "OLS",
     "AcceleratedMBSGD",
     "Calibrated",
+    "DPFedAvg",
     "Estimation",
     "FedAvg",
+    "FedAvgSampled",
+    "FederatedTraining",
     "FunctionalEstimation",
     "LocalPrivacy",
     "LocalSGD",

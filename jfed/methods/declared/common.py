@@ -10,11 +10,14 @@ from jfed.methods.fields import MAX_SEED, POSITIVE, integers, param
 MAX_DIM = 100_000
 GRADIENT_CLIP = "clip norm of each gradient (DP-SGD: a client's, G; silos: a record's, L)"
 RIDGE = "ridge (L2) regulariser lambda"
-CLIENTS = "number of clients n (procedural regression clients; LDP-FL: they share the images)"
+CLIENTS = (
+    "number of clients n (procedural regression clients; LDP-FL: they share the images; "
+    "DP-FedAvg: the population, each with records of its own)"
+)
 LEARNING_RATE = "SGD learning rate (DP-SGD: the server's step; LDP-FL: each client's local step)"
 BATCH = (
     "minibatch size: records per silo per round K (Local SGD: local steps), LDP-FL: images per "
-    "local step B (at most a client's images)"
+    "local step B (at most a client's images), DP-FedAvg: records per local step B"
 )
 REPLICATIONS = "Monte Carlo replications of the run (fresh data and noise each)"
 

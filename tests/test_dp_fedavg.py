@@ -1,0 +1,249 @@
+"""DP-FedAvg (specs/dp_fedavg.md): clipping, noise scale, cohort independence of a client's
+update, the guarantee against dp-accounting computed here from the same events, calibration,
+adaptive clipping's noise split, the overflow term, and runs through the method API."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jfed
+from jfed.algorithms.dp_fedavg import DPFedAvg, Hyperparams, tree_norm
+from jfed.data import SyntheticFederated
+from jfed.engine import ExecutionPlan, Uniform, aggregate, simulate, stack_messages
+from jfed.methods import build_experiment, declared
+from jfed.methods.dp_fedavg import OVERFLOW_SHARE
+
+N, RECORDS = 300, 16
+
+
+@pytest.fixture(scope="module")
+def population():
+    return SyntheticFederated.create(jax.random.key(0), N, 1.0, 1.0, n_max=RECORDS,
+                                     shared_model=True).materialize()  # fmt: skip
+
+
+def hyper(**changes) -> Hyperparams:
+    values = dict(client_learning_rate=0.5, server_learning_rate=1.0, server_momentum=0.0,
+                  clip=0.3, update_noise=1.0, count_noise=5.0, target_quantile=0.5,
+                  clip_learning_rate=0.2)  # fmt: skip
+    values.update(changes)
+    return Hyperparams(**{k: jnp.float32(v) for k, v in values.items()})
+
+
+def program(**changes) -> DPFedAvg:
+    return DPFedAvg(**{"dim": 60, "classes": 10, "n_max": RECORDS, "cohort": Uniform(40),
+                       "denominator": 40.0, "batch": 4, **changes})  # fmt: skip
+
+
+def messages(algorithm, population, cohort, h, chunk=8):
+    """Every cohort client's message, stacked in cohort order, and the cohort's ids."""
+    state = algorithm.init(h, jax.random.key(0))
+    broadcast = (state.params, state.clip, h.client_learning_rate)
+    plan = ExecutionPlan(block_size=chunk, chunk_size=chunk)
+    stacked, info = aggregate(algorithm.client, broadcast, population, jax.random.key(3), plan,
+                              stack_messages, cohort)  # fmt: skip
+    return stacked, np.asarray(info.ids)
+
+
+@pytest.mark.parametrize("per_layer, hidden", [(False, 0), (True, 8)])
+def test_clipping_bounds_every_clients_update(population, per_layer, hidden):
+    h = hyper(clip=0.05)
+    algorithm = program(per_layer=per_layer, hidden=hidden)
+    stacked, _ = messages(algorithm, population, Uniform(40), h)
+    norms = np.asarray(jax.vmap(tree_norm)(stacked["update"]))
+    assert norms.max() <= 0.05 * (1 + 1e-5)
+    assert np.asarray(stacked["clipped"]).mean() > 0.5  # the bound was binding
+    # negative control: without the clip the same updates exceed it
+    raw, _ = messages(dataclasses.replace(algorithm, private=False), population, Uniform(40), h)
+    assert np.asarray(jax.vmap(tree_norm)(raw["update"])).max() > 0.05 * 2
+
+
+def test_a_clients_update_does_not_depend_on_its_cohort_or_chunk(population):
+    h = hyper()
+    small, ids_small = messages(program(), population, Uniform(10), h, chunk=8)
+    large, ids_large = messages(program(), population, Uniform(60), h, chunk=16)
+    assert np.array_equal(ids_small, ids_large[:10])  # nested cohorts: same clients
+    for name in ("update",):
+        a = jax.tree.map(lambda x: np.asarray(x)[:10], small[name])
+        b = jax.tree.map(lambda x: np.asarray(x)[:10], large[name])
+        # the vmap width differs (8 vs 16): equal up to float rounding of the vectorised ops
+        jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7), a, b)
+    # negative control: another client's update is not this one's
+    other = jax.tree.map(lambda x: np.asarray(x)[1], large["update"])
+    first = jax.tree.map(lambda x: np.asarray(x)[0], small["update"])
+    assert not np.allclose(other["output"]["w"], first["output"]["w"])
+
+
+def test_noise_is_exactly_proportional_to_its_scale(population):
+    """Zero updates (client step 0): the model moves by the noise alone, and twice the noise
+    multiplier moves it exactly twice as far, from the same key."""
+    runs = []
+    for z in (1.0, 2.0):
+        state, _ = simulate(program(), population, hyper(client_learning_rate=0.0,
+                            update_noise=z), jax.random.key(5), 2)  # fmt: skip
+        runs.append(np.asarray(state.params["output"]["w"]))
+    assert np.abs(runs[0]).max() > 0
+    np.testing.assert_array_equal(2.0 * runs[0], runs[1])
+
+
+def test_adaptive_clipping_moves_the_clip_towards_the_quantile(population):
+    # every update is far above C = 1e-3: almost none unclipped, so C grows each round
+    _, infos = simulate(program(adaptive=True), population,
+                        hyper(clip=1e-3, count_noise=0.1), jax.random.key(2), 6)  # fmt: skip
+    clip = np.asarray(infos["clip"])
+    assert np.all(np.diff(clip) > 0)
+    # the geometric step: C_{t+1} / C_t = exp(-eta_C (b_bar - gamma)) with b_bar ~ 0
+    np.testing.assert_allclose(clip[1] / clip[0], math.exp(0.2 * 0.5), rtol=0.05)
+    # negative control: with everything unclipped (huge C) the clip shrinks
+    _, infos = simulate(program(adaptive=True), population,
+                        hyper(clip=1e3, count_noise=0.1), jax.random.key(2), 3)  # fmt: skip
+    assert np.all(np.diff(np.asarray(infos["clip"])) < 0)
+
+
+def small(**changes):
+    base = dict(clients=N, records=RECORDS, rounds=5, cohort_size=30, batch=8)
+    base.update(changes)
+    return base
+
+
+def experiment(config):
+    built = build_experiment(config)
+    built.prepare([config])
+    return built
+
+
+def independent_epsilon(config, z: float, delta: float) -> float:
+    """eps of the run's events, built here with dp-accounting's own classes."""
+    if config.cohort == "uniform":
+        accountant = dp_accounting.rdp.RdpAccountant(
+            neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE
+        )
+        # swapping one client's clipped update moves the sum by 2C: std / (2C) = z / 2
+        step = dp_accounting.SampledWithoutReplacementDpEvent(
+            config.clients, config.cohort_size, dp_accounting.GaussianDpEvent(z / 2)
+        )
+    else:
+        accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+        step = dp_accounting.PoissonSampledDpEvent(
+            config.cohort_size / config.clients, dp_accounting.GaussianDpEvent(z)
+        )
+    accountant.compose(step, config.rounds)
+    return accountant.get_epsilon(delta)
+
+
+@pytest.mark.parametrize("cohort", ["poisson", "uniform"])
+def test_guarantee_equals_dp_accounting_and_calibration_round_trips(cohort):
+    config = declared.DPFedAvg(**small(cohort=cohort), epsilon=3.0, delta=1e-4)
+    built = experiment(config)
+    _, fields = built.calibrated(config)
+    z = fields["noise_multiplier"]
+    reference = independent_epsilon(config, z, fields["delta_accountant"])
+    assert fields["epsilon_certified"] == pytest.approx(reference, rel=1e-9)
+    assert fields["epsilon_certified"] <= 3.0
+    # the least z: a little less noise spends more than the target
+    assert independent_epsilon(config, z * 0.99, fields["delta_accountant"]) > 3.0
+    adjacency = "replace-one" if cohort == "uniform" else "add-or-remove"
+    assert fields["notion"].endswith(f"{adjacency} adjacency")
+    assert fields["accountant"] == ("rdp" if cohort == "uniform" else "pld")
+    # the stated delta: the accountant's, plus the overflow term at the certified eps
+    assert fields["delta"] <= 1e-4 and fields["delta"] == pytest.approx(1e-4, rel=1e-4)
+
+
+def test_poisson_overflow_is_in_delta():
+    config = declared.DPFedAvg(**small(), epsilon=4.0, delta=1e-5)
+    built = experiment(config)
+    _, fields = built.calibrated(config)
+    assert 0 < fields["delta_overflow"] <= OVERFLOW_SHARE * 1e-5
+    expected = (1 + math.exp(fields["epsilon_certified"])) * 5 * fields[
+        "overflow_probability_per_round"]  # fmt: skip
+    assert fields["delta_overflow"] == pytest.approx(expected, rel=1e-9)
+    assert fields["delta"] == fields["delta_accountant"] + fields["delta_overflow"] <= 1e-5
+    # a bigger eps in the same sweep asks for a larger capacity
+    capacity = built.cohort.capacity
+    built.prepare([config, config.replace(epsilon=30.0)])
+    assert built.cohort.capacity > capacity
+
+
+def test_adaptive_clipping_splits_the_noise_as_andrew_et_al():
+    config = declared.DPFedAvg(**small(), epsilon=3.0, delta=1e-4, adaptive_clip=True)
+    hp, fields = experiment(config).calibrated(config)
+    z, z_delta, sigma_b = (fields["noise_multiplier"], fields["update_noise_multiplier"],
+                           fields["count_noise_std"])  # fmt: skip
+    assert sigma_b == pytest.approx(30 / 20)
+    assert (z_delta**-2 + (2 * sigma_b) ** -2) ** -0.5 == pytest.approx(z, rel=1e-9)
+    assert float(hp.update_noise) == pytest.approx(z_delta, rel=1e-6)
+    with pytest.raises(ValueError, match="2 sigma_b > z"):
+        tiny = config.replace(count_noise=0.05)
+        experiment(tiny).calibrated(tiny)
+
+
+def test_bad_combinations_are_refused():
+    with pytest.raises(ValueError, match="--accountant rdp"):
+        declared.DPFedAvg(**small(cohort="uniform"), accountant="pld").check()
+    with pytest.raises(ValueError, match="--cohort-size"):
+        declared.DPFedAvg(**small(cohort_size=N + 1)).check()
+    with pytest.raises(ValueError, match="--target-quantile"):
+        declared.DPFedAvg(**small(), target_quantile=0.3).check()
+
+
+def test_runs_learn_and_privacy_costs_accuracy():
+    """Through jfed.run_grid: the non-private baseline learns the shared model, DP-FedAvg at a
+    large eps is close to it, and at a small eps it is worse."""
+    common = small(rounds=20, cohort_size=60)
+    baseline = jfed.run(declared.FedAvgSampled(**common))
+    assert baseline["epsilon_certified"] == math.inf
+    assert baseline["test_accuracy"] > 0.45  # majority class: about 0.2
+    rows = jfed.run_grid(declared.DPFedAvg(**common, update_clip=1.0, delta=1e-4), [0.5, 50.0],
+                         seeds=1)  # fmt: skip
+    by_eps = {row["epsilon"]: row for row in rows}
+    assert by_eps[50.0]["test_accuracy"] > baseline["test_accuracy"] - 0.1
+    assert by_eps[0.5]["test_accuracy"] < by_eps[50.0]["test_accuracy"]
+    assert all(row["overflowed_clients"] == 0 for row in rows)
+    assert {row["capacity"] for row in rows} == {rows[0]["capacity"]}  # one program
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "adagrad", "yogi"])
+def test_server_optimizer_steps_on_minus_delta_as_optax(name):
+    """One server step with the run's traced learning rate and momentum is optax's own step of
+    the named optimizer on the pseudo-gradient -Delta."""
+    import optax
+
+    from jfed.algorithms.dp_fedavg import ADAPTIVE_EPSILON, server_optimizer
+
+    params = {"output": {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}}
+    delta = {"output": {"w": jnp.full((3, 2), 0.5), "b": jnp.array([0.1, -0.2])}}
+    pseudo_gradient = jax.tree.map(jnp.negative, delta)
+    h = hyper(server_learning_rate=0.3, server_momentum=0.9)
+    reference = {
+        "sgd": optax.sgd(0.3, momentum=0.9),
+        "adam": optax.adam(0.3, b1=0.9, b2=0.99, eps=ADAPTIVE_EPSILON),
+        "adagrad": optax.adagrad(0.3, initial_accumulator_value=0.0, eps=ADAPTIVE_EPSILON),
+        "yogi": optax.yogi(0.3, b1=0.9, b2=0.99, eps=ADAPTIVE_EPSILON),
+    }[name]
+    ours = server_optimizer(name, h)
+    state, expected_state = ours.init(params), reference.init(params)
+    for _ in range(2):
+        step, state = ours.update(pseudo_gradient, state, params)
+        expected, expected_state = reference.update(pseudo_gradient, expected_state, params)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), step, expected)
+    # with SGD at learning rate 1 and no momentum the server adds Delta: FedAvg
+    fedavg = server_optimizer("sgd", hyper(server_learning_rate=1.0, server_momentum=0.0))
+    step, _ = fedavg.update(pseudo_gradient, fedavg.init(params), params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), step, delta)
+
+
+def test_dirichlet_digits_population():
+    config = declared.DPFedAvg(dataset="digits-dirichlet", clients=50, dirichlet=0.3, rounds=3,
+                               cohort_size=10, epsilon=4.0)  # fmt: skip
+    record = jfed.run(config)
+    assert record["dataset"] == "digits-dirichlet(0.3)"
+    assert record["n_clients"] == 50
+    with pytest.raises(ValueError, match="--model-heterogeneity"):
+        dataclasses.replace(config, model_heterogeneity=2.0).check()
