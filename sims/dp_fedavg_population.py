@@ -38,7 +38,7 @@ import matplotlib.pyplot as plt
 
 POPULATIONS = (10**3, 10**4, 10**5, 10**6)
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
-SETTING = dict(rounds=100, cohort_size=100, update_clip=0.5, client_learning_rate=0.1, batch=10)
+SETTING = dict(rounds=100, cohort_size=100, update_clip=1.0, client_learning_rate=0.1, batch=10)
 QUICK = dict(populations=(10**3, 10**5), epsilons=(1.0, 8.0), seeds=2, rounds=30)
 
 
@@ -92,16 +92,16 @@ def main() -> None:
             })  # fmt: skip
     atomic_csv(os.path.join(args.out, "population.csv"), table)
     print(f"DP-FedAvg on Synthetic(1,1) (shared model), Poisson cohorts of K = "
-          f"{setting['cohort_size']}, R = {setting['rounds']}, C = {setting['clip']}, delta = "
-          f"n^-1.1, PLD, add-or-remove one client; test accuracy on held-out clients, mean (sd) "
-          f"over {seeds} seeds")  # fmt: skip
+          f"{setting['cohort_size']}, R = {setting['rounds']}, C = {setting['update_clip']}, "
+          f"delta = n^-1.1, PLD, add-or-remove one client; test accuracy on held-out clients, "
+          f"mean (sd) over {seeds} seeds")  # fmt: skip
     print(f"{'n':>9} {'eps':>6} {'z':>8} {'zC/K':>9} {'accuracy':>18} {'clipped':>8}")
     for row in table:
         eps = "inf" if np.isinf(row["epsilon"]) else f"{row['epsilon']:g}"
         print(f"{row['n']:>9} {eps:>6} {row['noise_multiplier']:>8.3f} "
               f"{row['noise_std_of_average']:>9.5f} {row['test_accuracy']:>9.4f} ({row['sd']:.4f}) "
               f"{row['clipped_fraction']:>8.2f}")  # fmt: skip
-    figure, axis = plt.subplots(figsize=(5.6, 4.0))
+    figure, (axis, gap_axis) = plt.subplots(1, 2, figsize=(10.0, 4.0))
     for i, n in enumerate(populations):
         rows = [r for r in table if r["n"] == n and np.isfinite(r["epsilon"])]
         axis.errorbar([r["epsilon"] for r in rows], [r["test_accuracy"] for r in rows],
@@ -111,12 +111,28 @@ def main() -> None:
         axis.axhline(level["test_accuracy"], color=f"C{i}", linestyle=":", linewidth=1)
     axis.plot([], [], "k:", linewidth=1, label="non-private FedAvg (same n)")
     axis.set_xscale("log")
+    axis.set_xticks(list(epsilons), [f"{e:g}" for e in epsilons])
+    axis.minorticks_off()
     axis.set_xlabel("user-level eps (delta = n^-1.1, PLD)")
     axis.set_ylabel("test accuracy (held-out clients)")
-    axis.set_title(f"DP-FedAvg, cohort K = {setting['cohort_size']}, R = {setting['rounds']}",
-                   fontsize=9)  # fmt: skip
+    axis.set_title(f"DP-FedAvg, Poisson cohorts of K = {setting['cohort_size']}, "
+                   f"R = {setting['rounds']}", fontsize=9)  # fmt: skip
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7)
+    for j, eps in enumerate(epsilons):  # the accuracy privacy costs, against the population
+        gaps = []
+        for n in populations:
+            level = next(r for r in table if r["n"] == n and np.isinf(r["epsilon"]))
+            private = next(r for r in table if r["n"] == n and r["epsilon"] == eps)
+            gaps.append(level["test_accuracy"] - private["test_accuracy"])
+        gap_axis.plot(populations, gaps, marker="o", color=f"C{j}", label=f"eps = {eps:g}")
+    gap_axis.axhline(0.0, color="k", linewidth=0.8)
+    gap_axis.set_xscale("log")
+    gap_axis.set_xlabel("population n (cohort K fixed, so q = K / n)")
+    gap_axis.set_ylabel("non-private minus private accuracy")
+    gap_axis.set_title("the cost of user-level privacy, by population", fontsize=9)
+    gap_axis.grid(alpha=0.3)
+    gap_axis.legend(fontsize=7)
     figure.tight_layout()
     temporary = os.path.join(args.out, "population.tmp.png")
     figure.savefig(temporary, dpi=110)

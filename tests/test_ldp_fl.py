@@ -2,6 +2,7 @@
 split and shuffle, local training written for one client and vmapped, and both privacy
 statements in the record."""
 
+import dataclasses
 import json
 import math
 
@@ -105,6 +106,19 @@ def test_vmapped_round_equals_clients_trained_one_by_one(task):
     ]  # fmt: skip
     np.testing.assert_allclose(state.weights, jnp.stack(trained).mean(0), atol=1e-6, rtol=1e-5)
     assert float(jnp.abs(state.weights - start).max()) > 1e-3  # training did move the weights
+
+    # a fraction: the round averages the engine cohort's clients only (the others never train)
+    from jfed.engine import Uniform, cohort_key, draw_cohort
+
+    sampled = dataclasses.replace(algorithm, selected=4)
+    state, _ = simulate(sampled, task.train, hp, key, 1)
+    ids = np.asarray(draw_cohort(Uniform(4), 10, cohort_key(round_key(client_root, 0))).ids)
+    assert len(set(ids.tolist())) == 4
+    np.testing.assert_allclose(state.weights, jnp.stack([trained[i] for i in ids]).mean(0),
+                               atol=1e-6, rtol=1e-5)  # fmt: skip
+    others = [i for i in range(10) if i not in ids]  # negative control: another four
+    assert not np.allclose(state.weights, jnp.stack([trained[i] for i in others[:4]]).mean(0),
+                           atol=1e-6, rtol=1e-5)  # fmt: skip
 
 
 def test_runs_are_reproducible_and_private_runs_differ_from_noise_free(task):
