@@ -15,7 +15,7 @@ its experiment), :mod:`jfed.report` (records, results files, tables, plots), the
 Your own method: :mod:`jfed.methods` (a configuration, an experiment, one registration).
 """
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 _LAZY = {
     "run": ("jfed.sweep.running", "run"),

@@ -33,7 +33,12 @@ from jfed.engine import (
     stack_messages,
     sum_messages,
 )
-from jfed.engine.cohort import binomial_count, feistel_bijection, poisson_capacity
+from jfed.engine.cohort import (
+    binomial_count,
+    feistel_bijection,
+    overflow_probability,
+    poisson_capacity,
+)
 
 ACCEPT = 1e-3  # a correct sampler fails a test at this level once in a thousand seeds
 REJECT = 1e-6  # a negative control must be this far out
@@ -120,6 +125,13 @@ def test_poisson_capacity_is_the_binomial_tail_quantile():
     assert poisson_capacity(10**8, 1e-6) == 166
     assert poisson_capacity(50, 1.0) == 50
     assert poisson_capacity(10, 1e-12) == 1  # at least one slot
+    # far below float64's relative precision, where binom.isf gives up (returns n)
+    for probability in (1e-20, 1e-40):
+        k = poisson_capacity(10**6, 1e-4, probability)
+        assert k < 400  # mean 100: the tail quantile, not the whole population
+        assert stats.binom.logsf(k, 10**6, 1e-4) <= np.log(probability)
+        assert stats.binom.logsf(k - 1, 10**6, 1e-4) > np.log(probability)
+    assert overflow_probability(10**8, 1e-6, 166) == stats.binom.sf(166, 10**8, 1e-6)
 
 
 def test_poisson_cohort_sizes_follow_the_binomial_through_the_engine():
