@@ -23,17 +23,15 @@ population. Also ``uptime``
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import resource
 import statistics
-import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from _common import uptime, write_json
 
 from jfed.data import SyntheticLinear
 from jfed.engine import ExecutionPlan, Poisson, Uniform, draw_cohort, run_rounds
@@ -83,15 +81,6 @@ def peak_mb(compiled) -> float:
 
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux
-
-
-def uptime() -> str:
-    try:
-        return subprocess.run(
-            ["uptime"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    except OSError:
-        return "load average: {:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg())
 
 
 def main() -> None:
@@ -155,15 +144,13 @@ def main() -> None:
     load_after = uptime()
     print(f"after: {load_after}")
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         payload = {
             "benchmark": "cohort", "dim": DIM, "rounds_per_program": args.rounds,
             "repeats": args.repeats, "plan": ExecutionPlan.for_backend().describe(),
             "rows": rows, "uptime": {"before": load_before, "after": load_after},
             "device": str(jax.devices()[0]), "versions": versions(),
         }  # fmt: skip
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
+        write_json(args.json, payload)
 
 
 if __name__ == "__main__":

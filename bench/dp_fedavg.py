@@ -24,15 +24,13 @@ so both see the same load of a shared machine. JSON (default ``bench/results/dp_
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import uptime, write_json
 
 from jfed.algorithms.dp_fedavg import DPFedAvg, Hyperparams
 from jfed.data import SyntheticFederated
@@ -136,15 +134,6 @@ def numpy_seconds_per_round(model: NumpyDPFedAvg, cohort: int, rounds: int, loop
     return (time.perf_counter() - start) / rounds
 
 
-def uptime() -> str:
-    try:
-        return subprocess.run(
-            ["uptime"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    except OSError:
-        return "unavailable"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cohorts", default="100,1000")
@@ -195,7 +184,6 @@ def main() -> None:
               f"{1e3 * row['seconds_per_round']:>10.3f} {row['x_numpy']:>8.2f}")  # fmt: skip
     print(f"load before: {load_before}\nload after:  {load_after}")
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         payload = {
             "setting": setting,
             "rows": rows,
@@ -203,10 +191,7 @@ def main() -> None:
             "device": str(jax.devices()[0]),
             "versions": versions(),
         }
-        temporary = args.json + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-        os.replace(temporary, args.json)
+        write_json(args.json, payload)
 
 
 if __name__ == "__main__":

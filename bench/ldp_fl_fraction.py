@@ -13,23 +13,13 @@ largest fraction's. JSON (default ``bench/results/ldp_fl_fraction.json``): ``row
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
+
+from _common import uptime, write_json
 
 import jfed
 from jfed.methods import LDPFL
 from jfed.report import versions
-
-
-def uptime() -> str:
-    try:
-        return subprocess.run(
-            ["uptime"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    except OSError:
-        return "unavailable"
 
 
 def main() -> None:
@@ -61,13 +51,9 @@ def main() -> None:
               f"{row['x_largest']:>10.2f}")  # fmt: skip
     print(f"load before: {load_before}\nload after:  {load_after}")
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         payload = {"rows": rows, "uptime": {"before": load_before, "after": load_after},
                    "versions": versions()}  # fmt: skip
-        temporary = args.json + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-        os.replace(temporary, args.json)
+        write_json(args.json, payload)
 
 
 if __name__ == "__main__":
