@@ -136,3 +136,14 @@ def test_account_bad_input(argv, message, capsys):
     assert main(["account", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("jfed: error:") and message in err and "\n" not in err
+
+
+def test_version_is_one_number_everywhere(capsys):
+    """`jfed --version`, `jfed.__version__` and the installed metadata agree."""
+    from importlib.metadata import version
+
+    import jfed
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"jfed {jfed.__version__}"
+    assert version("jfed") == jfed.__version__

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from jfed import __version__
 from jfed.cli import account, generate, launch, methods, options, sweep
 from jfed.cli.checks import check_arguments, check_numerical_accountant
 
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="jfed", description="Differentially private federated learning simulator."
     )
+    parser.add_argument("--version", action="version", version=f"jfed {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
         "demo",
