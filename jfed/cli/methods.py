@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from jfed._io import read_regular, write_atomic
 from jfed.methods import ALIASES, METHODS, Method
 from jfed.methods.fields import fields_of
 
@@ -122,9 +123,7 @@ def run(args: argparse.Namespace) -> None:
     elif args.markdown:
         print(markdown(), end="")
     elif args.update_readme:
-        with open(args.update_readme, encoding="utf-8") as handle:
-            text = handle.read()
-        with open(args.update_readme, "w", encoding="utf-8") as handle:
-            handle.write(readme_with_tables(text))
+        text = read_regular(args.update_readme).decode("utf-8")
+        write_atomic(args.update_readme, readme_with_tables(text))
     else:
         print(_text(), end="")

@@ -8,10 +8,11 @@
 A sweep takes every flag of ``jfed run METHOD`` (fixed for all its runs) except ``--epsilon``,
 which becomes a list, and ``--seed``, which becomes ``--seeds N``; ``--grid NAME=V1,V2`` sweeps a
 tunable field and ``--set NAME=V`` fixes any field by its name. It writes, in ``--out``:
-``runs.jsonl`` (one record per run, appended and flushed as each slice finishes; ``--resume``
-continues it, and is refused if the folder was run with other arguments, as
-``runs.sweep.json`` records), ``runs.parquet`` and ``runs.csv`` (the same records as tables),
-``tuned.csv`` (the chosen settings per (method, eps) with the rule recorded), ``utility.png/.pdf``
+``runs.jsonl`` (one record per run, appended and synced as each run's row is written;
+``--resume`` continues it, and is refused if the folder was run with other arguments, as
+``runs.sweep.json`` records), ``runs.parquet`` and ``runs.csv`` (every record of the folder as
+tables, earlier invocations' included), ``tuned.csv`` (the chosen settings per (method, eps)
+with the rule recorded), ``utility.png/.pdf``
 and, for methods with more than one round, ``convergence.png/.pdf``. ``jfed plot`` redraws them
 from one folder, or overlays several folders' methods in ``--out``.
 """
@@ -122,8 +123,10 @@ def _statistic_flag(parser) -> None:
 
 
 def _write_csv(path: str, rows: list[dict]) -> None:
+    from jfed._io import replacing
+
     fields = list(dict.fromkeys(k for row in rows for k in row))
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with replacing(path) as handle:
         writer = csv.DictWriter(handle, fields)
         writer.writeheader()
         for row in rows:
@@ -202,9 +205,34 @@ def _print_table(table: list[dict], hyper: tuple) -> None:
         )
 
 
+def reported_rows(results: str) -> list[dict]:
+    """Every row of a sweep's ``runs.jsonl``, checked to hold the metrics its tables need (the
+    selection metric, where the method chooses, and the report metric).
+
+    Raises:
+      ValueError: no rows, a damaged line, or a row lacking a metric (naming the line).
+    """
+    from jfed.report.rows import scan_rows, torn_note
+
+    scan = scan_rows(results)
+    if scan.torn is not None:
+        print(torn_note(results, scan.torn, "ignoring it (a --resume runs it again)"),
+              file=sys.stderr)  # fmt: skip
+    if not scan.rows:
+        raise ValueError(f"no finished runs in {results}")
+    for number, row in scan.rows:
+        wanted = (row.get("selection_metric"), row.get("report_metric", "test_r2"))
+        for metric in (m for m in wanted if m is not None):
+            if metric not in row:
+                raise ValueError(
+                    f"{results} line {number} lacks the metric {metric} that its tables report "
+                    "(a row of another jfed, or edited?)"
+                )
+    return [row for _, row in scan.rows]
+
+
 def _plot(args: argparse.Namespace) -> None:
     from jfed.report.plots import plot_overlay
-    from jfed.sweep import read_rows
     from jfed.sweep.lock import folder_lock
 
     sources = []
@@ -219,17 +247,12 @@ def _plot(args: argparse.Namespace) -> None:
     if len(sources) == 1 and args.out is None:
         folder, results = sources[0]
         with folder_lock(folder):
-            rows = read_rows(results)
-            if not rows:
-                raise ValueError(f"no finished runs in {results}")
-            _print_table(*finish(rows, folder, args.tune, args.statistic))
+            _print_table(*finish(reported_rows(results), folder, args.tune, args.statistic))
         return
     out = args.out or "results/plot"
     tables = []
-    for folder, results in sources:
-        rows = read_rows(results)
-        if not rows:
-            raise ValueError(f"no finished runs in {results}")
+    rows_of = [(folder, reported_rows(results)) for folder, results in sources]
+    for folder, rows in rows_of:  # every source is read and checked before anything is written
         table, hyper = tune_rows(rows, args.tune, args.statistic)
         _print_table(table, hyper)
         tables.append((folder, table))
@@ -297,5 +320,8 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
             return
         for note in notes if runner.selection_metric is not None else ():
             print(f"jfed: note: {note}", file=sys.stderr)
+        # the tables are of every run in the folder: a resume with other eps, seeds or grid
+        # values adds to the runs an earlier invocation wrote
+        rows = reported_rows(results)
         _warn_uncertified(rows)
         _print_table(finish(rows, args.out, args.tune, args.statistic)[0], tuple(sorted(grid)))

@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from jfed._io import replacing
 from jfed.catalog import METRIC_LABELS
 
 LOG_METRICS = ("mse",)
@@ -57,10 +58,12 @@ def robust_limits(values: np.ndarray) -> tuple[float, float]:
 
 
 def _save(figure, prefix: str) -> list[str]:
+    """Write ``figure`` as ``prefix.png`` and ``prefix.pdf``, each whole or not at all."""
     paths = []
     for extension in ("png", "pdf"):
         path = f"{prefix}.{extension}"
-        figure.savefig(path, dpi=110)
+        with replacing(path, "wb") as handle:
+            figure.savefig(handle, format=extension, dpi=110)
         paths.append(path)
     plt.close(figure)
     return paths

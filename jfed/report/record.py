@@ -10,6 +10,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from jfed._io import write_atomic
+
 # jfed and the dependencies whose version can change a result (pyproject.toml)
 PACKAGES = (
     "jfed", "jax", "jaxlib", "numpy", "scipy", "dp-accounting", "statsmodels", "scikit-learn",
@@ -54,7 +56,8 @@ def dumps(record: dict) -> str:
 
 
 def write(record: dict, path: str) -> None:
-    """Write the record to ``path``, or to stdout when ``path == "-"``."""
+    """Write the record to ``path`` (whole or not at all: :func:`jfed._io.write_atomic`), or to
+    stdout when ``path == "-"``."""
     text = dumps(record)
     if path == "-":
         sys.stdout.write(text + "\n")
@@ -62,5 +65,4 @@ def write(record: dict, path: str) -> None:
         return
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text + "\n")
+    write_atomic(path, text + "\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from jfed._io import replacing
 from jfed.report.rows import read_rows
 
 PARQUET = "runs.parquet"
@@ -19,27 +20,35 @@ JSONL = "runs.jsonl"
 
 
 def write_parquet(rows: list[dict], path: str) -> None:
-    """Write the rows (records of :mod:`jfed.sweep.schema`) as a Parquet table."""
+    """Write the rows (records of :mod:`jfed.sweep.schema`) as a Parquet table, whole or not at
+    all (:func:`jfed._io.replacing`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     columns = list(dict.fromkeys(k for row in rows for k in row))
     table = pa.Table.from_pylist(rows)
     table = table.select([c for c in columns if c in table.column_names])
-    pq.write_table(table, path)
+    with replacing(path, "wb") as handle:
+        pq.write_table(table, handle)
 
 
 def _files(source: str) -> list[str]:
     if os.path.isdir(source):
         for name in (PARQUET, JSONL):
             if os.path.exists(os.path.join(source, name)):
-                return [os.path.join(source, name)]
+                return [_regular(os.path.join(source, name))]
         raise ValueError(f"no {PARQUET} or {JSONL} in the folder {source}")
     if not os.path.exists(source):
         raise ValueError(f"no such sweep folder or results file: {source}")
     if not source.endswith((".jsonl", ".parquet")):
         raise ValueError(f"expected a sweep folder, a .jsonl or a .parquet file, got {source}")
-    return [source]
+    return [_regular(source)]
+
+
+def _regular(path: str) -> str:
+    if not os.path.isfile(path):  # a FIFO would block the reader
+        raise ValueError(f"{path} is not a regular file: jfed reads only files")
+    return path
 
 
 def load_results(sources: str | Iterable[str]):

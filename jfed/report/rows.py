@@ -1,5 +1,10 @@
 """Results files: JSON lines, one record per finished run (:mod:`jfed.sweep.schema` says what a
-record holds), appended and flushed as runs finish, read back whole or up to a torn last line.
+record holds), appended and synced row by row as runs finish.
+
+Reading is strict: a line that is not text, not JSON or not a jfed row is an error naming the
+file and the line, with one exception. The last line may have been cut by an interrupted write
+(``kill -9`` in the middle of an append): :func:`scan_rows` reports it, :func:`read_rows` says
+that it ignores it, and :func:`repair_torn_tail` removes it before a resume appends after it.
 
 Pure JSON and the file system: no JAX, nothing of the sweep, so reports and tables
 (:mod:`jfed.report.results`) read what the runner writes without importing it.
@@ -9,10 +14,30 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from typing import NamedTuple
 
+from jfed._io import open_append, read_regular, sync_folder, write_all
 from jfed.report.record import json_safe
 
 ROW_FIELDS = frozenset({"config_key", "method", "epsilon"})  # every row has them
+
+
+class TornLine(NamedTuple):
+    """The last line of a results file, cut by an interrupted write."""
+
+    number: int  # 1-based line number
+    offset: int  # byte offset where it starts (the file's whole rows end there)
+    size: int  # its bytes
+
+
+class Scan(NamedTuple):
+    """What a results file holds: its rows with their line numbers (the first row of each
+    configuration), whether its last line is torn, and whether the file ends with a newline."""
+
+    rows: list[tuple[int, dict]]
+    torn: TornLine | None
+    ends_with_newline: bool
 
 
 def from_json(value):
@@ -31,41 +56,128 @@ def dumps_row(record: dict) -> str:
     return json.dumps(json_safe(record))
 
 
+def _text(path: str, number: int, raw: bytes) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\0" in text:
+        raise ValueError(
+            f"{path} line {number} is binary data, not a JSON line: not a jfed results file"
+        )
+    return text
+
+
+def _looks_torn(text: str) -> bool:
+    """Whether ``text`` can be the start of a row whose write was cut (an unfinished object)."""
+    return text.lstrip().startswith("{")
+
+
+def scan_rows(path: str) -> Scan:
+    """Every row of a JSON-lines results file, one per configuration (the first written), with
+    its line number. A missing file holds no rows.
+
+    Raises:
+      ValueError: ``path`` is not a regular file, or one of its lines (other than a torn last
+        one) is binary, not JSON, or not a jfed row; the message names the line.
+    """
+    if not os.path.lexists(path):
+        return Scan([], None, True)
+    data = read_regular(path)
+    lines = data.split(b"\n")
+    last = max((i for i, raw in enumerate(lines) if raw.strip()), default=-1)
+    rows, seen, torn, offset = [], set(), None, 0
+    for index, raw in enumerate(lines):
+        start, offset = offset, offset + len(raw) + 1
+        if not raw.strip():
+            continue
+        number = index + 1
+        text = _text(path, number, raw)
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as error:
+            if index == last and _looks_torn(text):
+                torn = TornLine(number, start, len(data) - start)
+                break
+            raise ValueError(
+                f"{path} line {number} is not valid JSON ({error.msg} at column {error.colno}): "
+                "the file is damaged there; restore it, or delete that line to re-run its run"
+            ) from None
+        if not isinstance(row, dict) or not ROW_FIELDS <= set(row):
+            raise ValueError(
+                f"{path} line {number} is not a jfed sweep row (expected the fields "
+                "config_key, method, epsilon)"
+            )
+        if row["config_key"] not in seen:
+            seen.add(row["config_key"])
+            rows.append((number, from_json(row)))
+    return Scan(rows, torn, not data or data.endswith(b"\n"))
+
+
+def torn_note(path: str, torn: TornLine, action: str) -> str:
+    """One line saying that ``path``'s last line is torn and what is done about it."""
+    return (
+        f"jfed: note: {path} line {torn.number} was cut off by an interrupted write "
+        f"({torn.size} bytes, not a whole row); {action}"
+    )
+
+
 def read_rows(path: str) -> list[dict]:
-    """All complete rows of a JSON-lines results file, one per configuration (the first written;
-    a torn last line is ignored). Raises ``ValueError`` for a file that is not jfed's."""
-    if not os.path.exists(path):
-        return []
-    rows, seen = [], set()
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by an interruption; its configuration re-runs
-            if not isinstance(row, dict) or not ROW_FIELDS <= set(row):
-                raise ValueError(
-                    f"{path} line {number} is not a jfed sweep row (expected the fields "
-                    "config_key, method, epsilon)"
-                )
-            if row["config_key"] not in seen:
-                seen.add(row["config_key"])
-                rows.append(from_json(row))
-    return rows
+    """All complete rows of a JSON-lines results file, one per configuration (the first
+    written). A torn last line is left out, with a note on stderr (a resume runs it again).
+
+    Raises:
+      ValueError: a line that is not a jfed row (:func:`scan_rows`).
+    """
+    scan = scan_rows(path)
+    if scan.torn is not None:
+        print(torn_note(path, scan.torn, "ignoring it (a --resume runs it again)"),
+              file=sys.stderr)  # fmt: skip
+    return [row for _, row in scan.rows]
+
+
+def repair_torn_tail(path: str, scan: Scan) -> str | None:
+    """Cut ``path``'s torn last line (``scan`` of it, :func:`scan_rows`), or end its complete
+    last line with the newline it lacks, so that appended rows start on a line of their own.
+
+    Returns:
+      A note for the user when a torn line was removed, else ``None``.
+    """
+    if scan.torn is None and scan.ends_with_newline:
+        return None
+    descriptor = open_append(path)
+    try:
+        if scan.torn is not None:
+            os.ftruncate(descriptor, scan.torn.offset)
+            os.fsync(descriptor)
+            ends = scan.torn.offset == 0 or _ends_with_newline(path, scan.torn.offset)
+        else:
+            ends = False
+        if not ends:
+            write_all(descriptor, b"\n")
+    finally:
+        os.close(descriptor)
+    if scan.torn is None:
+        return None
+    return torn_note(path, scan.torn, "removed it: its run is run again")
+
+
+def _ends_with_newline(path: str, size: int) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(size - 1)
+        return handle.read(1) == b"\n"
 
 
 def append_rows(path: str, rows: list[dict]) -> None:
-    """Append ``rows`` to ``path`` as JSON lines, flushed and synced to disk before returning
-    (a line torn by an earlier interruption is ended first, so new rows stay whole)."""
-    if os.path.exists(path) and os.path.getsize(path) > 0:
-        with open(path, "rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            torn = handle.read(1) != b"\n"
-        if torn:
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write("\n")
-    with open(path, "a", encoding="utf-8") as handle:
+    """Append ``rows`` to ``path`` as JSON lines, each written whole and synced to disk before
+    the next (a crash loses at most the row being written, which :func:`scan_rows` then
+    reports as torn). ``path`` must be a regular file or missing, never a symbolic link."""
+    created = not os.path.lexists(path)
+    descriptor = open_append(path)
+    try:
         for row in rows:
-            handle.write(dumps_row(row) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+            write_all(descriptor, (dumps_row(row) + "\n").encode("utf-8"))
+    finally:
+        os.close(descriptor)
+    if created:
+        sync_folder(os.path.dirname(os.path.abspath(path)))

@@ -1,90 +1,144 @@
-"""One writer per results folder: an exclusive lock file, created atomically.
+"""One writer per results folder: an operating-system lock on ``FOLDER/.jfed.lock``.
 
 Two sweeps writing one ``runs.jsonl`` (or a ``--resume`` started while the sweep still runs)
-would append the same configurations twice. :func:`folder_lock` creates ``FOLDER/.jfed.lock``
-with ``O_CREAT | O_EXCL`` (atomic on local file systems), holding the owner's process id and
-host; a second writer is refused with one line naming them. A lock left by a process that no
-longer runs on this host (killed, say) is taken over with a warning.
+would append the same configurations twice. :func:`folder_lock` takes an exclusive ``flock`` on
+the lock file (``msvcrt.locking`` on Windows) and holds it while the writer works; the kernel
+releases it when the process ends, however it ends (``kill -9`` included), so no rule about
+stale locks is needed and a lock file left behind, empty or not, blocks nothing. The holder
+writes its process id and host into the file, so that a second writer is refused with one line
+naming them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
-import warnings
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 LOCK_NAME = ".jfed.lock"
+OWNER_WAIT = 1.0  # seconds a refused writer waits for the holder to write its name
+
+_held: dict[str, int] = {}  # lock path -> descriptor, the locks this process holds
 
 
 class FolderLockedError(ValueError):
     """The results folder has a live writer."""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
+try:
+    import fcntl
+
+    def _try_lock(descriptor: int) -> bool:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
         return True
-    return True
+
+except ImportError:  # Windows
+    import msvcrt
+
+    def _try_lock(descriptor: int) -> bool:
+        try:
+            msvcrt.locking(descriptor, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
 
 
-def _try_create(path: str, owner: dict) -> bool:
+def _open(path: str) -> int:
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
     try:
-        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
+        return os.open(path, flags, 0o644)
+    except OSError as error:
+        if os.path.islink(path):
+            raise FolderLockedError(
+                f"{path} is a symbolic link; remove it (jfed creates its lock file itself)"
+            ) from error
+        raise
+
+
+def _same_file(descriptor: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``descriptor`` (a releasing holder may
+    have removed it between our open and our lock: that lock would guard nothing)."""
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
         return False
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        json.dump(owner, handle)
-    return True
+    opened = os.fstat(descriptor)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
 
-def _read_owner(path: str) -> dict:
+def _acquire(path: str) -> int | None:
+    """The descriptor of ``path`` locked by this process, or ``None`` when another holds it."""
+    while True:
+        descriptor = _open(path)
+        if not _try_lock(descriptor):
+            os.close(descriptor)
+            return None
+        if _same_file(descriptor, path):
+            return descriptor
+        os.close(descriptor)  # locked a file that was removed meanwhile: lock the new one
+
+
+def _write_owner(descriptor: int) -> None:
+    owner = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
+    os.ftruncate(descriptor, 0)
+    os.lseek(descriptor, 0, os.SEEK_SET)
+    os.write(descriptor, owner)
+
+
+def read_owner(path: str) -> dict:
+    """The ``{"pid", "host"}`` written into a lock file (``{}`` when empty or unreadable)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+            owner = json.load(handle)
     except (OSError, ValueError):
         return {}
+    return owner if isinstance(owner, dict) else {}
 
 
-@contextmanager
+def _refusal(folder: str, path: str) -> FolderLockedError:
+    deadline = time.monotonic() + OWNER_WAIT
+    owner = read_owner(path)
+    while not owner and time.monotonic() < deadline:  # the holder may not have written it yet
+        time.sleep(0.02)
+        owner = read_owner(path)
+    holder = f"process {owner.get('pid')} on {owner.get('host')}" if owner else "another process"
+    return FolderLockedError(
+        f"results folder {folder} is in use by {holder} (lock file {path}); wait for that "
+        "process to end, or use another --out"
+    )
+
+
+@contextlib.contextmanager
 def folder_lock(folder: str) -> Iterator[str]:
     """Hold ``folder``'s writer lock for the ``with`` block; yields the lock file's path.
 
     Re-entrant within one process: an inner ``folder_lock`` of a folder this process holds
-    passes through (the outer one releases it).
+    passes through (the outer one releases it). The lock file is removed on release; one left
+    by a process that died is simply locked again.
 
     Raises:
       FolderLockedError: another live process holds it (the message names its pid and host).
     """
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, LOCK_NAME)
-    owner = {"pid": os.getpid(), "host": socket.gethostname()}
-    if not _try_create(path, owner):
-        holder = _read_owner(path)
-        pid, host = holder.get("pid"), holder.get("host")
-        if (pid, host) == (owner["pid"], owner["host"]):  # held by this process already
-            yield path
-            return
-        stale = host == owner["host"] and isinstance(pid, int) and not _alive(pid)
-        if not stale:
-            raise FolderLockedError(
-                f"results folder {folder} is in use by process {pid} on {host} (lock file "
-                f"{path}); wait for that sweep to finish, or remove the lock file if it is gone"
-            )
-        warnings.warn(
-            f"taking over the lock of {folder} left by process {pid}, which no longer runs",
-            stacklevel=3,
-        )
-        os.remove(path)
-        if not _try_create(path, owner):
-            raise FolderLockedError(f"results folder {folder} was locked by another process")
+    path = os.path.join(os.path.realpath(folder), LOCK_NAME)
+    if path in _held:
+        yield path
+        return
+    descriptor = _acquire(path)
+    if descriptor is None:
+        raise _refusal(folder, path)
+    _held[path] = descriptor
     try:
+        _write_owner(descriptor)
         yield path
     finally:
-        if _read_owner(path).get("pid") == owner["pid"]:
-            os.remove(path)
+        del _held[path]
+        with contextlib.suppress(OSError):
+            os.remove(path)  # before unlocking: a waiting writer then sees the file is gone
+        os.close(descriptor)

@@ -11,10 +11,11 @@ one (seed, settings): those runs share their keys, so the unit draws the randomn
 scales the noise per eps (:class:`jfed.algorithms.modulated.SharedNoise`). Slices all have the
 same size (the last is padded), so ONE compiled program serves the whole sweep; their size comes
 from the grid size and the per-unit memory footprint (XLA's memory analysis) against a memory
-budget. Each finished slice's rows are appended to a JSON-lines file and flushed to disk, so an
-interrupted sweep (even ``kill -9``) resumes with ``resume=True``, re-running nothing that
-finished; the configuration a folder was run with is kept beside it, and a resume with any other
-is refused before anything is written.
+budget. Each finished slice's rows are appended to a JSON-lines file and synced to disk row by
+row, so an interrupted sweep (even ``kill -9``) resumes with ``resume=True``, re-running nothing
+that finished (a row cut mid-write is removed with a note, and runs again); the configuration a
+folder was run with is kept beside it, and a resume with any other, or a results file holding
+rows of another sweep, is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from jfed.engine import ExecutionPlan, client_mesh, distributed, run_rounds
 from jfed.engine.progress import report_every, round_progress
 from jfed.methods import Config, method_of
 from jfed.methods.fields import field_map
-from jfed.report.rows import append_rows, read_rows
+from jfed.report.rows import append_rows, read_rows, repair_torn_tail, scan_rows
 from jfed.sweep import schema
 from jfed.sweep.lock import folder_lock
 from jfed.sweep.schema import config_key
@@ -294,9 +295,39 @@ def run_sweep(
     folder = os.path.dirname(os.path.abspath(results_path))
     with folder_lock(folder):  # one writer per folder: rows are never written twice
         check_manifest(results_path, manifest, resume)
+        done = checked_rows(results_path, manifest)
         os.makedirs(folder, exist_ok=True)
         schema.write_manifest(results_path, manifest)
-        return _run(experiment, configs, results_path, read_rows(results_path), options)
+        return _run(experiment, configs, results_path, done, options)
+
+
+def checked_rows(results_path: str, manifest: dict) -> list[dict]:
+    """The rows of ``results_path`` a resume continues, after checking that every one is a run
+    of the sweep ``manifest`` describes; a torn last line is removed (with a note on stderr)
+    once everything else has passed, so a refused resume changes nothing.
+
+    Raises:
+      ValueError: a line that is damaged, not a jfed row, or a run of another method or other
+        fixed fields (the message names the line); a results file that is a symbolic link.
+    """
+    if os.path.islink(results_path):
+        raise ValueError(
+            f"{results_path} is a symbolic link: jfed appends only to a regular file in the "
+            "results folder; replace the link by the file it points to"
+        )
+    scan = scan_rows(results_path)
+    for number, row in scan.rows:
+        foreign = schema.foreign_row(manifest, row)
+        if foreign is not None:
+            name = os.path.basename(schema.manifest_path(results_path))
+            raise ValueError(
+                f"{results_path} line {number} is {foreign} (this folder's {name}); move that "
+                "line to the folder of its own sweep"
+            )
+    note = repair_torn_tail(results_path, scan)
+    if note is not None:
+        print(note, file=sys.stderr)
+    return [row for _, row in scan.rows]
 
 
 def _run(

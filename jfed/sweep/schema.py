@@ -29,6 +29,7 @@ import subprocess
 from datetime import UTC, datetime
 from functools import lru_cache
 
+from jfed._io import read_regular, write_atomic
 from jfed.methods import Config, method_of
 from jfed.report.record import json_safe, versions
 
@@ -150,17 +151,63 @@ def manifest_differences(saved: dict, wanted: dict, limit: int = 3) -> list[str]
     return differences
 
 
+MANIFEST_FIELDS = {"method": str, "fixed": dict, "swept": list}
+
+
 def read_manifest(results_path: str) -> dict | None:
-    """The manifest kept beside ``results_path`` (``None`` when there is none)."""
+    """The manifest kept beside ``results_path`` (``None`` when there is none).
+
+    Raises:
+      ValueError: the manifest is not a regular file, not JSON (truncated, say) or not a jfed
+        manifest; one line naming it and what is wrong.
+    """
     path = manifest_path(results_path)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    data = read_regular(path)
+    try:
+        content = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is binary data, not the JSON manifest jfed writes") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{path} is not valid JSON ({error.msg} at line {error.lineno}, column "
+            f"{error.colno}; truncated?): the manifest of this folder is damaged"
+        ) from None
+    if not isinstance(content, dict):
+        raise ValueError(
+            f"{path} holds a JSON {type(content).__name__}, not the object jfed writes "
+            "(method, fixed, swept): the manifest of this folder is damaged"
+        )
+    for name, kind in MANIFEST_FIELDS.items():
+        if not isinstance(content.get(name), kind):
+            raise ValueError(
+                f"{path} lacks the {kind.__name__} field {name!r} of a jfed manifest: the "
+                "manifest of this folder is damaged"
+            )
+    return content
 
 
 def write_manifest(results_path: str, content: dict) -> None:
-    """Keep ``content`` (:func:`manifest`) beside ``results_path``."""
-    with open(manifest_path(results_path), "w", encoding="utf-8") as handle:
-        json.dump(content, handle, indent=2)
-        handle.write("\n")
+    """Keep ``content`` (:func:`manifest`) beside ``results_path``, written whole or not at all."""
+    write_atomic(manifest_path(results_path), json.dumps(content, indent=2) + "\n")
+
+
+def foreign_row(manifest: dict, row: dict) -> str | None:
+    """What makes ``row`` (a record of a results file) not a run of the sweep that ``manifest``
+    describes: another method, or another value of a fixed field (``None`` when it is one)."""
+    if row.get("method") != manifest["method"]:
+        return f"a run of {row.get('method')}, not {manifest['method']}"
+    try:
+        fields = json.loads(row["config_key"])
+    except (TypeError, json.JSONDecodeError):
+        return "a row whose config_key is not a configuration jfed wrote"
+    if not isinstance(fields, dict):
+        return "a row whose config_key is not a configuration jfed wrote"
+    if fields.get("method") != manifest["method"]:
+        return f"a run of {fields.get('method')}, not {manifest['method']}"
+    for name, value in sorted(manifest["fixed"].items()):
+        if json_safe(fields.get(name)) != value:
+            flag = "--" + name.replace("_", "-")
+            return f"a run with {flag} {json_safe(fields.get(name))}, not {value}"
+    return None
