@@ -250,8 +250,7 @@ class DPFedAvgExperiment(Experiment):
     # -- evaluation
     def evaluate(self, outputs: dict, config) -> dict:
         def accuracy(X, y) -> float:
-            params = jax.tree.map(lambda a: np.asarray(a, np.float64), outputs["params"])
-            return float(dp_fedavg.accuracy(params, jnp.asarray(X), jnp.asarray(y)))
+            return float(dp_fedavg.accuracy(outputs["params"], jnp.asarray(X), jnp.asarray(y)))
 
         test_accuracy = accuracy(*self.test)
         clipped = np.asarray(outputs["clipped_fraction"], np.float64)
