@@ -45,9 +45,13 @@ def test_negative_control_no_hits_with_the_cache_off(tmp_path):
 
 def test_cache_folder_resolution(monkeypatch, tmp_path):
     monkeypatch.delenv("JFED_COMPILATION_CACHE", raising=False)
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert default_directory() == str(tmp_path / "jfed" / "xla")
     assert resolve_directory() == str(tmp_path / "jfed" / "xla")
+    # JAX's own variable is respected, and jfed's takes precedence over it
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax"))
+    assert resolve_directory() == str(tmp_path / "jax")
     monkeypatch.setenv("JFED_COMPILATION_CACHE", "OFF")
     assert resolve_directory() is None
     assert resolve_directory(str(tmp_path / "mine")) == str(tmp_path / "mine")

@@ -290,3 +290,25 @@ def test_sweep_until_interior_extends_to_the_peak_and_stops_at_the_range():
                                        max_extensions=0)  # fmt: skip
     assert notes == ["a: the choice ridge = 0.5 is on the lower edge of the grid (the extensions "
                      "ran out)"]  # fmt: skip
+
+
+def test_plotting_leaves_the_callers_matplotlib_backend_alone(tmp_path):
+    """Plots are drawn with matplotlib's object API: importing and using jfed's plotting changes
+    neither the backend a notebook chose nor pyplot's open figures."""
+    import subprocess
+    import sys
+
+    script = (
+        "import matplotlib; matplotlib.use('svg'); import matplotlib.pyplot as plt\n"
+        "plt.figure()\n"
+        "from jfed.report import plots\n"
+        "rows = [{'method': 'm', 'dataset': 'd', 'epsilon': e, 'seeds': 2, 'test_r2_mean': 0.5,\n"
+        "         'test_r2_se': 0.1, 'delta': 1e-5, 'accountant': 'pld', 'notion': 'central'}\n"
+        "        for e in (1.0, 2.0)]\n"
+        f"plots.plot_utility(rows, {str(tmp_path / 'u')!r}, 'test_r2')\n"
+        "print(matplotlib.get_backend(), len(plt.get_fignums()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout.split()  # fmt: skip
+    assert out == ["svg", "1"]
+    assert (tmp_path / "u.png").stat().st_size > 0

@@ -5,8 +5,9 @@ jit already caches compiled programs within a process; this keeps XLA's executab
 sweep, the next command of a script) loads it instead of recompiling. The ``jfed`` command turns
 it on by default; in Python, call :func:`enable_compilation_cache`.
 
-The folder is, in order: the argument, ``$JFED_COMPILATION_CACHE``, ``$XDG_CACHE_HOME/jfed/xla``
-(``~/.cache/jfed/xla``). ``"off"`` (as argument or in the variable) leaves the cache off.
+The folder is, in order: the argument, ``$JFED_COMPILATION_CACHE``, JAX's own
+``$JAX_COMPILATION_CACHE_DIR``, ``$XDG_CACHE_HOME/jfed/xla`` (``~/.cache/jfed/xla``). ``"off"``
+(as argument or in jfed's variable) leaves the cache off.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import warnings
 import jax
 
 ENVIRONMENT_VARIABLE = "JFED_COMPILATION_CACHE"
+JAX_ENVIRONMENT_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
 OFF = "off"
 
 
@@ -28,7 +30,12 @@ def default_directory() -> str:
 
 def resolve_directory(directory: str | None = None) -> str | None:
     """The cache folder that ``directory`` (or the environment) asks for; ``None`` for off."""
-    chosen = directory or os.environ.get(ENVIRONMENT_VARIABLE) or default_directory()
+    chosen = (
+        directory
+        or os.environ.get(ENVIRONMENT_VARIABLE)
+        or os.environ.get(JAX_ENVIRONMENT_VARIABLE)
+        or default_directory()
+    )
     return None if chosen.strip().lower() == OFF else os.path.abspath(chosen)
 
 

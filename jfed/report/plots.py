@@ -16,10 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from jfed._io import replacing
 from jfed.catalog import METRIC_LABELS
@@ -57,6 +55,14 @@ def robust_limits(values: np.ndarray) -> tuple[float, float]:
     return low - margin, high + margin
 
 
+def _figure(panels: int) -> tuple[Figure, np.ndarray]:
+    """A figure of ``panels`` side by side, ``axes: [1, panels]``. Built with matplotlib's object
+    API, not pyplot: writing a plot changes neither the caller's backend nor its open figures
+    (a notebook's inline backend stays as it is)."""
+    figure = Figure(figsize=(4.8 * panels, 4.0))
+    return figure, figure.subplots(1, panels, squeeze=False)
+
+
 def _save(figure, prefix: str) -> list[str]:
     """Write ``figure`` as ``prefix.png`` and ``prefix.pdf``, each whole or not at all."""
     paths = []
@@ -65,14 +71,13 @@ def _save(figure, prefix: str) -> list[str]:
         with replacing(path, "wb") as handle:
             figure.savefig(handle, format=extension, dpi=110)
         paths.append(path)
-    plt.close(figure)
     return paths
 
 
 def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: str):
     """``lines``: (label, tuned rows of one method) each; one panel per data set."""
     datasets = sorted({row.get("dataset") or "" for _, rows in lines for row in rows})
-    figure, axes = plt.subplots(1, len(datasets), figsize=(4.8 * len(datasets), 4.0), squeeze=False)
+    figure, axes = _figure(len(datasets))
     values = [r[f"{metric}_mean"] for _, rows in lines for r in rows]
     values += [r["reference"] for _, rows in lines for r in rows if r.get("reference") is not None]
     logarithmic = metric in LOG_METRICS  # errors spanning decades: every point shown, log axis
@@ -191,12 +196,12 @@ def plot_convergence(
     panels = sorted({(d, a) for d, a, _ in curves})
     if not panels:
         return [], 0
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 4.0), squeeze=False)
+    figure, axes = _figure(len(panels))
     means = [np.mean(np.array(c, np.float64), 0) for c in curves.values()]
     low, high = robust_limits(np.concatenate(means))
     for axis, (dataset, method) in zip(axes[0], panels, strict=True):
         keys = sorted(k for k in curves if k[:2] == (dataset, method))
-        colors = plt.cm.viridis(np.linspace(0, 0.9, len(keys)))
+        colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, len(keys)))
         seeds = set()
         for color, key in zip(colors, keys, strict=True):
             values = np.array(curves[key], np.float64)
