@@ -401,22 +401,8 @@ class SyntheticFederated:
     ) -> tuple[np.ndarray, np.ndarray]:
         """A shared test set on the host: all real records of ``n_clients`` held-out clients (see
         :meth:`held_out`), pooled in client order, ``(X: f64[m, d], y: f64[m])`` with ``m`` the sum
-        of their counts. Generated ``chunk`` clients at a time."""
-        other = self.held_out(n_clients, key)
-        chunk = check_int_range("chunk", chunk, 1, 2**31 - 1)
-        chunk = min(chunk, n_clients)
-        features, targets = [], []
-        for start in range(0, n_clients, chunk):
-            ids = np.arange(start, start + chunk, dtype=np.int32)
-            block = _records(other, jnp.asarray(np.minimum(ids, n_clients - 1)))
-            X, y, counts = map(np.asarray, (block.features, block.targets, block.count))
-            for i in range(min(chunk, n_clients - start)):
-                features.append(X[i, : counts[i]])
-                targets.append(y[i, : counts[i]])
-        return (
-            np.concatenate(features).astype(np.float64),
-            np.concatenate(targets).astype(np.float64),
-        )
+        of their counts. Generated ``chunk`` clients at a time (:meth:`materialize`)."""
+        return self.held_out(n_clients, key).materialize(chunk).pooled()
 
 
 @jax.jit
