@@ -15,7 +15,12 @@ its experiment), :mod:`jfed.report` (records, results files, tables, plots), the
 Your own method: :mod:`jfed.methods` (a configuration, an experiment, one registration).
 """
 
-__version__ = "0.4.0"
+from importlib import metadata as _metadata
+
+try:
+    __version__ = _metadata.version("jfed")  # one source: the version pyproject.toml installed
+except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"
 
 _LAZY = {
     "run": ("jfed.sweep.running", "run"),

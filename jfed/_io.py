@@ -65,8 +65,8 @@ def replacing(path: str, mode: str = "w") -> Iterator[IO]:
     try:
         os.chmod(temporary, 0o666 & ~_umask())  # as open() would create it, not mkstemp's 0600
         text = mode == "w"
-        options = {"encoding": "utf-8", "newline": "\n"} if text else {}
-        with os.fdopen(descriptor, mode, **options) as handle:
+        encoding, newline = ("utf-8", "\n") if text else (None, None)
+        with os.fdopen(descriptor, mode, encoding=encoding, newline=newline) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())

@@ -1,6 +1,6 @@
 """Minimax rates of private federated estimation, measured: Monte Carlo MSE over grids of sites S,
 units n and eps for the seven mean-estimation settings, and over observations m for the
-functional mean (specs/estimation.md), with fitted slopes set beside the theory's exponents.
+functional mean (docs/specs/estimation.md), with fitted slopes set beside the theory's exponents.
 
     python sims/estimation_rates.py --quick --out results/estimation_rates   # under 5 minutes
     python sims/estimation_rates.py --full --out results/estimation_rates_full

@@ -3,7 +3,7 @@ vs their non-private versions, over eps, with the step size tuned per (algorithm
 
     python sims/silo_experiments.py --out results/silo_experiments [--repeats 3]
 
-Experiments (specs/silo_sgd.md): logistic regression on ``digits-evenodd`` (25 silos, one
+Experiments (docs/specs/silo_sgd.md): logistic regression on ``digits-evenodd`` (25 silos, one
 (even, odd) digit pair each, p = 0), linear regression on ``fair-sorted`` (10 silos by sorted
 target), softmax regression on ``digits-bylabel`` (10 silos, one per label). R = 25, K = 10,
 eps in {0.75, 1.5, 3, 6, 12, 18}, delta = 1 / n_min^2, clip L = 1, radius 10. Built on

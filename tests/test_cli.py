@@ -82,11 +82,30 @@ def test_console_entry_point_exits_2_without_traceback():
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
 
 
-def test_datasets_lists_the_five_tasks(capsys):
+def test_datasets_lists_every_built_in_data_set(capsys):
+    from jfed import catalog
+
     assert main(["datasets"]) == 0
     out = capsys.readouterr().out
-    for name in ("co2", "fair", "modechoice", "randhie-lncoins", "randhie-fmde"):
-        assert name in out
+    names = (*catalog.REGRESSION_DATASETS, *catalog.SILO_DATASETS, *catalog.IMAGE_DATASETS,
+             *catalog.FEDERATED_DATASETS)  # fmt: skip
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
+    assert listed == set(names)
+    assert "1438 records" in out and "silos" in out  # sizes, not just names
+
+
+def test_methods_text_is_never_cut(capsys):
+    """Every field's allowed values and help appear whole (they were cut to fixed widths)."""
+    from jfed.methods import METHODS
+    from jfed.methods.fields import fields_of
+
+    assert main(["methods"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for declared in METHODS.values():
+        for field in fields_of(declared.config):
+            assert " ".join(field.help.split()) in out
+            if field.choices:
+                assert ", ".join(field.choices) in out
 
 
 def test_account_commands(capsys):

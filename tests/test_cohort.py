@@ -1,7 +1,7 @@
 """Cohorts: only the sampled clients are computed, with the law the spec asks for.
 
 Every statistical test runs at a fixed seed with a threshold from the known variance, and has a
-negative control that the same test rejects (specs/dp_fedavg.md, "Tests that must exist").
+negative control that the same test rejects (docs/specs/dp_fedavg.md, "Tests that must exist").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DP-FedAvg (specs/dp_fedavg.md): clipping, noise scale, cohort independence of a client's
+"""DP-FedAvg (docs/specs/dp_fedavg.md): clipping, noise scale, cohort independence of a client's
 update, the guarantee against dp-accounting computed here from the same events, calibration,
 adaptive clipping's noise split, the overflow term, and runs through the method API."""
 

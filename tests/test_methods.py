@@ -111,16 +111,19 @@ def test_methods_json_lists_every_method_with_its_fields(capsys):
     assert "modulated-iterative" in capsys.readouterr().out
 
 
-def test_readme_flag_tables_are_current():
-    """The README's tables are `jfed methods --markdown`; regenerate them with
-    `jfed methods --update-readme README.md`. Negative control: a stale table is caught."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
-        readme = handle.read()
-    assert methods_command.readme_with_tables(readme) == readme, (
-        "README flag tables are stale: run `jfed methods --update-readme README.md`"
-    )
-    stale = readme.replace("| `--feature-clip` |", "| `--clip` |", 1)
-    assert stale != readme and methods_command.readme_with_tables(stale) != stale
+def test_flag_tables_are_generated_for_the_docs_and_update_a_marked_file():
+    """The flag tables are `jfed methods --markdown`, generated into the docs at build time
+    (docs/reference/methods.md includes them), so they cannot go stale there;
+    `jfed methods --update-readme FILE` rewrites them between the markers of any file.
+    Negative control: a stale table is caught."""
+    with open(os.path.join(ROOT, "docs", "reference", "methods.md"), encoding="utf-8") as handle:
+        assert "{include} ../_generated/methods.md" in handle.read()
+    marked = f"intro\n{methods_command.BEGIN}\n{methods_command.END}\noutro\n"
+    current = methods_command.readme_with_tables(marked)
+    assert "| `--feature-clip` |" in current
+    assert methods_command.readme_with_tables(current) == current
+    stale = current.replace("| `--feature-clip` |", "| `--clip` |", 1)
+    assert stale != current and methods_command.readme_with_tables(stale) != stale
 
 
 def test_run_is_a_sweep_of_one_configuration(tmp_path, capsys):

@@ -146,5 +146,5 @@ def test_silo_cli(capsys):
     assert "one-pass" in capsys.readouterr().err
     assert main(["run", "noisy-mbsgd", "--epsilon", "-1"]) == 2
     # 25 silos x K=10 = 250 messages per round are too few for the shuffling bound at delta 1e-12
-    assert main(["run", "shuffle-mbsgd", "--delta", "1e-12", "--rounds", "3"]) == 2
+    assert main(["run", "shuffle-mbsgd", "--delta", "1e-12", "--rounds", "3", "--batch", "10"]) == 2
     assert "shuffled messages" in capsys.readouterr().err

@@ -305,3 +305,18 @@ def test_poisson_local_sgd_runs_and_reports_its_accountant(capsys):
     record = __import__("json").loads(capsys.readouterr().out)
     assert record["sampling"] == "poisson" and record["accountant"] == "pld-poisson-replace-one"
     assert record["epsilon"] <= 3.0 and np.isfinite(record["excess_train_risk"])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["accel-mbsgd"], ["shuffle-mbsgd", "--dataset", "synthetic", "--epsilon", "3"]],
+)
+def test_the_documented_silo_commands_run_with_their_defaults(argv, capsys):
+    """`jfed run accel-mbsgd` (one pass: rounds x batch must fit the smallest silo) and the
+    shuffle model on synthetic silos (enough messages for the shuffling bound) run as shown.
+    Negative control: the former default batch of 10 asks 25 x 10 records of a 47-record silo."""
+    import jfed
+
+    assert jfed.main(["run", *argv, "--no-progress"]) == 0
+    assert "test error" in capsys.readouterr().out
+    assert jfed.main(["run", "accel-mbsgd", "--batch", "10", "--no-progress"]) == 2

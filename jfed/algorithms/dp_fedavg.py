@@ -1,6 +1,6 @@
 """DP-FedAvg with user-level privacy: a cohort per round, local epochs of minibatch SGD, each
 client's update clipped (flat or per layer), Gaussian noise on the sum, a fixed-denominator
-average, an optax server optimizer, and optional adaptive clipping (specs/dp_fedavg.md).
+average, an optax server optimizer, and optional adaptive clipping (docs/specs/dp_fedavg.md).
 
 References: McMahan, Ramage, Talwar, Zhang 2018 (DP-FedAvg); Andrew, Thakkar, McMahan,
 Ramaswamy 2021 (adaptive clipping); Reddi et al. 2021 (server optimizers: FedAdam, FedYogi,

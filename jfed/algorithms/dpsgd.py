@@ -8,7 +8,7 @@ amplification). The guarantee covers the whole record ``(x_i, y_i)``. The Gaussi
 :class:`~jfed.privacy.NoiseRandomizer` (``FedAvg.randomizer``, ``plan(randomizer=...)``): another
 local randomizer plugs in, and the calibration and accounting follow its event.
 
-References: specs/modulated.md (Baseline).
+References: docs/specs/modulated.md (Baseline).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Private mean estimation across S sites of n units each, in the seven trust settings of the
-federated-estimation seed (specs/estimation.md), as one engine round per Monte Carlo replication.
+federated-estimation seed (docs/specs/estimation.md), as one engine round per Monte Carlo
+replication.
 
 The engine's clients are the sites (a site is a user in the local user-level settings, a server
 in the federated one). A site's function is written for ONE site; inside it, the units of the
@@ -181,7 +182,9 @@ class MeanEstimation:
         or noise applies, else the exact mean times n."""
         data_key = jax.random.fold_in(key, DATA_STREAM)
         if not self.per_unit:
-            return hp.units * exact_site_mean(data_key, self.model, hp.mean, hp.units), 0.0
+            return hp.units * exact_site_mean(data_key, self.model, hp.mean, hp.units), jnp.float32(
+                0
+            )
         noise_key = jax.random.fold_in(key, NOISE_STREAM)
 
         def one_unit(index: jax.Array) -> tuple[jax.Array, jax.Array]:

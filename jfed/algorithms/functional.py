@@ -1,4 +1,4 @@
-"""Private functional mean estimation across S servers (specs/estimation.md, Xue, Lin and Yu).
+"""Private functional mean estimation across S servers (docs/specs/estimation.md, Xue, Lin and Yu).
 
 Model: server s holds n functions, function i observed at m uniform points of [0, 1],
 

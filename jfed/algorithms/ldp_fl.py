@@ -1,5 +1,5 @@
 """LDP-FL: local training of a flax model on every selected client, two-point perturbation of every
-weight, split and shuffle, and the server's per-position mean (specs/ldp_fl.md).
+weight, split and shuffle, and the server's per-position mean (docs/specs/ldp_fl.md).
 
 One round:
 
@@ -351,5 +351,5 @@ def accuracy(algorithm: LDPFL, weights: jax.Array, features, labels) -> jax.Arra
     """Accuracy of ``weights: f32[P]`` on ``features: f32[m, side^2]`` (compiled once per
     algorithm and shapes: it runs for every round of every evaluated run)."""
     unravel, _, _ = algorithm.unravel()
-    logits = algorithm.module.apply(unravel(weights), features)
+    logits = jnp.asarray(algorithm.module.apply(unravel(weights), features))
     return jnp.mean(jnp.argmax(logits, -1) == labels.astype(jnp.int32))

@@ -24,7 +24,7 @@ class SecondMoments(NamedTuple):
 
     zz: jax.Array
     zy: jax.Array
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # the statistic's name; shadows tuple.count
     clipped: jax.Array
 
 

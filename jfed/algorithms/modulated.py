@@ -1,4 +1,4 @@
-"""Modulated learning: private single-sample regression (specs/modulated.md).
+"""Modulated learning: private single-sample regression (docs/specs/modulated.md).
 
 Each client holds one record ``(x_i, y_i)`` and, per round, sends
 
@@ -23,7 +23,7 @@ Two estimators share the client map:
   ``S_hat`` replaced by its PSD part.
 
 References:
-  specs/modulated.md; seed 001 ("Modulated learning for private and distributed regression with
+  docs/specs/modulated.md; seed 001 ("Modulated learning for private and distributed regression with
   just a single sample per client device").
 """
 

@@ -1,6 +1,7 @@
 """How well can an attacker reconstruct a client's features from its modulated messages?
 
-A Cramer-Rao lower bound on the mean squared error of ANY unbiased attacker (specs/modulated.md,
+A Cramer-Rao lower bound on the mean squared error of ANY unbiased attacker
+(docs/specs/modulated.md,
 "Reconstruction lower bound"; seed 001 section 6), and the error of a simple unbiased attacker for
 comparison. The attacker sees the message ``z = f(x) + sigma xi`` (and the public response ``y``)
 and knows every public parameter.

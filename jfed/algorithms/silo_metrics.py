@@ -60,7 +60,7 @@ def fit_optimum(
         w_next = _project(v - step * gradient, radius)
         t_next = (1 + np.sqrt(1 + 4 * t * t)) / 2
         v = w_next + (t - 1) / t_next * (w_next - w)
-        if np.linalg.norm(w_next - w) <= tolerance * max(1.0, np.linalg.norm(w)):
+        if np.linalg.norm(w_next - w) <= tolerance * max(1.0, float(np.linalg.norm(w))):
             return w_next
         w, t = w_next, t_next
     return w

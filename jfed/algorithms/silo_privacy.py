@@ -1,4 +1,4 @@
-"""Noise calibration for the silo algorithms (specs/silo_sgd.md), per silo.
+"""Noise calibration for the silo algorithms (docs/specs/silo_sgd.md), per silo.
 
 Each silo's transcript must be (eps_i, delta_i)-DP with respect to replacing one of its records
 (ISRL-DP). With per-example gradients clipped to L, one record moves a minibatch mean of K

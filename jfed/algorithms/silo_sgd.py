@@ -1,4 +1,4 @@
-"""ISRL-DP federated SGD across data silos (specs/silo_sgd.md; seed 004).
+"""ISRL-DP federated SGD across data silos (docs/specs/silo_sgd.md; seed 004).
 
 The silo axis is the engine's client axis: each client function below is written for ONE silo
 (its padded records, its count n_i and its id) and the engine vmaps it over silos. Per-example
@@ -334,7 +334,8 @@ def multistage_schedule(rounds: int, first: int = 2) -> tuple[int, ...]:
     """Stage lengths ``first, 2 first, 4 first, ...`` (the last takes what remains), summing to
     ``rounds``: the geometric restart schedule of multi-stage AC-SA (Ghadimi and Lan 2013)."""
     check_int_range("rounds", rounds, 1, 10**7)
-    lengths, length = [], check_int_range("first", first, 1, rounds)
+    lengths: list[int] = []
+    length = check_int_range("first", first, 1, rounds)
     while sum(lengths) + length < rounds:
         lengths.append(length)
         length *= 2
@@ -396,7 +397,7 @@ class AcceleratedMBSGD(_SiloConfig):
         mask = self._mask(key)
         if self.sampling == "one-pass":
             client = partial(_one_pass_client, self.loss, self.batch)
-            broadcast = (w_md, mask, hp, state.batch_key, state.round)
+            broadcast: tuple = (w_md, mask, hp, state.batch_key, state.round)
         else:
             client = partial(_mbsgd_client, self.loss, self.batch, self.sampling)
             broadcast = (w_md, mask, hp)

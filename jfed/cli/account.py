@@ -98,6 +98,8 @@ def _sampling_fields(args) -> dict:
 
 def run(args) -> tuple[dict, str]:
     """Answer the question; return ``(record, human line)``."""
+    import numpy as np
+
     from jfed.privacy import calibration, last_iterate, shuffle
 
     if args.question == "gaussian":
@@ -120,8 +122,11 @@ def run(args) -> tuple[dict, str]:
         return record, line
     if args.question == "calibrate":
         epsilons = [float(e) for e in str(args.epsilon).split(",")]
+        repeated = sorted({e for e in epsilons if epsilons.count(e) > 1})
+        if repeated:
+            raise ValueError(f"--epsilon lists {', '.join(f'{e:g}' for e in repeated)} twice")
         multipliers, info = calibration.calibrate_noise_multipliers(
-            epsilons, args.delta, args.sampling_rate, args.steps, args.accountant,
+            np.asarray(epsilons), args.delta, args.sampling_rate, args.steps, args.accountant,
             args.sampling, args.dataset_size, args.neighboring,
         ) if len(epsilons) > 1 else (
             [calibration.calibrate_noise_multiplier(

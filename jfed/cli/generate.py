@@ -69,7 +69,7 @@ def method_parsers(subparsers, command: str, add_extra) -> None:
         add_extra(parser, declared)
 
 
-def given_fields(args: argparse.Namespace, config: type) -> dict:
+def given_fields(args: argparse.Namespace, config: Config | type[Config]) -> dict:
     """The declared fields the user gave as flags (a sweep's ``--epsilon`` list is not one)."""
     skip = SWEEP_ONLY_RUN_FIELDS if getattr(args, "command", None) == "sweep" else ()
     return {
@@ -95,7 +95,7 @@ def _value(declared: Field, flag: str, text: str):
     return declared.check(flag, number)
 
 
-def parse_pairs(items: list[str], config: type, many: bool) -> dict:
+def parse_pairs(items: list[str], config: type[Config], many: bool) -> dict:
     """``--grid NAME=V1,V2`` (``many``: tunable fields only) or ``--set NAME=V`` items as
     ``{name: values}``, every value checked against the field's declared kind and range."""
     flag = "--grid" if many else "--set"

@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.method_parsers(
         run.add_subparsers(dest="algorithm", required=True, metavar="METHOD"), "run", _run_flags
     )
-    commands.add_parser("datasets", help="list the built-in real data sets")
+    commands.add_parser("datasets", help="list every built-in data set with its size and source")
     methods.add_parser(commands)
     launch.add_parser(commands)
     account.add_parser(commands)
@@ -90,12 +90,41 @@ def _run(args: argparse.Namespace, config) -> dict:
 
 
 def _datasets() -> None:
-    from jfed.data import available_datasets
+    """Every built-in data set, by the methods that take it, with its size and source."""
+    from jfed.catalog import FEDERATED_DATASETS, IMAGE_DATASETS, SILO_DATASETS
+    from jfed.data import available_datasets, load_silos
+    from jfed.data.images import load_images
     from jfed.data.regression import _LOADERS
 
+    print("regression, one record per client (modulated-*, dpsgd, ols; statsmodels, offline):")
     for name in available_datasets():
-        _, _, info = _LOADERS[name]()
-        print(f"{name:16s} target={info.target:12s} d={len(info.features):2d}  {info.description}")
+        X, _, info = _LOADERS[name]()
+        print(f"  {name:18s} {len(X):6d} records, d={len(info.features):2d}, "
+              f"target {info.target}: {info.description}")  # fmt: skip
+    print("silos (noisy-mbsgd, accel-mbsgd, shuffle-mbsgd, local-sgd, mbsgd, fedavg):")
+    for name in SILO_DATASETS:
+        task = load_silos(name)
+        print(f"  {name:18s} {task.n_silos:3d} silos, {int(task.train.counts.sum())} records, "
+              f"d={task.dim}, {task.loss}: {task.description}")  # fmt: skip
+    print("images (ldp-fl), shared among --clients clients:")
+    digits = load_images("digits", 1)
+    images = {
+        "digits": f"{int(digits.train.counts.sum())} training and {len(digits.test[1])} test "
+        f"8x8 images (scikit-learn, offline), 10 classes",
+        "procedural-mnist": "60,000 training and 10,000 test procedural 28x28 images, 10 "
+        "classes, generated from the seed (MNIST-shaped; MNIST itself does not ship offline)",
+    }
+    for name in IMAGE_DATASETS:
+        print(f"  {name:18s} {images[name]}")
+    print("federated populations (dp-fedavg, fedavg-sampled):")
+    descriptions = {
+        "synthetic": "Synthetic(alpha, beta) of Li et al., procedural: any number of clients "
+        "(--clients), each with --records records, d=60, 10 classes",
+        "digits-dirichlet": "scikit-learn's 1,797 digits, labels split over --clients clients "
+        "by a Dirichlet(--dirichlet) draw per class",
+    }
+    for name in FEDERATED_DATASETS:
+        print(f"  {name:18s} {descriptions[name]}")
 
 
 def _write_record(record: dict, path: str | None) -> int:

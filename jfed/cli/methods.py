@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 
 from jfed._io import read_regular, write_atomic
 from jfed.methods import ALIASES, METHODS, Method
@@ -108,11 +109,15 @@ def _text() -> str:
             lines.append(f"  eps: {info['notion']}, protecting {info['protected']}")
             lines.append(f"  trust: {info['trust_model']}")
         for field in info["fields"]:
-            allowed = _allowed(field)
-            lines.append(
-                f"    {field['flag']:22s} {field['default_text'][:28]:28s} {allowed[:24]:24s} "
-                f"{field['help']}"
-            )
+            facts = [f"default {field['default_text']}"]
+            if _allowed(field):
+                facts.append(f"allowed {_allowed(field)}")
+            if field["unit"]:
+                facts.append(f"unit {field['unit']}")
+            lines.append(f"    {field['flag']}  ({'; '.join(facts)})")
+            indent = " " * 8
+            lines += textwrap.wrap(field["help"], 96, initial_indent=indent,
+                                   subsequent_indent=indent, break_on_hyphens=False)  # fmt: skip
         lines.append("")
     return "\n".join(lines)
 

@@ -1,4 +1,5 @@
-"""Federated populations with many records per client, indexable by client id (specs/dp_fedavg.md,
+"""Federated populations with many records per client, indexable by client id
+(docs/specs/dp_fedavg.md,
 section "Data").
 
 - :func:`dirichlet_partition` and :func:`dirichlet_digits`: a real data set (scikit-learn's
@@ -175,7 +176,7 @@ class ClientRecords(NamedTuple):
 
     features: jax.Array
     targets: jax.Array
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # the field's name; shadows tuple.count
     client_id: jax.Array
 
     @property
@@ -212,7 +213,7 @@ class ClientModel(NamedTuple):
     weights: jax.Array
     bias: jax.Array
     feature_mean: jax.Array
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # the field's name; shadows tuple.count
     u: jax.Array
     B: jax.Array
 

@@ -92,8 +92,8 @@ def procedural_clients(
 ) -> SiloTask:
     """The MNIST-shaped procedural set (28x28, 10 classes, ``n_images`` training images and 10,000
     test images) shared equally among ``n_clients`` clients."""
-    X, y = procedural_images(jax.random.key(seed), n_images + 10_000)
-    X, y = np.asarray(X), np.asarray(y)
+    images, labels = procedural_images(jax.random.key(seed), n_images + 10_000)
+    X, y = np.asarray(images), np.asarray(labels)
     rng = np.random.default_rng(seed)
     return SiloTask(
         "procedural-mnist", "softmax", 10,

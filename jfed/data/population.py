@@ -15,6 +15,7 @@ jitted program is specialised to the population size but not to its values.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +24,9 @@ import numpy as np
 from jfed._random import normals_and_uniforms
 from jfed._validation import check_finite_array, check_int_range, check_nonnegative
 
-Record = tuple[jax.Array, jax.Array]
+Record = Any
+"""What ``population.record(i)`` hands a client function: ``(x, y)`` of a one-record client, or
+a view of a silo's or a federated client's records (``SiloView``, ``ClientRecords``)."""
 
 
 @jax.tree_util.register_dataclass
@@ -152,4 +155,14 @@ class SyntheticLinear:
         return np.asarray(X, np.float64), np.asarray(y, np.float64)
 
 
-Population = ArrayClients | SyntheticLinear
+class Population(Protocol):
+    """What the engine streams: ``n_clients`` clients, client i's data from ``record(i)``
+    (:class:`ArrayClients`, :class:`SyntheticLinear`, ``SiloData``, ``SyntheticFederated``)."""
+
+    @property
+    def n_clients(self) -> int: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def record(self, client_id: jax.Array) -> Record: ...

@@ -1,6 +1,7 @@
 """Regression tasks: the five real data sets of the modulated-learning paper, and synthetic ones.
 
-All real sets ship with ``statsmodels`` (no download). Preprocessing follows specs/modulated.md:
+All real sets ship with ``statsmodels`` (no download). Preprocessing follows
+docs/specs/modulated.md:
 one random split into train / validation / test, features and target standardised with the
 training split's mean and standard deviation, every training record a separate client.
 """

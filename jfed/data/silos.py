@@ -1,6 +1,6 @@
 """Data silos for cross-silo FL: N silos, silo i holding n_i records (padded to n_max).
 
-Silo constructions that ship offline (specs/silo_sgd.md):
+Silo constructions that ship offline (docs/specs/silo_sgd.md):
 
 - ``digits-evenodd``: scikit-learn's digits (8x8), odd-vs-even labels, 25 silos, one
   (even digit, odd digit) pair per silo (the seed's MNIST construction). With mixing ``p``, each
@@ -43,7 +43,7 @@ class SiloView(NamedTuple):
 
     features: jax.Array
     targets: jax.Array
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # the field's name; shadows tuple.count
     silo_id: jax.Array
 
     @property

@@ -254,8 +254,11 @@ def _sampled(
     population's tail padding does. With a mesh, contiguous ranges of chunks go to the devices
     (the draw itself, O(capacity), is replicated) and the partial statistics are ``psum``-ed,
     or, for :func:`stack_messages`, the rows are gathered in cohort order."""
+    if isinstance(cohort, All):
+        raise TypeError("a cohort statistic needs a drawn cohort (Uniform or Poisson), not All")
     n_clients = population.n_clients
     info = draw_cohort(cohort, n_clients, cohort_key(key))
+    assert info.ids is not None  # a drawn cohort lists its ids
     capacity = cohort_capacity(cohort, n_clients)
     plan = plan.fitted(capacity)
     chunk = plan.chunk_size

@@ -27,7 +27,7 @@ The engine then streams the cohort's ids through the same chunked vmap as a whol
 a round costs O(capacity x client cost) in time and memory, whatever n. A client's own key stays
 ``client_key(round_client_root, id)``: its randomness does not depend on who else was sampled.
 
-References: specs/dp_fedavg.md (Population and cohorts).
+References: docs/specs/dp_fedavg.md (Population and cohorts).
 """
 
 from __future__ import annotations

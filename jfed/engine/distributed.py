@@ -19,15 +19,27 @@ results and prints (:func:`is_primary`).
 from __future__ import annotations
 
 import os
+import sys
 
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 
+def native_output_to_stderr() -> None:
+    """Send what native libraries write to file descriptor 1 (gloo's "Rank 0 is connected to 1
+    peer ranks" lines) to standard error, keeping Python's ``sys.stdout`` on the real standard
+    output: ``jfed launch ... --json -`` then prints nothing but the record there."""
+    sys.stdout.flush()
+    stdout = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(stdout, "w", buffering=1, encoding="utf-8")
+
+
 def initialize_from_environment() -> bool:
     """Start JAX's distributed runtime if the environment asks for it; returns whether it did."""
     if os.environ.get("JFED_COORDINATOR"):
+        native_output_to_stderr()
         jax.distributed.initialize(
             coordinator_address=os.environ["JFED_COORDINATOR"],
             num_processes=int(os.environ["JFED_NUM_PROCESSES"]),

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import jax
 import jax.numpy as jnp
 from jax import lax
-from tqdm.auto import tqdm
+from tqdm import tqdm  # the text bar everywhere: tqdm.auto would ask notebooks for ipywidgets
 
 MAX_REPORTS = 100
 
@@ -46,11 +46,11 @@ def report_round(token: jax.Array, t: jax.Array, every: int, rounds: int) -> Non
 
 def _advance(token: jax.Array, done: jax.Array) -> None:
     bar = _open_bars.get(int(token))
-    done = int(done)
-    if bar is not None and done > bar.n:  # unordered callbacks may arrive late
+    finished = int(done)
+    if bar is not None and finished > bar.n:  # unordered callbacks may arrive late
         if bar.n == 0:
             bar.set_postfix_str("", refresh=False)  # the program is compiled and running
-        bar.update(done - bar.n)
+        bar.update(finished - bar.n)
 
 
 @contextmanager

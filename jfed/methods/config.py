@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from jfed.methods.fields import MAX_ROUNDS, MAX_SEED, check_config, integers, param
 
@@ -36,10 +36,10 @@ class Config:
 
     method: ClassVar[str] = ""
 
-    def replace(self, **changes: Any) -> Config:
+    def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
 
-    def check(self) -> Config:
+    def check(self) -> Self:
         """Every field in its declared range and given only where it applies (``ValueError``
         naming the flag otherwise); returns ``self``."""
         check_config(self)

@@ -2,7 +2,7 @@
 user's method is (:class:`~jfed.methods.Experiment`, :class:`~jfed.methods.Output`, the
 privacy layer's events and accountants, the engine's cohorts).
 
-Privacy (specs/dp_fedavg.md). A round releases the noised sum of clipped updates and, with
+Privacy (docs/specs/dp_fedavg.md). A round releases the noised sum of clipped updates and, with
 adaptive clipping, the noised count of unclipped clients; with ``b_k - 1/2`` in place of ``b_k``
 the count's sensitivity is 1/2, so the round is one Gaussian mechanism of noise multiplier z with
 ``z^-2 = z_delta^-2 + (2 sigma_b)^-2`` (Andrew et al. 2021). The run is R such rounds on a
@@ -75,7 +75,7 @@ def load_population(config: declared.FederatedTraining):
     train = population.sample_test(sample, key=population.data_key)  # the first training clients
     classes = population.classes
     if config.clients * config.records * (population.dim + 1) * 4 <= MATERIALIZE_BYTES:
-        population = population.materialize()
+        return population.materialize(), test, train, classes
     return population, test, train, classes
 
 
@@ -105,7 +105,19 @@ def noise_multiplier(cohort: str, n_clients: int, cohort_size: int, rounds: int,
                              tolerance=CALIBRATION_TOLERANCE)  # fmt: skip
 
 
-class DPFedAvgExperiment(Experiment):
+def _hyperparams(**values: float) -> dp_fedavg.Hyperparams:
+    """The traced numbers of a run, each ``f32[]``."""
+    return dp_fedavg.Hyperparams(**{name: jnp.float32(v) for name, v in values.items()})
+
+
+def _private(config: declared.FederatedTraining) -> declared.DPFedAvg:
+    """The private configuration (only DP-FedAvg's experiment asks for its privacy fields)."""
+    if not isinstance(config, declared.DPFedAvg):
+        raise TypeError(f"expected a DP-FedAvg configuration, got {type(config).__name__}")
+    return config
+
+
+class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
     """DP-FedAvg (``dp-fedavg``) or its non-private baseline (``fedavg-sampled``): tuned on the
     training clients' accuracy, reported on held-out clients (synthetic) or held-out images."""
 
@@ -133,26 +145,27 @@ class DPFedAvgExperiment(Experiment):
     def rate(self) -> float:
         return self.config.cohort_size / self.n_clients
 
-    def delta_of(self, config) -> float:
-        return config.delta if config.delta is not None else self.n_clients**-1.1
+    def delta_of(self, config: declared.FederatedTraining) -> float:
+        delta = _private(config).delta
+        return delta if delta is not None else self.n_clients**-1.1
 
-    def _capacity(self, configs) -> int | None:
+    def _capacity(self, configs: list[declared.FederatedTraining]) -> int | None:
         if self.config.cohort != "poisson":
             return None
         if not self.private:
             return poisson_capacity(self.n_clients, self.rate)
         # the overflow term at the largest eps of the sweep stays below 1% of the least delta
-        largest = max(c.epsilon for c in configs)
+        largest = max(_private(c).epsilon for c in configs)
         least = min(self.delta_of(c) for c in configs)
         per_round = OVERFLOW_SHARE * least / ((1.0 + math.exp(min(largest, 700.0))) * self.rounds)
         return poisson_capacity(self.n_clients + 1, self.rate, min(per_round, 1e-9))
 
-    def prepare(self, configs) -> None:
+    def prepare(self, configs: list[declared.FederatedTraining]) -> None:
         self.capacity = self._capacity(configs)
 
     @property
     def cohort(self) -> Poisson | Uniform:
-        if self.config.cohort == "uniform":
+        if self.config.cohort == "uniform" or self.capacity is None:
             return Uniform(self.config.cohort_size)
         return Poisson(self.rate, capacity=min(self.capacity, self.n_clients))
 
@@ -176,15 +189,15 @@ class DPFedAvgExperiment(Experiment):
                 if isinstance(self.cohort, Poisson) else c.cohort_size}  # fmt: skip
 
     # -- privacy
-    def accountant(self, config) -> privacy.Pld | privacy.Rdp:
-        name = config.accountant or ("pld" if config.cohort == "poisson" else "rdp")
+    def accountant(self, config: declared.FederatedTraining) -> privacy.Pld | privacy.Rdp:
+        name = _private(config).accountant or ("pld" if config.cohort == "poisson" else "rdp")
         return privacy.Pld() if name == "pld" else privacy.Rdp()
 
-    def event(self, config, z: float):
+    def event(self, config: declared.FederatedTraining, z: float):
         """The run's event at noise multiplier z (module docstring)."""
         return run_event(config.cohort, self.n_clients, config.cohort_size, config.rounds, z)
 
-    def calibrate(self, config) -> tuple[dp_fedavg.Hyperparams, dict]:
+    def calibrate(self, config: declared.FederatedTraining) -> tuple[dp_fedavg.Hyperparams, dict]:
         momentum = config.server_momentum
         if momentum is None:
             momentum = MOMENTUM_DEFAULTS[config.server_optimizer]
@@ -192,18 +205,20 @@ class DPFedAvgExperiment(Experiment):
                       server_learning_rate=config.server_learning_rate,
                       server_momentum=momentum)  # fmt: skip
         if not self.private:
-            hyper = dp_fedavg.Hyperparams(**common, clip=math.inf, update_noise=0.0,
-                                          count_noise=0.0, target_quantile=0.5,
-                                          clip_learning_rate=0.0)  # fmt: skip
-            return jax.tree.map(jnp.float32, hyper), non_private_fields(self.method)
+            hyper = _hyperparams(**common, clip=math.inf, update_noise=0.0, count_noise=0.0,
+                                 target_quantile=0.5, clip_learning_rate=0.0)  # fmt: skip
+            return hyper, non_private_fields(self.method)
+        config = _private(config)
         delta = self.delta_of(config)
-        uniform = config.cohort == "uniform"
-        per_round = 0.0 if uniform else overflow_probability(
-            self.n_clients + 1, self.rate, self.cohort.capacity)  # fmt: skip
+        cohort = self.cohort
+        uniform = not isinstance(cohort, Poisson)
+        per_round = 0.0
+        if isinstance(cohort, Poisson) and cohort.capacity is not None:
+            per_round = overflow_probability(self.n_clients + 1, self.rate, cohort.capacity)
         extra = overflow_delta(config.epsilon, config.rounds, per_round)
         if extra > OVERFLOW_SHARE * delta * 1.0001:
             raise ValueError(
-                f"method {self.name}: the Poisson capacity {self.cohort.capacity} overflows too "
+                f"method {self.name}: the Poisson capacity {self.capacity} overflows too "
                 f"often for eps={config.epsilon} (delta share {extra / delta:.2g}); run the "
                 "configurations of a sweep together so the capacity fits the largest eps"
             )
@@ -230,10 +245,9 @@ class DPFedAvgExperiment(Experiment):
                     f"{count_noise:g}, z={z:.4g}: raise --count-noise"
                 )
             update_noise = (z**-2 - (2.0 * count_noise) ** -2) ** -0.5
-        hyper = dp_fedavg.Hyperparams(**common, clip=config.update_clip, update_noise=update_noise,
-                                      count_noise=count_noise,
-                                      target_quantile=config.target_quantile,
-                                      clip_learning_rate=config.clip_learning_rate)  # fmt: skip
+        hyper = _hyperparams(**common, clip=config.update_clip, update_noise=update_noise,
+                             count_noise=count_noise, target_quantile=config.target_quantile,
+                             clip_learning_rate=config.clip_learning_rate)  # fmt: skip
         fields = guarantee_fields(guarantee, update_noise * config.update_clip)
         fields |= {
             "delta": guarantee.delta + stated_extra,
@@ -245,10 +259,10 @@ class DPFedAvgExperiment(Experiment):
             "count_noise_std": count_noise,
             "sampling_rate": None if uniform else self.rate,
         }
-        return jax.tree.map(jnp.float32, hyper), fields
+        return hyper, fields
 
     # -- evaluation
-    def evaluate(self, outputs: dict, config) -> dict:
+    def evaluate(self, outputs: dict, config: declared.FederatedTraining) -> dict:
         def accuracy(X, y) -> float:
             return float(dp_fedavg.accuracy(outputs["params"], jnp.asarray(X), jnp.asarray(y)))
 

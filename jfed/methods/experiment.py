@@ -28,7 +28,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from jfed.methods.config import Config
 from jfed.privacy import PrivacyGuarantee
@@ -202,12 +202,21 @@ def guarantee_of(record: dict) -> PrivacyGuarantee:
     )
 
 
-class Experiment:
+ConfigT = TypeVar("ConfigT", bound=Config)
+
+
+class Experiment(Generic[ConfigT]):
     """Base of every method's experiment (see the module docstring for what a subclass gives).
+
+    ``class MyExperiment(Experiment[MyConfig])`` lets a type checker see ``MyConfig``'s fields in
+    ``self.config`` and in the ``config`` of :meth:`calibrate` / :meth:`evaluate`; a plain
+    ``Experiment`` base works the same at run time.
 
     Args:
       config: the method's configuration; its fixed fields shape the experiment.
     """
+
+    config: ConfigT
 
     selection_metric: str | None = None
     selection_maximize = True
@@ -221,7 +230,7 @@ class Experiment:
         if declared is not None and not isinstance(declared, property):
             cls.outputs = declared_outputs(declared, f"{cls.__qualname__}.outputs")
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: ConfigT) -> None:
         from jfed.methods.registry import method_of
 
         self.config = config.check()
@@ -251,7 +260,7 @@ class Experiment:
         """Rounds of one run (default: the configuration's ``rounds``, else 1)."""
         return int(getattr(self.config, "rounds", 1))
 
-    def prepare(self, configs: list[Config]) -> None:
+    def prepare(self, configs: list[ConfigT]) -> None:
         del configs  # nothing shared to calibrate up front
 
     def default_plan(self):
@@ -268,7 +277,7 @@ class Experiment:
             fields["dataset"] = getattr(self.config, "dataset_label", self.config.dataset)
         return fields
 
-    def calibrate(self, config: Config) -> tuple[Any, PrivacyGuarantee | dict]:
+    def calibrate(self, config: ConfigT) -> tuple[Any, PrivacyGuarantee | dict]:
         """``(hyperparams, privacy)`` of one run: traced hyper-parameters (a pytree of arrays)
         and what the run certifies."""
         raise NotImplementedError(
@@ -276,7 +285,7 @@ class Experiment:
             "(hyperparams, PrivacyGuarantee or privacy fields)"
         )
 
-    def evaluate(self, outputs: dict, config: Config) -> dict:
+    def evaluate(self, outputs: dict, config: ConfigT) -> dict:
         """Host metrics of one run (default: every kept array, scalars as floats)."""
         del config
         return {k: float(v) if getattr(v, "ndim", 0) == 0 else v.tolist()
@@ -307,7 +316,7 @@ class Experiment:
             raise ValueError(f"method {name}: {cls.__name__}: " + "; ".join(problems))
 
     # -- what the runner calls
-    def calibrated(self, config: Config) -> tuple[Any, dict]:
+    def calibrated(self, config: ConfigT) -> tuple[Any, dict]:
         """:meth:`calibrate`, its privacy statement checked and made the record's fields."""
         result = self.calibrate(config)
         if not isinstance(result, tuple) or len(result) != 2:

@@ -67,7 +67,7 @@ class Method:
         if not self.algorithm:  # the algorithm's name in its source: the method's, if none
             object.__setattr__(self, "algorithm", self.name)
 
-    def load(self) -> type:
+    def load(self) -> Any:
         """The experiment class (imports it, and with it JAX, on first use)."""
         experiment = self.experiment
         if isinstance(experiment, str):
@@ -274,7 +274,8 @@ def _config_problems(method: Method) -> list[str]:
     config = method.config
     if not (isinstance(config, type) and issubclass(config, Config)):
         return [f"config must be a subclass of jfed.methods.Config, got {config!r}"]
-    if "__dataclass_params__" not in config.__dict__ or not config.__dataclass_params__.frozen:
+    params = config.__dict__.get("__dataclass_params__")
+    if params is None or not params.frozen:
         return [f"config {config.__name__} must be a @dataclass(frozen=True)"]
     problems = []
     names = set()

@@ -92,6 +92,7 @@ def modulated_plan(
     if isinstance(config, declared.ModulatedIterative):
         server |= {"step_scale": config.step_scale, "step_floor": config.step_floor}
     else:
+        assert isinstance(config, declared.ModulatedOneShot)  # the one other modulated method
         ridge = config.ridge
         if ridge is None:
             ridge = modulated.noise_scaled_ridge(
@@ -215,7 +216,7 @@ class ModulatedExperiment(RegressionExperiment):
 
     def __init__(self, config, task=None, reference=None) -> None:
         super().__init__(config, task, reference)
-        self._leak = None
+        self._leak: float | None = None
 
     program: type = modulated.Iterative
 

@@ -184,6 +184,7 @@ class _GaussianComposer:
     """An accountant of Gaussian releases without sampling: ``compose`` walks the event down to
     its Gaussian releases and hands each to ``add_gaussian``; anything else is refused."""
 
+    name = "gaussian"
     refusal = "composes Gaussian releases without sampling only"
 
     def compose(self, event: dp_accounting.DpEvent, count: int = 1) -> _GaussianComposer:
@@ -204,6 +205,9 @@ class _GaussianComposer:
         return self
 
     def add_gaussian(self, noise_multiplier: float, count: int = 1) -> _GaussianComposer:
+        raise NotImplementedError
+
+    def epsilon(self, delta: float) -> float:
         raise NotImplementedError
 
 

@@ -4,7 +4,8 @@ For a vector query whose coordinate l changes by at most ``Delta_l`` between nei
 
     sigma_l^2 = 4 ln(2/delta) Delta_l ||Delta||_1 / eps^2
 
-gives (eps, delta)-DP (the seed's form; specs/accounting.md). Coordinates with small sensitivity get
+gives (eps, delta)-DP (the seed's form; docs/specs/accounting.md). Coordinates with small
+sensitivity get
 less noise than the isotropic mechanism would give them. An exact alternative: whitening by
 ``sigma_l`` makes the mechanism an isotropic Gaussian with L2 sensitivity ``||Delta / sigma||_2``,
 which :func:`anisotropic_noise_multiplier` reports for the accountants.

@@ -146,13 +146,16 @@ def calibrate_noise_multiplier(
         epsilon,
         epsilon,
     )  # fmt: skip
+    from jfed.privacy.accountants import DpAccountingAccountant
+
+    def fresh():  # dp-accounting's own accountant, as its calibration asks for one
+        made = make_accountant(accountant, neighboring, pld_discretization)
+        assert isinstance(made, DpAccountingAccountant)  # "pld" and "rdp" only, checked above
+        return made.dp_accounting_accountant
+
     return float(
         dp_accounting.calibrate_dp_mechanism(
-            lambda: (
-                make_accountant(
-                    accountant, neighboring, pld_discretization
-                ).dp_accounting_accountant
-            ),
+            fresh,
             make_event,
             epsilon,
             delta,
@@ -235,7 +238,7 @@ def calibrate_noise_multipliers(
     delta = check_open_unit("delta", delta)
     if accountant in ("zcdp", "analytic", "classic"):
         if accountant == "classic":
-            values = [
+            values: Any = [
                 calibrate_noise_multiplier(e, delta, sampling_rate, steps, accountant)
                 for e in np.ravel(epsilons)
             ]

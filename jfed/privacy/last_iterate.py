@@ -1,6 +1,6 @@
 """Privacy of the last iterate of projected noisy SGD via contraction coefficients (seed 003).
 
-Setting (specs/accounting.md): n users; each iteration a batch of m = q n users chosen without
+Setting (docs/specs/accounting.md): n users; each iteration a batch of m = q n users chosen without
 replacement (a random partition into T = n / m batches); every chosen user sends
 ``eta grad l(w, x) + eta sigma Z``; the aggregator averages, steps, projects onto the L2 ball of
 radius rho and releases ONLY the last iterate. Loss L-Lipschitz, convex, smooth, eta <= 2 / beta.
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -176,7 +177,7 @@ def standard_composition_delta(
     return accountant_.compose(every_iterate_event(setting)).delta(epsilon)
 
 
-FIGURE2 = dict(eta=0.5, lipschitz=1.0, radius=1.0, sigma=1.5, n=100)
+FIGURE2: dict[str, Any] = dict(eta=0.5, lipschitz=1.0, radius=1.0, sigma=1.5, n=100)
 FIGURE2_RATES = (0.1, 0.2, 0.3)
 
 
@@ -191,8 +192,8 @@ def figure2(epsilons: np.ndarray | None = None, accountant: str = "rdp") -> dict
       Poisson sampling's PLD.
     """
     epsilons = np.linspace(0.1, 5.0, 50) if epsilons is None else np.asarray(epsilons, float)
-    result = {"epsilon": epsilons, "last_iterate": {}, "standard": {}, "partition": {},
-              "poisson": {}}  # fmt: skip
+    result: dict = {"epsilon": epsilons, "last_iterate": {}, "standard": {}, "partition": {},
+                    "poisson": {}}  # fmt: skip
     for q in FIGURE2_RATES:
         setting = LastIterateSetting(**FIGURE2, sampling_rate=q)
         result["last_iterate"][q] = last_iterate_delta(setting, epsilons)

@@ -108,7 +108,7 @@ def rounds_plan(
     epsilon = check_positive("epsilon", epsilon)
     delta = check_open_unit("delta", delta)
     rounds = check_int_range("rounds", rounds, 1, 10**9)
-    statement = dict(accountant=accountant, adjacency=adjacency, notion=notion,
+    statement: dict[str, Any] = dict(accountant=accountant, adjacency=adjacency, notion=notion,
                      protected=protected, trust_model=trust_model)  # fmt: skip
     plan = PrivacyPlan(0.0, sensitivity, rounds, randomizer.dp_event, None,  # type: ignore[arg-type]
                        dict(parameters or {}), build)  # fmt: skip

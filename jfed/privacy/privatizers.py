@@ -69,7 +69,7 @@ class NoiseRandomizer(Protocol):
         """``x: f32[...]`` plus noise of scale ``noise_scale`` (pure JAX; jit / vmap it)."""
         ...
 
-    def sensitivity(self, l2_bound: float, dim: int) -> float:
+    def sensitivity(self, l2_bound: float, dim: int | None) -> float:
         """The sensitivity, in the norm this noise is calibrated in, of a message ``x: f32[dim]``
         that moves by at most ``l2_bound`` in L2 between neighbouring inputs."""
         ...
@@ -86,7 +86,7 @@ class GaussianNoise:
     def perturb(self, key: jax.Array, x: jax.Array, noise_scale: jax.Array) -> jax.Array:
         return x + noise_scale * jax.random.normal(key, jnp.shape(x))
 
-    def sensitivity(self, l2_bound: float, dim: int) -> float:
+    def sensitivity(self, l2_bound: float, dim: int | None) -> float:
         del dim
         return float(l2_bound)
 

@@ -1,4 +1,4 @@
-"""The two-point mechanism of LDP-FL (seed 002; specs/ldp_fl.md), pure eps-LDP per scalar.
+"""The two-point mechanism of LDP-FL (seed 002; docs/specs/ldp_fl.md), pure eps-LDP per scalar.
 
 A value ``w`` in ``[c - r, c + r]`` is reported as one of two points
 

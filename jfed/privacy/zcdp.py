@@ -1,6 +1,6 @@
 """Zero-concentrated DP (zCDP) of the Gaussian mechanism: cost, composition, calibration.
 
-Host-side float64. Formulas (Bun and Steinke 2016), restated in specs/accounting.md:
+Host-side float64. Formulas (Bun and Steinke 2016), restated in docs/specs/accounting.md:
 
 - the Gaussian mechanism with L2 sensitivity ``Delta`` and noise ``sigma`` is rho-zCDP with
   ``rho = Delta^2 / (2 sigma^2)``;

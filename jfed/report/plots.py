@@ -13,6 +13,7 @@ the panel says how many points lie outside it.
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 
 import matplotlib
@@ -24,10 +25,22 @@ from jfed.catalog import METRIC_LABELS
 
 LOG_METRICS = ("mse",)
 OUTLIER_FENCE = 3.0  # interquartile ranges beyond the quartiles that the y-range still shows
+LABEL_WIDTH = 70  # characters per line of an axis label: a long notion wraps, never runs off
+
+
+def _notion(row: dict) -> str:
+    return str(row["notion"]).split(":")[0] if row.get("notion") else ""
+
+
+def _notions(rows: list[dict]) -> list[str]:
+    """The privacy notions of the private rows (a non-private method has none to state)."""
+    return sorted({_notion(r) for r in rows if _notion(r) and _notion(r) != "none"})
 
 
 def _epsilon_label(rows: list[dict]) -> str:
-    """'eps' with the delta and accountant of the rows (each named once if shared)."""
+    """'eps' with the delta, accountant and notion of the rows, each named once if shared; when
+    the lines of a panel differ in notion, each line's legend names its own and the label says
+    so. Wrapped to :data:`LABEL_WIDTH` characters a line."""
     deltas = sorted({f"{row['delta']:.3g}" for row in rows if row.get("delta") is not None})
     accountants = sorted({str(row["accountant"]) for row in rows if row.get("accountant")})
     details = []
@@ -35,9 +48,13 @@ def _epsilon_label(rows: list[dict]) -> str:
         details.append(f"delta = {', '.join(deltas)}")
     if accountants:
         details.append(f"accountant: {', '.join(accountants)}")
-    notions = sorted({str(row["notion"]).split(":")[0] for row in rows if row.get("notion")})
     label = f"eps ({'; '.join(details)})" if details else "eps"
-    return label + ("\n" + "; ".join(notions) if notions else "")
+    notions = _notions(rows)
+    if len(notions) == 1:
+        label += f"; {notions[0]}"
+    elif notions:
+        label += "; privacy notions differ: see each line"
+    return "\n".join(textwrap.wrap(label, LABEL_WIDTH))
 
 
 def robust_limits(values: np.ndarray) -> tuple[float, float]:
@@ -69,7 +86,8 @@ def _save(figure, prefix: str) -> list[str]:
     for extension in ("png", "pdf"):
         path = f"{prefix}.{extension}"
         with replacing(path, "wb") as handle:
-            figure.savefig(handle, format=extension, dpi=110)
+            # "tight": a long label or legend is kept whole, not cut at the figure's edge
+            figure.savefig(handle, format=extension, dpi=110, bbox_inches="tight")
         paths.append(path)
     return paths
 
@@ -90,6 +108,8 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
         shown = []
         outside = 0
         private_shown = False
+        panel = [r for _, rows in lines for r in rows if (r.get("dataset") or "") == dataset]
+        mixed = len(_notions(panel)) > 1
         for index, (label, rows) in enumerate(lines):
             mine = sorted(
                 (r for r in rows if (r.get("dataset") or "") == dataset),
@@ -97,6 +117,8 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
             )
             if not mine:
                 continue
+            if mixed and _notions(mine):
+                label = f"{label} [{'; '.join(_notions(mine))}]"
             shown += mine
             eps = np.array([r["epsilon"] for r in mine], np.float64)
             mean = np.array([r[f"{metric}_mean"] for r in mine], np.float64)
@@ -110,7 +132,13 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
                              alpha=0.1)  # fmt: skip
                 continue
             private_shown = True
-            axis.plot(eps, np.clip(mean, low, high), marker="o", color=f"C{index}", label=label)
+            inside = (mean >= low) & (mean <= high)
+            axis.plot(eps, np.clip(mean, low, high), color=f"C{index}", label=label)
+            axis.plot(eps[inside], mean[inside], "o", color=f"C{index}")
+            for edge, beyond, marker in ((low, mean < low, "v"), (high, mean > high, "^")):
+                if beyond.any():  # a clipped point: hollow, pointing to where it lies
+                    axis.plot(eps[beyond], np.full(beyond.sum(), edge), marker, color=f"C{index}",
+                              markerfacecolor="none", markersize=9, clip_on=False)  # fmt: skip
             axis.fill_between(eps, np.clip(mean - se, low, high), np.clip(mean + se, low, high),
                               color=f"C{index}", alpha=0.2)  # fmt: skip
         references = [r["reference"] for r in shown if r.get("reference") is not None]
@@ -124,12 +152,12 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
         axis.set_ylim(low, high)
         axis.set_xlabel(_epsilon_label(shown))
         axis.set_ylabel(METRIC_LABELS.get(metric, metric.replace("_", " ")))
-        seeds = sorted({row.get("seeds") for row in shown if row.get("seeds")})
+        seeds = sorted({int(row["seeds"]) for row in shown if row.get("seeds")})
         title = [dataset]
         if seeds:
             title.append(f"mean; band +-1 standard error over {'/'.join(map(str, seeds))} seeds")
         if outside:
-            title.append(f"{outside} point(s) outside the y-range, drawn at its edge")
+            title.append(f"{outside} point(s) outside the y-range: hollow triangles at its edge")
         axis.set_title("\n".join(title), fontsize=8)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)

@@ -43,7 +43,7 @@ except ImportError:  # Windows
 
     def _try_lock(descriptor: int) -> bool:
         try:
-            msvcrt.locking(descriptor, msvcrt.LK_NBLCK, 1)
+            msvcrt.locking(descriptor, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
         except OSError:
             return False
         return True

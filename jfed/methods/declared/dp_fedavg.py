@@ -5,6 +5,7 @@ non-private baseline. Their experiment is in :mod:`jfed.methods.dp_fedavg`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
 
 from jfed import catalog
 from jfed.methods.config import Config
@@ -90,7 +91,7 @@ class FederatedTraining(Config):
     hidden: int = param(0, "hidden ReLU units of the model (0: multinomial logistic "
                         "regression)", unit="units", range=integers(0, 100_000))  # fmt: skip
 
-    def check(self) -> Config:
+    def check(self) -> Self:
         if self.cohort_size > self.clients:
             raise ValueError(
                 f"expected --cohort-size <= --clients={self.clients}, got "
@@ -153,7 +154,7 @@ class DPFedAvg(FederatedTraining):
         requires=(lambda c: c.adaptive_clip, "only with --adaptive-clip"),
     )  # fmt: skip
 
-    def check(self) -> Config:
+    def check(self) -> Self:
         if self.cohort == "uniform" and self.accountant == "pld":
             raise ValueError(
                 "--cohort uniform is accounted with --accountant rdp (replace-one adjacency: "

@@ -4,6 +4,7 @@ Their experiments are in :mod:`jfed.methods.estimation`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
 
 from jfed import catalog
 from jfed.methods.config import Config
@@ -53,7 +54,7 @@ class Estimation(Config):
     )  # fmt: skip
     replications: int = replications(400)
 
-    def check(self) -> Config:
+    def check(self) -> Self:
         super().check()
         if self.setting in TWO_STAGE and self.sites < 2:
             raise ValueError(
@@ -96,7 +97,7 @@ class FunctionalEstimation(Config):
                            group="privacy")  # fmt: skip
     replications: int = replications(100)
 
-    def check(self) -> Config:
+    def check(self) -> Self:
         super().check()
         if self.iterations > self.functions:
             raise ValueError(

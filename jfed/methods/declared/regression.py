@@ -5,6 +5,7 @@ Their experiments are in :mod:`jfed.methods.regression`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
 
 from jfed import catalog
 from jfed.methods.config import Config, Rounds
@@ -107,7 +108,7 @@ class Modulated(RegressionData, LocalPrivacy):
     )  # fmt: skip
     radius: float = projection_radius()
 
-    def check(self) -> Config:
+    def check(self) -> Self:
         dimension = self.dimension
         if dimension is not None and not 1 <= self.directions <= dimension:
             raise ValueError(

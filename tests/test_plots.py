@@ -1,0 +1,83 @@
+"""Utility figures say what they show: clipped points look clipped, a panel mixing privacy
+notions names each line's notion, long labels wrap and are kept whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from jfed.report import plots
+
+ISRL = "inter-silo record-level (ISRL) (eps, delta)-DP of each silo's transcript"
+
+
+def _row(method, eps, mean, notion="local (eps, delta)-DP", dataset="fair"):
+    return {"method": method, "dataset": dataset, "epsilon": eps, "test_r2_mean": mean,
+            "test_r2_se": 0.01, "seeds": 3, "delta": 1e-5, "accountant": "zcdp",
+            "notion": notion}  # fmt: skip
+
+
+@pytest.fixture
+def drawn(monkeypatch, tmp_path):
+    """Draw ``lines`` and return the figure's one panel (the files are written too)."""
+    figures = []
+    save = plots._save
+
+    def keep(figure, prefix):
+        figures.append(figure)
+        return save(figure, prefix)
+
+    monkeypatch.setattr(plots, "_save", keep)
+
+    def draw(lines):
+        paths, panels = plots._utility_panels(lines, "test_r2", str(tmp_path / "utility"))
+        assert panels == 1 and all(p.endswith((".png", ".pdf")) for p in paths)
+        return figures[-1].axes[0]
+
+    return draw
+
+
+def _markers(axis) -> list[tuple[str, str]]:
+    return [(line.get_marker(), line.get_markerfacecolor()) for line in axis.lines]
+
+
+def test_a_clipped_point_is_a_hollow_triangle_at_the_edge(drawn):
+    rows = [_row("a", e, m) for e, m in ((1, -800.0), (3, 0.5), (10, 0.55), (30, 0.6),
+                                         (100, 0.62), (300, 0.63))]  # fmt: skip
+    axis = drawn([("a", rows)])
+    low, _ = axis.get_ylim()
+    hollow = [line for line in axis.lines if line.get_marker() == "v"]
+    assert len(hollow) == 1 and hollow[0].get_markerfacecolor() == "none"
+    assert hollow[0].get_ydata()[0] == pytest.approx(low)
+    assert "hollow triangles" in axis.get_title()
+    # negative control: nothing outside the range, no triangle
+    axis = drawn([("a", [_row("a", e, 0.5 + 0.01 * e) for e in (1, 3, 10)])])
+    assert not [m for m, _ in _markers(axis) if m in ("v", "^")]
+
+
+def test_mixed_notions_are_named_per_line(drawn):
+    local = [_row("modulated", e, 0.5) for e in (1, 10)]
+    silos = [_row("noisy-mbsgd", e, 0.6, ISRL) for e in (1, 10)]
+    axis = drawn([("modulated", local), ("noisy-mbsgd", silos)])
+    labels = [text.get_text() for text in axis.get_legend().get_texts()]
+    assert any("[local (eps, delta)-DP]" in t for t in labels)
+    assert any("ISRL" in t for t in labels)
+    assert "notions differ" in axis.get_xlabel()
+    # negative control: one notion is stated once, on the axis, and no line carries it
+    axis = drawn([("modulated", [_row("modulated", e, 0.5) for e in (1, 10)])])
+    assert "local (eps, delta)-DP" in axis.get_xlabel()
+    assert not any("[" in t.get_text() for t in axis.get_legend().get_texts())
+
+
+def test_a_long_label_wraps_and_stays_in_the_saved_image(drawn):
+    axis = drawn([("noisy-mbsgd", [_row("noisy-mbsgd", e, 0.6, ISRL) for e in (1, 10)])])
+    label = axis.get_xlabel()
+    assert "\n" in label and all(len(line) <= plots.LABEL_WIDTH for line in label.split("\n"))
+    figure = axis.get_figure()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    saved = figure.get_tightbbox(renderer)  # what bbox_inches="tight" keeps, in inches
+    extent = axis.xaxis.label.get_window_extent(renderer).transformed(
+        figure.dpi_scale_trans.inverted()
+    )
+    assert saved.x0 <= extent.x0 and extent.x1 <= saved.x1 and saved.y0 <= extent.y0
