@@ -20,6 +20,8 @@ from jfed.sweep.runner import read_rows
 
 RUN_MOD = ["run", "modulated"]
 SWEEP = ["sweep", "modulated-one-shot", "--seeds", "1", "--epsilon", "1"]
+SWEEP_SEEDS = ["sweep", "modulated-one-shot", "--seeds", "1"]  # its --epsilon given by the case
+SWEEP_EPSILON = ["sweep", "modulated-one-shot", "--epsilon", "1"]  # its --seeds given by the case
 CALIBRATE = ["account", "calibrate", "--delta", "1e-5"]
 
 BAD_INPUT = [
@@ -66,13 +68,13 @@ BAD_INPUT = [
     (["run", "noisy-mbsgd", "--accountant", "pld"], "unrecognized arguments: --accountant"),
     (["run", "mbsgd", "--epsilon", "1"], "unrecognized arguments: --epsilon"),
     # jfed sweep
-    ([*SWEEP, "--epsilon", "1,,2"], "comma-separated list of numbers for --epsilon"),
-    ([*SWEEP, "--epsilon", "1,x"], "a number in --epsilon, got 'x'"),
-    ([*SWEEP, "--epsilon", "1,1"], "distinct values in --epsilon"),
-    ([*SWEEP, "--epsilon", "-1"], "--epsilon in [1e-06"),
+    ([*SWEEP_SEEDS, "--epsilon", "1,,2"], "comma-separated list of numbers for --epsilon"),
+    ([*SWEEP_SEEDS, "--epsilon", "1,x"], "a number in --epsilon, got 'x'"),
+    ([*SWEEP_SEEDS, "--epsilon", "1,1"], "distinct values in --epsilon"),
+    ([*SWEEP_SEEDS, "--epsilon", "-1"], "--epsilon in [1e-06"),
     (["sweep", "dpsgd", "--rounds", "1000000000"], "--rounds in [1, 1000000]"),
     ([*SWEEP, "--rounds", "2"], "unrecognized arguments: --rounds"),  # one release, always
-    ([*SWEEP, "--seeds", "0"], "--seeds in [1,"),
+    ([*SWEEP_EPSILON, "--seeds", "0"], "--seeds in [1,"),
     ([*SWEEP, "--slice-size", "0"], "--slice-size in [1,"),
     ([*SWEEP, "--grid", "ridge="], "expected --grid NAME=V1,V2"),
     ([*SWEEP, "--grid", "ridge=1,1"], "distinct values in --grid ridge"),
@@ -132,6 +134,23 @@ BAD_INPUT = [
     (["demo", "--out", "{file}"], "expected --out to name a folder"),
     (["nonsense"], "invalid choice: 'nonsense'"),
     (["run", "modulated", "--epsilonn", "1"], "unrecognized arguments: --epsilonn"),
+    # silently accepted before: now refused, each with one line naming the flag
+    (
+        ["run", "modulated-one-shot", "--dataset", "co2", "--synthetic"],
+        "--dataset applies only without --synthetic",
+    ),
+    (
+        ["sweep", "ols", "--seeds", "2", "--seeds", "3", "--out", "{tmp}/x"],
+        "--seeds is given twice",
+    ),
+    ([*RUN_MOD, "--seed", "1", "--seed=2"], "--seed is given twice"),
+    (["launch", "--", "run", "ols", "--seed", "1", "--seed", "2"], "--seed is given twice"),
+    (["run", "ols", "--json", ""], "expected --json PATH (or - for standard output)"),
+    (
+        ["run", "ldp-fl", "--clients", "10", "--fraction", "0.04"],
+        "--fraction applies only where --fraction x --clients rounds to at least one client",
+    ),
+    (["account", "calibrate", "--epsilon", "1,1"], "--epsilon lists 1 twice"),
 ]
 
 

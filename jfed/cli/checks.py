@@ -80,11 +80,31 @@ def _nearest_existing(path: str) -> str:
     return folder
 
 
+REPEATABLE_FLAGS = ("--grid", "--set")
+
+
+def check_no_repeated_flag(argv: list[str]) -> None:
+    """A flag given twice is refused (argparse would keep the last one silently); ``--grid`` and
+    ``--set`` add up, and what follows ``--`` is a child command, checked on its own."""
+    seen = set()
+    for token in argv:
+        if token == "--":
+            return
+        if not token.startswith("--"):
+            continue
+        name = token.split("=", 1)[0]
+        if name in seen and name not in REPEATABLE_FLAGS:
+            raise ValueError(f"{name} is given twice: give it once")
+        seen.add(name)
+
+
 def check_output_file(flag: str, path: str) -> None:
     """``path`` (or ``-`` for stdout) can be written as a file: not a folder, not under a file,
     in a writable place. Missing parent folders are allowed (they are created)."""
     if path == "-":
         return
+    if not path.strip():
+        raise ValueError(f"expected {flag} PATH (or - for standard output), got an empty path")
     if os.path.isdir(path):
         raise ValueError(f"expected {flag} to name a file, got the folder {path}")
     _check_writable_under(flag, path, os.path.dirname(os.path.abspath(path)))
@@ -176,7 +196,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` naming the first flag outside its range, among the flags that are not
     a method's fields (output paths, the engine plan, the sweep's grid sizes, ``jfed account``)."""
     command = args.command
-    if getattr(args, "json", None):
+    if getattr(args, "json", None) is not None:
         check_output_file("--json", args.json)
     if command in ("sweep", "demo"):
         check_output_folder("--out", args.out)

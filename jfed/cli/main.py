@@ -23,7 +23,7 @@ import sys
 
 from jfed import __version__
 from jfed.cli import account, generate, launch, methods, options, sweep
-from jfed.cli.checks import check_arguments, check_numerical_accountant
+from jfed.cli.checks import check_arguments, check_no_repeated_flag, check_numerical_accountant
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -165,6 +165,7 @@ def main_checks_only(argv: list[str]) -> int:
     except SystemExit as stop:
         return int(stop.code or 0) or 2
     try:
+        check_no_repeated_flag(argv)
         checked(args)
     except ValueError as error:
         print(f"jfed: error: {error}", file=sys.stderr)
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:  # --help (0) or a refused argument (2, one line already printed)
         return int(stop.code or 0)
     try:
+        check_no_repeated_flag(sys.argv[1:] if argv is None else argv)
         if args.command == "launch":
             command = launch.child_command(args)
             status = main_checks_only(command)

@@ -49,8 +49,12 @@ class LDPFL(Rounds):
     )  # fmt: skip
     model: str = param("cnn", "local model: the paper's two-layer CNN, an MLP, or multinomial "
                        "logistic regression", choices=catalog.LDP_FL_MODELS)  # fmt: skip
-    fraction: float = param(1.0, "fraction f of the clients selected each round",
-                            range=Range(0.0, 1.0, open_low=True))  # fmt: skip
+    fraction: float = param(
+        1.0, "fraction f of the clients selected each round (f n rounded, at least one client)",
+        range=Range(0.0, 1.0, open_low=True),
+        requires=(lambda c: c.fraction * c.clients >= 0.5,
+                  "only where --fraction x --clients rounds to at least one client"),
+    )  # fmt: skip
     local_epochs: int = param(5, "local epochs E per round", unit="epochs",
                               range=integers(1, 1000))  # fmt: skip
     batch: int = batch(4, 10**6)

@@ -47,6 +47,7 @@ class RegressionData(Config):
         catalog.DEFAULT_REGRESSION_DATASET,
         "real task, one record per client (statsmodels, ships offline; see `jfed datasets`)",
         choices=tuple(catalog.REGRESSION_DATASETS), group="data",
+        requires=(lambda c: not c.synthetic, "only without --synthetic (they exclude each other)"),
     )  # fmt: skip
     synthetic: bool = param(
         False, "procedural linear clients generated on the device from their ids instead",
