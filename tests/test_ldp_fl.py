@@ -161,7 +161,8 @@ def test_cli_run_reports_both_privacy_statements(capsys):
     ],
 )
 def test_bad_input_is_one_line(argv, message, capsys):
-    assert main(["run", "ldp-fl", "--clients", "10", *argv]) == 2
+    clients = [] if "--clients" in argv else ["--clients", "10"]  # a flag is given once
+    assert main(["run", "ldp-fl", *clients, *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("jfed: error:") and message in err and "\n" not in err, err
 

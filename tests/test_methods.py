@@ -170,6 +170,8 @@ def test_fixed_fields_are_recorded_and_resume_is_keyed_by_the_whole_configuratio
         changed = [*argv, "--resume"]
         if change[0] == "--set":
             changed[changed.index("beta=0.3")] = change[1]
+        elif change[0] in changed:  # the flag given once, with the new value
+            changed[changed.index(change[0]) + 1] = change[1]
         else:
             changed += change
         assert main(changed) == 2, change
