@@ -19,6 +19,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO
 
+from jfed._validation import UsageError
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -98,7 +100,7 @@ def open_regular(path: str) -> IO[bytes]:
     """``path`` opened for reading in binary, if it is a regular file (a link to one is followed).
 
     Raises:
-      ValueError: ``path`` is a FIFO, a socket, a device or a folder (one line naming it).
+      UsageError: ``path`` is a FIFO, a socket, a device or a folder (one line naming it).
       OSError: it cannot be opened (missing, unreadable).
     """
     # O_NONBLOCK: opening a FIFO without a writer would otherwise wait forever
@@ -106,7 +108,7 @@ def open_regular(path: str) -> IO[bytes]:
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):
-            raise ValueError(f"{path} is {_kind(mode)}, not a regular file: jfed reads only files")
+            raise UsageError(f"{path} is {_kind(mode)}, not a regular file: jfed reads only files")
         if hasattr(os, "set_blocking"):
             os.set_blocking(descriptor, True)
         return os.fdopen(descriptor, "rb")
@@ -125,12 +127,12 @@ def open_append(path: str) -> int:
     """A descriptor appending to the regular file ``path`` (created if missing).
 
     Raises:
-      ValueError: ``path`` is a symbolic link (appending would write wherever it points) or not
+      UsageError: ``path`` is a symbolic link (appending would write wherever it points) or not
         a regular file (one line naming it).
     """
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
     if os.path.islink(path):
-        raise ValueError(
+        raise UsageError(
             f"{path} is a symbolic link: jfed appends only to a regular file in the results "
             "folder; replace the link by the file it points to"
         )
@@ -138,16 +140,16 @@ def open_append(path: str) -> int:
         descriptor = os.open(path, flags | getattr(os, "O_NONBLOCK", 0), 0o666)
     except OSError as error:
         if os.path.islink(path) or error.errno == getattr(os, "ELOOP", None):
-            raise ValueError(
+            raise UsageError(
                 f"{path} is a symbolic link: jfed appends only to a regular file"
             ) from None
         if os.path.exists(path) and not os.path.isfile(path):
-            raise ValueError(f"{path} is not a regular file: jfed appends only to files") from None
+            raise UsageError(f"{path} is not a regular file: jfed appends only to files") from None
         raise
     mode = os.fstat(descriptor).st_mode
     if not stat.S_ISREG(mode):
         os.close(descriptor)
-        raise ValueError(f"{path} is {_kind(mode)}, not a regular file: jfed appends only to files")
+        raise UsageError(f"{path} is {_kind(mode)}, not a regular file: jfed appends only to files")
     if hasattr(os, "set_blocking"):
         os.set_blocking(descriptor, True)
     return descriptor

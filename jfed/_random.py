@@ -12,6 +12,8 @@ this one does not.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,6 +51,71 @@ def normals_and_uniforms(
     return np.float32(np.sqrt(2.0)) * lax.erf_inv(symmetric), unit[n_normal:]
 
 
+# The normals of a private release need their tails: the inverse-CDF transform of a 23-bit
+# uniform never leaves [-5.42, 5.17], so a Gaussian mechanism whose sensitivity is s noise
+# standard deviations puts its output outside the other input's reach with probability about
+# Q(5.17 - s) (Q the normal tail), which is not covered by delta once s exceeds about 1. The
+# two extreme cells of the uniform are refined by the word's 9 unused bits and one more word,
+# which moves that edge to PRIVATE_NORMAL_REACH and changes no other draw.
+TAIL_RESOLUTION = 2.0**-64
+# every draw lies within +-9.155 (the quantile of 2^-65): bounds with 9.0 are conservative
+PRIVATE_NORMAL_REACH = 9.0
+_LAST_CELL = 2**23 - 1
+
+
+def _words_after(key: jax.Array, start: int, n: int) -> jax.Array:
+    """``n`` words from counters ``start .. start + n - 1``, none shared with
+    :func:`random_words` ``(key, start)`` (whose threefry blocks pair counters below ``start``)."""
+    if jax.random.key_impl(key) != jax.random.key_impl(jax.random.key(0)):
+        return jax.random.bits(key, (start + n,), jnp.uint32)[start:]
+    key_words = jax.random.key_data(key)
+    counts = jnp.arange(start, start + n, dtype=jnp.uint32)
+    return threefry_2x32((key_words[0], key_words[1]), counts)
+
+
+def _normals_with_tails(words: jax.Array, refinements: jax.Array) -> jax.Array:
+    """``N(0, 1)`` from ``words`` as :func:`normals_and_uniforms` draws them, except in the
+    uniform's first and last 2^-23 cells, where the 64-bit uniform (the word, then
+    ``refinements``) goes through the normal quantile of its tail probability."""
+    unit = _unit_uniform(words)
+    bulk = np.float32(np.sqrt(2.0)) * lax.erf_inv(jnp.maximum(_LOWEST_OPEN, 2.0 * unit - 1.0))
+    cell = lax.shift_right_logical(words, jnp.uint32(9))
+    unused = (words & jnp.uint32(0x1FF)).astype(jnp.float32)
+    lower = unused * np.float32(2.0**32) + refinements.astype(jnp.float32) + 0.5
+    upper = (511.0 - unused) * np.float32(2.0**32) + (~refinements).astype(jnp.float32) + 0.5
+    scale = np.float32(TAIL_RESOLUTION)
+    tail = jnp.where(
+        cell == 0, jax.scipy.special.ndtri(lower * scale), -jax.scipy.special.ndtri(upper * scale)
+    )
+    return jnp.where((cell == 0) | (cell == _LAST_CELL), tail, bulk)
+
+
+def private_normals_and_uniforms(
+    key: jax.Array, n_normal: int, n_uniform: int
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`normals_and_uniforms` with the normals' tails reaching
+    :data:`PRIVATE_NORMAL_REACH` standard deviations instead of 5.17: the same draws but in the
+    uniform's two extreme cells (probability 2^-22 per normal), for one more word per normal.
+
+    Within its reach every tail probability is resolved to 2^-64; what lies beyond (probability
+    below 2^-65 on each side) is never drawn, which :func:`normal_reach_mass` states for the
+    privacy guarantee. (As for any floating-point Gaussian, the f32 grid of the draws is not
+    modelled.)"""
+    words = random_words(key, n_normal + n_uniform)
+    refinements = _words_after(key, n_normal + n_uniform, n_normal)
+    normals = _normals_with_tails(words[:n_normal], refinements)
+    return normals, _unit_uniform(words[n_normal:])
+
+
+def normal_reach_mass(shift: float) -> float:
+    """Host: ``Q(PRIVATE_NORMAL_REACH - shift)``, an upper bound on the probability that one
+    coordinate of ``mean + N(0, 1)`` noise (drawn by :func:`private_normals_and_uniforms`) lands
+    where the same noise around ``mean -+ shift`` never reaches."""
+    from statistics import NormalDist
+
+    return NormalDist().cdf(shift - PRIVATE_NORMAL_REACH)
+
+
 def _reduce_to_span(higher: jax.Array, lower: jax.Array, span: jax.Array) -> jax.Array:
     """``(higher 2^32 + lower) mod span`` in uint32 arithmetic (jax.random.randint's reduction):
     integers in ``[0, span)`` with bias of order ``span / 2^64``."""
@@ -68,3 +135,103 @@ def integers_and_normals(
     unit = _unit_uniform(words[2 * n_integer :])
     symmetric = jnp.maximum(_LOWEST_OPEN, 2.0 * unit - 1.0)
     return integers.astype(jnp.int32), np.float32(np.sqrt(2.0)) * lax.erf_inv(symmetric)
+
+
+# ----------------------------------------------------------------------------- exact Bernoulli
+#
+# A Bernoulli(p) draw as ``U < T / 2^64`` on a 64-bit uniform integer ``U`` (two words) and a
+# 64-bit threshold ``T`` (two words, high then low): its probability is exactly ``T / 2^64``, so
+# a randomizer that keeps every threshold inside ``[G, 2^64 - G]`` has output probabilities
+# whose ratio is at most ``(2^64 - G) / G``, exactly, whatever rounding happened before. The high
+# word is the word ``jax.random.uniform(key, shape)`` reads, so ``U < T`` and ``uniform < p``
+# decide alike except when U falls in the one 2^-23-wide cell that holds ``p``.
+
+# a 64-bit threshold as (high word, low word): device arrays, or numpy constants
+Threshold = tuple[Any, Any]  # u32 words: jax.Array, or np.uint32 constants
+
+TWO_32 = 2.0**32
+TWO_64 = 2.0**64
+LOG_TWO_64 = 64.0 * float(np.log(2.0))
+
+
+def bernoulli_words(key: jax.Array, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+    """``(high, low): u32[*shape]`` each, the 64-bit uniform integer of every draw from one key.
+
+    ``high`` is ``jax.random.bits(key, shape)`` (the word ``jax.random.uniform`` uses) under
+    jax's default partitionable threefry; ``low`` comes from the following counters."""
+    words = jax.random.bits(key, (2, *shape), jnp.uint32)
+    return words[0], words[1]
+
+
+def threshold_floor(scaled: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``floor(scaled)`` as a 64-bit ``(high, low)`` pair, for f32 ``scaled`` in ``[0, 2^64)``.
+
+    Exact: ``scaled / 2^32`` and the remainder are exact in f32 (a power-of-two scaling and the
+    low part of one f32 mantissa)."""
+    scaled = jnp.clip(scaled, 0.0, np.float32(np.nextafter(np.float32(TWO_64), np.float32(0))))
+    high = jnp.floor(scaled * np.float32(1.0 / TWO_32))
+    low = jnp.floor(scaled - high * np.float32(TWO_32))
+    return high.astype(jnp.uint32), low.astype(jnp.uint32)
+
+
+def threshold_add_one(threshold: Threshold) -> tuple[jax.Array, jax.Array]:
+    """``T + 1`` with the carry (``T < 2^64 - 1``)."""
+    high, low = threshold
+    low = low + jnp.uint32(1)
+    return high + (low == 0).astype(jnp.uint32), low
+
+
+def threshold_complement(threshold: Threshold) -> tuple[jax.Array, jax.Array]:
+    """``2^64 - T`` for ``1 <= T <= 2^64 - 1``: the threshold of the complementary event."""
+    high, low = threshold
+    return threshold_add_one((~high, ~low))
+
+
+def threshold_less(a: Threshold, b: Threshold) -> jax.Array:
+    """``a < b`` for 64-bit ``(high, low)`` pairs."""
+    return (a[0] < b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
+
+
+def threshold_clip(
+    threshold: Threshold,
+    low: Threshold,
+    high: Threshold,
+) -> tuple[jax.Array, jax.Array]:
+    """``min(max(threshold, low), high)`` on 64-bit pairs."""
+
+    def pick(condition, a, b):
+        return jnp.where(condition, a[0], b[0]), jnp.where(condition, a[1], b[1])
+
+    raised = pick(threshold_less(threshold, low), low, threshold)
+    return pick(threshold_less(high, raised), high, raised)
+
+
+def threshold_value(threshold: Threshold) -> np.ndarray:
+    """Host: the exact integer ``T`` of a pair (Python ints in an object array), for checks."""
+    high = np.asarray(threshold[0]).astype(object)
+    low = np.asarray(threshold[1]).astype(object)
+    return high * (1 << 32) + low
+
+
+def floor_threshold(epsilon: jax.Array | float) -> tuple[jax.Array, jax.Array]:
+    """The least threshold ``G`` of an eps-LDP binary randomizer: ``G / 2^64 >= 1 / (e^eps + 1)``
+    guaranteed, and at most ``2^63``.
+
+    ``log(2^64 / (e^eps + 1)) = 64 ln 2 - softplus(eps)`` is computed in f32 (no overflow at any
+    eps) and raised by ``(16 + eps) 2^-21``, which bounds in the log domain the rounding of eps to
+    f32 (eps 2^-24), softplus (2 ulps: 4 eps 2^-24), the constant and the subtraction (half an ulp
+    of 44 each: 64 2^-24) and exp (2 ulps: 4 2^-24) with room to spare; rounding up then adds one.
+    So the probability is exact to ``(16 + eps) 2^-21`` relative (8e-6 at eps 1, 2.2e-5 at 30) for
+    eps up to about 27 (where ``2^64 / (e^eps + 1) >= 2^24``), within one part in
+    ``2^64 / (e^eps + 1)`` up to 44, and is ``2^-64`` beyond: a randomizer more private than
+    claimed, never less.
+    """
+    epsilon = jnp.asarray(epsilon, jnp.float32)
+    log_scaled = np.float32(LOG_TWO_64) - jax.nn.softplus(epsilon)
+    raised = log_scaled + (np.float32(16.0) + epsilon) * np.float32(2.0**-21)
+    scaled = jnp.exp(jnp.minimum(raised, np.float32(63.0 * np.log(2.0))))
+    return threshold_clip(threshold_add_one(threshold_floor(scaled)), ONE, HALF)
+
+
+ONE = (np.uint32(0), np.uint32(1))  # the threshold 1: probability 2^-64
+HALF = (np.uint32(2**31), np.uint32(0))  # the threshold 2^63: probability 1/2

@@ -5,8 +5,8 @@ repository's examples, studies and benchmarks under their README paths.
 ``sweep``, ``launch`` and ``plot`` - the way ``jfed launch`` checks its child command: parsed and
 every value checked against its declaration, before JAX loads, without running them (their
 notebooks and the method tests run the computations; running every page's commands would take
-several minutes of CI). Every other command (``methods``, ``datasets``, ``account``, ``python``)
-and every Python block runs."""
+several minutes of CI). Every other command (``methods``, ``datasets``, ``account``,
+``audit``, ``python``) and every Python block runs."""
 
 from __future__ import annotations
 

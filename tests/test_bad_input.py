@@ -64,7 +64,7 @@ BAD_INPUT = [
     (["run", "noisy-mbsgd", "--available", "3"], "--available applies only with --availability"),
     (["run", "noisy-mbsgd", "--multistage"], "unrecognized arguments: --multistage"),
     (["run", "noisy-mbsgd", "--dataset", "co2"], "--dataset: invalid choice: 'co2'"),
-    (["run", "noisy-mbsgd", "--epsilon", "500"], "--epsilon <= 100 with --calibration exact"),
+    (["run", "noisy-mbsgd", "--epsilon", "500"], "--epsilon <= 30 with --calibration exact"),
     (["run", "noisy-mbsgd", "--accountant", "pld"], "unrecognized arguments: --accountant"),
     (["run", "mbsgd", "--epsilon", "1"], "unrecognized arguments: --epsilon"),
     # jfed sweep
@@ -151,6 +151,41 @@ BAD_INPUT = [
         "--fraction applies only where --fraction x --clients rounds to at least one client",
     ),
     (["account", "calibrate", "--epsilon", "1,1"], "--epsilon lists 1 twice"),
+    # a field given at its default value where it does not apply is refused all the same
+    (["run", "ols", "--synthetic", "--dataset", "fair"], "--dataset applies only without"),
+    (["run", "estimation", "--delta", "1e-5"], "--delta applies only with --mechanism gaussian"),
+    # eps given to a setting that adds no noise
+    (
+        ["run", "estimation", "--setting", "none", "--epsilon", "1"],
+        "--epsilon applies only to a private setting: --setting none adds no noise",
+    ),
+    (
+        ["run", "functional-estimation", "--noise-shape", "none", "--delta", "1e-5"],
+        "--delta applies only to a private setting: --noise-shape none",
+    ),
+    (
+        ["sweep", "estimation", "--setting", "none", "--epsilon", "1,2", "--out", "{tmp}/x"],
+        "--epsilon applies only to a private setting",
+    ),
+    # LDP-FL: one client a round has nobody to hide among in the shuffle
+    (
+        ["run", "ldp-fl", "--clients", "10", "--fraction", "0.12"],
+        "to select at least 2 clients a round (split and shuffle hides each among the others), "
+        "got 0.12 x 10 -> 1 client: raise --fraction",
+    ),
+    (["run", "ldp-fl", "--clients", "1"], "got 1 x 1 -> 1 client: raise --clients"),
+    # the silos' exact calibration: below what its PLD resolves, beyond minutes of work
+    (
+        ["sweep", "noisy-mbsgd", "--epsilon", "1e-4,1e-3,0.01,0.1,1", "--out", "{tmp}/x"],
+        "expected --epsilon >= 0.001 with --calibration exact",
+    ),
+    (["run", "noisy-mbsgd", "--epsilon", "100"], "expected --epsilon <= 30 with --calibration"),
+    # what cannot fit is refused before anything compiles, naming the largest value that fits
+    (
+        ["run", "functional-estimation", "--functions", "1000000", "--observations", "100000"],
+        "the largest --observations that fits is",
+    ),
+    (["launch", "--coordinator", "nowhere", "--", "run", "ols"], "expected --coordinator"),
 ]
 
 

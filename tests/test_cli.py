@@ -90,8 +90,10 @@ def test_datasets_lists_every_built_in_data_set(capsys):
     names = (*catalog.REGRESSION_DATASETS, *catalog.SILO_DATASETS, *catalog.IMAGE_DATASETS,
              *catalog.FEDERATED_DATASETS)  # fmt: skip
     listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
-    assert listed == set(names)
+    generators = {"--synthetic", "--data", "--basis"}  # procedural: regression, estimation
+    assert listed == set(names) | generators
     assert "1438 records" in out and "silos" in out  # sizes, not just names
+    assert "any --clients (default 100,000) and --dim (default 10)" in out
 
 
 def test_methods_text_is_never_cut(capsys):
@@ -102,6 +104,9 @@ def test_methods_text_is_never_cut(capsys):
     assert main(["methods"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     for declared in METHODS.values():
+        private = (declared.notion, declared.trust_model) if declared.private else ()
+        for text in (declared.summary, declared.paper, *private):
+            assert " ".join(text.split()) in out
         for field in fields_of(declared.config):
             assert " ".join(field.help.split()) in out
             if field.choices:
@@ -136,6 +141,29 @@ def test_account_commands(capsys):
 
     assert main(["account", "shuffle", "--epsilon0", "1", "--n", "10000", "--delta", "1e-6"]) == 0
     assert "central" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, adjacency",
+    [
+        (["gaussian", "--noise-multiplier", "1", "--neighboring", "replace-one"], "replace-one"),
+        (["calibrate", "--epsilon", "1"], "add-or-remove"),
+        (["last-iterate", "--eta", "0.5", "--lipschitz", "1", "--radius", "1", "--sigma", "1.5",
+          "--n", "100", "--sampling-rate", "0.1", "--epsilon", "1"], "replace-one"),
+        (["shuffle", "--epsilon0", "1", "--n", "10000"], "replace-one"),
+    ],
+)  # fmt: skip
+def test_every_account_answer_states_adjacency_unit_and_sensitivity(argv, adjacency, capsys):
+    """The human line and the record both say under which adjacency, for which protected unit
+    and with which sensitivity the number holds."""
+    assert main(["account", *argv]) == 0
+    line = capsys.readouterr().out.strip()
+    assert f"adjacency: {adjacency}" in line and "protected unit: " in line
+    assert "sensitivity" in line or "LDP randomizer" in line
+    assert main(["account", *argv, "--json", "-"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["adjacency"].startswith(adjacency)
+    assert record["protected_unit"] and record["sensitivity"]
 
 
 @pytest.mark.parametrize(

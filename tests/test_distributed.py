@@ -66,9 +66,54 @@ def test_a_two_process_sweep_writes_each_run_once(tmp_path):
         (["launch", "--processes", "0", "--", *RUN], "--processes in [1, 64]"),
         (["launch", "--", "demo"], "expected `jfed launch --processes N -- run ...`"),
         (["launch", "--", *RUN, "--epsilon", "-1"], "--epsilon in [1e-06"),
+        (["launch", "--coordinator", "localhost", "--", *RUN], "expected --coordinator HOST:PORT"),
+        (["launch", "--coordinator", "h:0", "--", *RUN], "expected --coordinator HOST:PORT"),
     ],
 )
 def test_launch_refuses_bad_input_before_starting_processes(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("jfed: error:") and message in err and "\n" not in err, err
+
+
+# each fake process writes its coordinator address; process 1 fails at once, process 0 would wait
+# for it forever (as in a collective)
+FAKE_PROCESS = """
+import os, sys, time
+index = os.environ["JFED_PROCESS_ID"]
+with open(os.path.join(sys.argv[1], "coordinator-" + index), "w") as f:
+    f.write(os.environ["JFED_COORDINATOR"])
+if index == "1":
+    while not os.path.exists(os.path.join(sys.argv[1], "coordinator-0")):
+        time.sleep(0.01)
+    sys.exit("jfed: error: process 1 failed on purpose")
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("address", [None, "10.1.2.3:4567"])
+def test_a_failed_process_stops_the_others_within_seconds(address, tmp_path, monkeypatch, capfd):
+    import argparse
+    import time
+
+    from jfed.cli import launch
+
+    monkeypatch.setattr(
+        launch, "child_argv", lambda command: [sys.executable, "-c", FAKE_PROCESS, str(tmp_path)]
+    )
+    args = argparse.Namespace(processes=2, coordinator=address, command_line=["--", "run", "ols"])
+    start = time.monotonic()
+    status = launch.run(args, launch.child_command(args))
+    elapsed = time.monotonic() - start
+    err = capfd.readouterr().err
+    assert status == 1
+    # the sleeping process was ended: the launcher did not wait its 600 s
+    assert elapsed < launch.STOP_SECONDS + 10, elapsed
+    assert "process 1 failed on purpose" in err  # the process's own line
+    assert "jfed: error: launch: process 1 of 2 exited with status 1" in err
+    coordinators = {(tmp_path / f"coordinator-{i}").read_text() for i in range(2)}
+    (coordinator,) = coordinators
+    if address is None:
+        assert coordinator.startswith("127.0.0.1:")  # reachable from this machine only
+    else:
+        assert coordinator == address

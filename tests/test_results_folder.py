@@ -365,3 +365,84 @@ def test_plotting_rows_without_their_metric_is_one_line(folder, tmp_path, capsys
     lines[2] = json.dumps(row)
     copy = _damaged(folder, tmp_path, "runs.jsonl", ("\n".join(lines) + "\n").encode())
     _refused(["plot", str(copy)], copy, capsys, "runs.jsonl line 3 lacks the metric test_r2")
+
+
+# ------------------------------------------------------------- random field types, full disk
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+CHECKED_FIELDS = ["config_key", "method", "epsilon", "test_r2", "validation_r2",
+                  "selection_metric", "report_metric"]  # fmt: skip
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(field=st.sampled_from(CHECKED_FIELDS), value=JSON_VALUES, line=st.integers(0, 3))
+def test_a_field_of_any_type_gives_rows_and_tables_or_one_line(folder, tmp_path, field, value,
+                                                               line):  # fmt: skip
+    """A row whose field holds any JSON value: the reader and the tables either take it, or
+    refuse with one UsageError line naming the file and the line; never another exception."""
+    from jfed._validation import UsageError
+    from jfed.cli.sweep import reported_rows, tune_rows
+
+    lines = (folder / "runs.jsonl").read_text().splitlines()
+    lines[line] = json.dumps(dict(json.loads(lines[line]), **{field: value}))
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        rows = reported_rows(str(path))
+    except UsageError as error:
+        assert str(path) in str(error) and f"line {line + 1}" in str(error)
+        assert "\n" not in str(error)
+        return
+    table, _ = tune_rows(rows, "per-eps", "median")
+    assert table
+
+
+def test_a_full_disk_mid_sweep_loses_no_row_leaves_no_lock_and_resumes(tmp_path, capsys,
+                                                                       monkeypatch):  # fmt: skip
+    """The disk fills while the second of three rows is written (half of it reaches the file):
+    exit 1 with one line, the first row intact, the lock released, and a resume repairs the cut
+    row and runs the missing two, leaving each run once. Negative control: the same sweep
+    without the fault writes all three at once."""
+    import errno
+
+    import jfed.report.rows as rows_module
+
+    out = tmp_path / "sweep"
+    argv = [*SWEEP, "--epsilon", "1,2,4", "--out", str(out)]
+    real_write_all = rows_module.write_all
+    written = []
+
+    def filling_disk(descriptor: int, data: bytes) -> None:
+        if written:  # the second row: half of it lands, then the disk is full
+            os.write(descriptor, data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(data)
+        real_write_all(descriptor, data)
+
+    monkeypatch.setattr(rows_module, "write_all", filling_disk)
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "jfed: error: No space left on device", err
+    first = written[0]
+    assert (out / "runs.jsonl").read_bytes().startswith(first)  # the finished row is kept
+    with folder_lock(str(out)):  # released: a second writer gets it at once
+        pass
+    monkeypatch.setattr(rows_module, "write_all", real_write_all)
+    assert main([*argv, "--resume"]) == 0
+    assert "was cut off by an interrupted write" in capsys.readouterr().err
+    text = (out / "runs.jsonl").read_bytes()
+    assert text.startswith(first)
+    rows = read_rows(str(out / "runs.jsonl"))
+    assert sorted(r["epsilon"] for r in rows) == [1.0, 2.0, 4.0]
+    assert len({r["config_key"] for r in rows}) == 3 == text.count(b"\n")
+    control = tmp_path / "control"
+    assert main([*SWEEP, "--epsilon", "1,2,4", "--out", str(control)]) == 0
+    assert len(read_rows(str(control / "runs.jsonl"))) == 3

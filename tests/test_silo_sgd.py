@@ -320,3 +320,24 @@ def test_the_documented_silo_commands_run_with_their_defaults(argv, capsys):
     assert jfed.main(["run", *argv, "--no-progress"]) == 0
     assert "test error" in capsys.readouterr().out
     assert jfed.main(["run", "accel-mbsgd", "--batch", "10", "--no-progress"]) == 2
+
+
+def test_a_formula_calibration_says_its_eps_is_a_target_not_certified(capsys):
+    """The summary of a formula-calibrated run labels its eps as the formula's target and puts
+    the accountant's eps of its noise beside it; a record whose eps an accountant certified
+    states that accountant (negative control: no such label)."""
+    import json
+
+    import jfed
+    from jfed.methods.silo import privacy_text
+
+    argv = ["run", "noisy-mbsgd", "--rounds", "2", "--epsilon", "2", "--no-progress"]
+    assert jfed.main([*argv, "--calibration", "theorem", "--json", "-"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    line = privacy_text(record)
+    assert line.startswith("target eps=2 (formula, not certified)")
+    assert "PLD with Poisson sampling gives its noise eps = " in line
+    assert "[calibration: seed-theorem-formula]" in line
+    certified = dict(record, epsilon_certified=2.0, accountant="pld-poisson-replace-one")
+    line = privacy_text(certified)
+    assert "not certified" not in line and "[accountant: pld-poisson-replace-one]" in line

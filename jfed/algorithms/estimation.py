@@ -42,6 +42,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jfed.catalog import ESTIMATION_DATA, ESTIMATION_MECHANISMS, ESTIMATION_SETTINGS
+from jfed.privacy.randomized_response import keeps_true_bit_given_truthful
 
 SETTINGS = ESTIMATION_SETTINGS
 MODELS = ESTIMATION_DATA
@@ -309,7 +310,8 @@ class MeanEstimation:
         def vote(broadcast, site_id, key):
             hp, middle, stage = broadcast
             bit = self.site_mean(hp, key) > middle
-            honest = jax.random.uniform(self.noise_key(key, stage)) < hp.truthful
+            # private at any eps: the flip probability never falls below 1/(e^eps + 1)
+            honest = keeps_true_bit_given_truthful(self.noise_key(key, stage), hp.truthful)
             report = jnp.where(honest, bit, ~bit).astype(jnp.float32)
             inside = ((site_id < locating) & (site_id % stages == stage)).astype(jnp.float32)
             return inside * report, inside

@@ -5,21 +5,21 @@ One round:
 
 1. The server samples ``k = round(f n)`` clients without replacement: the engine's uniform
    cohort (:class:`jfed.engine.Uniform`, drawn from the round's cohort key in O(k)), and
-   broadcasts the global weights.
+   broadcasts the global weights with the round's public range: a declared center c and radius
+   r (``fixed``), or the previous global weight of each position as its center and the declared
+   r (``adaptive``). No range depends on what the clients trained this round.
 2. Only the selected clients train: each runs :func:`local_training` for ONE client (written for
    one, vmapped by the engine over the cohort): E epochs of minibatch SGD (optax) with batch B over
-   its own records, in an order drawn from its own key, and reports its trained weights (the
-   engine stacks the cohort's reports, ``[k, P]``, row j from client ``ids[j]``). A round costs
-   O(k) client trainings, not O(n).
-3. Each report is clipped to its range ``[c - r, c + r]`` and perturbed weight by weight by the
-   two-point mechanism (:mod:`jfed.privacy.two_point`) with the key of its client, addressed as
-   ``fold_in(fold_in(randomizer root, round), client id)``. The simulation applies this randomizer
-   to the round's buffer rather than inside the client function, because adaptive ranges come from
-   an oracle over the round's trained weights (the seed's encrypted min/max aggregation): the
-   function and its key are the client's.
-4. Split and shuffle: for every weight position the server receives the round's ``k`` values in
-   an order of its own (a per-position permutation), unlinkable across positions and rounds, and
-   averages them.
+   its own records, in an order drawn from its own key.
+3. Each client clips its trained weights to the range ``[c - r, c + r]`` and perturbs them weight
+   by weight with the two-point mechanism (:mod:`jfed.privacy.two_point`): one uniform per
+   weight, from ``fold_in(fold_in(randomizer root, round), client id)``, inside the client
+   function, so a chunk of clients holds only its own reports.
+4. Split and shuffle, then the per-position mean: a shuffle permutes each position's ``k``
+   values and leaves their sum alone, so the server's mean is the engine's sum of the reports
+   over the cohort, divided by ``k``; nothing is shuffled to compute it.
+   :func:`jfed.privacy.shuffle.split_and_shuffle` builds what the server would receive, for
+   whatever reads the shuffled transcript itself.
 
 A noise-free run (``private=False``) skips step 3 only.
 """
@@ -38,9 +38,10 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from jfed import catalog
-from jfed.engine.aggregate import stack_messages
+from jfed.engine.aggregate import sum_messages
 from jfed.engine.cohort import Uniform
 from jfed.privacy import two_point
+from jfed.privacy.shuffle import split_and_shuffle
 
 MODELS = catalog.LDP_FL_MODELS
 RANGES = catalog.WEIGHT_RANGES
@@ -171,8 +172,8 @@ def build_model(name: str, side: int, classes: int) -> nn.Module:
 
 
 class Hyperparams(NamedTuple):
-    """Traced scalars: ``learning_rate``, ``epsilon`` (per weight per report), and the fixed
-    range ``center`` c and ``radius`` r (ignored with adaptive ranges)."""
+    """Traced scalars: ``learning_rate``, ``epsilon`` (per weight per report), the range's
+    ``center`` c (``fixed`` ranges only) and ``radius`` r (both range rules)."""
 
     learning_rate: jax.Array
     epsilon: jax.Array
@@ -194,27 +195,59 @@ class State(NamedTuple):
 
 
 class RoundInfo(NamedTuple):
-    """Per round: the global ``weights: f32[P]`` after it, the ``radius: f32[]`` used (largest
-    over layers) and the fraction of reported weights that were clipped."""
+    """Per round: the global ``weights: f32[P]`` after it, the range ``radius: f32[]`` used and
+    the fraction of reported weights that were clipped into the range."""
 
     weights: jax.Array
     radius: jax.Array
     clipped_fraction: jax.Array
 
 
+class Randomizer(NamedTuple):
+    """What a selected client needs to perturb its report, all of it public: the round's
+    randomizer root ``key`` (a client folds in its id), the range ``center`` (``f32[]`` or
+    ``f32[P]``, the previous global model) and ``radius: f32[]``, and ``epsilon`` per weight."""
+
+    key: jax.Array
+    center: jax.Array
+    radius: jax.Array
+    epsilon: jax.Array
+
+
 class Broadcast(NamedTuple):
+    """What the server sends: the global ``weights: f32[P]``, the ``learning_rate``, and the
+    ``randomizer`` (``None``: report the trained weights as they are, the noise-free run)."""
+
     weights: jax.Array
     learning_rate: jax.Array
+    randomizer: Randomizer | None = None
+
+
+class Report(NamedTuple):
+    """One client's message: its reported ``weights: f32[P]`` and the number ``clipped: f32[]``
+    of its trained weights that lay outside the range. The engine sums both over the cohort."""
+
+    weights: jax.Array
+    clipped: jax.Array
+
+
+def perturbed_report(randomizer: Randomizer, client_id: jax.Array, trained: jax.Array) -> Report:
+    """The report of the client ``client_id`` that trained ``trained: f32[P]``: clipped to the
+    range and perturbed by the two-point mechanism, one uniform per weight drawn from
+    ``fold_in(randomizer.key, client_id)``."""
+    center, radius = randomizer.center, randomizer.radius
+    clipped = jnp.sum((trained < center - radius) | (trained > center + radius))
+    key = jax.random.fold_in(randomizer.key, client_id)
+    reported = two_point.perturb(key, trained, center, radius, randomizer.epsilon)
+    return Report(reported, clipped.astype(jnp.float32))
 
 
 def shuffled_mean(key: jax.Array, reports: jax.Array) -> jax.Array:
-    """Split and shuffle, then average: every position's ``k`` values ``reports: f32[k, P]``
-    arrive in their own random order (a permutation per position), and the server averages what
-    it received per position. Returns ``f32[P]``."""
-    k, positions = reports.shape
-    order = jnp.argsort(jax.random.uniform(key, (positions, k)), axis=1)
-    received = jnp.take_along_axis(reports.T, order, axis=1)  # [P, k]: no client order left
-    return received.mean(axis=1)
+    """The per-position mean of what a split and shuffle delivers
+    (:func:`jfed.privacy.shuffle.split_and_shuffle` of ``reports: f32[k, P]``); equal to
+    ``reports.mean(0)`` up to float32 summation order, which is how a round computes it.
+    Returns ``f32[P]``."""
+    return split_and_shuffle(key, reports).mean(axis=1)
 
 
 @dataclass(frozen=True)
@@ -227,9 +260,9 @@ class LDPFL:
       n_clients: n; ``selected``: k clients per round.
       records: records per client m; ``local_epochs``: E; ``batch``: B (``m // B`` steps per
         epoch; the last partial batch is dropped).
-      ranges: ``fixed`` (c, r from the hyper-parameters) or ``adaptive`` (c = 0, r per parameter
-        tensor, each layer's kernel and bias: its largest |weight| over the round's selected
-        clients, an oracle standing in for the seed's encrypted min/max aggregation).
+      ranges: ``fixed`` (c and r from the hyper-parameters) or ``adaptive`` (c per position:
+        the previous global weight, broadcast to every client; r from the hyper-parameters).
+        Both are public: no range is read from the clients' trained weights.
       private: perturb the reports (``False``: the noise-free run of the same protocol).
       unroll_steps: trace the local steps one after another instead of looping over them (how
         models with ``nn.Conv`` run fast on CPU; jfed's own CNN needs no unrolling).
@@ -310,40 +343,34 @@ class LDPFL:
 
     def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
         hp = state.hyperparams
-        _, randomizer_key, shuffle_key = jax.random.split(key, 3)
-        broadcast = Broadcast(state.weights, hp.learning_rate)
+        _, randomizer_key, _ = jax.random.split(key, 3)
+        randomizer = None
+        if self.private:
+            randomizer = Randomizer(randomizer_key, self.center(state.weights, hp), hp.radius,
+                                    hp.epsilon)  # fmt: skip
+        broadcast = Broadcast(state.weights, hp.learning_rate, randomizer)
 
-        def client(broadcast: Broadcast, view, client_key):
-            return self.local_training(
+        def client(broadcast: Broadcast, view, client_key) -> Report:
+            trained = self.local_training(
                 broadcast.weights, view.features[view.silo_id, : self.records],
                 view.targets[view.silo_id, : self.records], broadcast.learning_rate, client_key,
             )  # fmt: skip
+            if broadcast.randomizer is None:
+                return Report(trained, jnp.float32(0.0))
+            return perturbed_report(broadcast.randomizer, view.silo_id, trained)
 
-        # the selected clients' trained weights, f32[k, P], row j from client selected[j]
-        reports, cohort = clients(client, broadcast, stack_messages, cohort=Uniform(self.selected))
-        selected = cohort.ids
-        if self.private:
-            center, radius = self._ranges(reports, hp)
-            clipped = jnp.mean((reports < center - radius) | (reports > center + radius))
-            keys = jax.vmap(lambda c: jax.random.fold_in(randomizer_key, c))(selected)
-            reports = jax.vmap(lambda k, w: two_point.perturb(k, w, center, radius, hp.epsilon))(
-                keys, reports
-            )
-            largest = jnp.max(radius)
-        else:
-            clipped, largest = jnp.float32(0.0), jnp.float32(0.0)
-        weights = shuffled_mean(shuffle_key, reports)
-        return State(weights, hp), RoundInfo(weights, largest, clipped)
+        # summed over the cohort: the mean a split-and-shuffled transcript gives
+        total, _ = clients(client, broadcast, sum_messages, cohort=Uniform(self.selected))
+        weights = total.weights / self.selected
+        positions = self.unravel()[2]
+        clipped = total.clipped / (self.selected * positions)
+        radius = hp.radius if self.private else jnp.float32(0.0)
+        return State(weights, hp), RoundInfo(weights, radius, clipped)
 
-    def _ranges(self, reports: jax.Array, hp: Hyperparams) -> tuple[jax.Array, jax.Array]:
-        """``(center, radius)`` per position: fixed, or c = 0 and the layer's largest |w| over
-        the round's reports (the min/max oracle)."""
-        if self.ranges == "fixed":
-            return hp.center, hp.radius
-        _, tensors, _ = self.unravel()
-        n_tensors = int(tensors.max()) + 1
-        largest = jax.ops.segment_max(jnp.abs(reports).max(axis=0), tensors, n_tensors)
-        return jnp.float32(0.0), jnp.maximum(largest[tensors], 1e-6)
+    def center(self, weights: jax.Array, hp: Hyperparams) -> jax.Array:
+        """The range's center: the declared c (``fixed``), or the global ``weights: f32[P]``
+        the clients start from (``adaptive``): public either way."""
+        return hp.center if self.ranges == "fixed" else weights
 
 
 @partial(jax.jit, static_argnums=0)

@@ -29,6 +29,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfed import privacy
-from jfed._random import normals_and_uniforms
+from jfed._random import PRIVATE_NORMAL_REACH, normal_reach_mass, private_normals_and_uniforms
 from jfed._validation import (
     check_int_range,
     check_nonnegative,
@@ -187,11 +188,81 @@ def calibrate(
 
 
 def _rounds_plan(message_sensitivity, epsilon, delta, rounds, accountant, parameters, build=None):
-    return rounds_plan(
+    privacy_plan = rounds_plan(
         message_sensitivity, epsilon, delta, check_int_range("rounds", rounds, 1, 10**9),
         accountant=accountant, notion=f"local (eps, delta)-DP{via(accountant)}",
         protected=PROTECTED, trust_model=TRUST_MODEL, parameters=parameters, build=build,
     )  # fmt: skip
+    shift = privacy_plan.sensitivity / privacy_plan.noise_std
+    out_of_reach = out_of_reach_probability(shift, rounds)
+    if out_of_reach <= REACH_SHARE_OF_DELTA * delta:
+        return privacy_plan
+    # the paper's grid reaches eps 100, beyond what the sampler's reach covers: the guarantee
+    # is then the ideal real-valued Gaussian's, and the statement says so (check_noise_reach
+    # refuses such an eps for code that wants only what the sampler itself proves)
+    guarantee = privacy_plan.guarantee
+    notion = (
+        f"{guarantee.notion} of the ideal real-valued Gaussian, not certified for the float32 "
+        f"sampler (its noise reaches {PRIVATE_NORMAL_REACH:g} sd, the sensitivity is "
+        f"{shift:.3g} sd: up to {out_of_reach:.2g} more delta; certified up to eps "
+        f"{largest_reachable_epsilon(delta, rounds, accountant):.4g})"
+    )
+    return dataclasses.replace(
+        privacy_plan, guarantee=dataclasses.replace(guarantee, notion=notion)
+    )
+
+
+# the share of delta that the bounded reach of float32 normals may take
+REACH_SHARE_OF_DELTA = 1e-3
+
+
+def out_of_reach_probability(shift: float, rounds: int) -> float:
+    """Upper bound on the probability that one of a client's ``rounds`` messages lands where the
+    noise around a neighbouring input never reaches, for a sensitivity of ``shift`` noise
+    standard deviations (worst case: the whole shift along one coordinate;
+    :func:`jfed._random.normal_reach_mass`). It adds to delta, whatever eps."""
+    return min(1.0, rounds * normal_reach_mass(shift))
+
+
+def check_noise_reach(
+    shift: float, epsilon: float, delta: float, rounds: int, accountant: AccountantSpec
+) -> None:
+    """Refuse (``ValueError``) an (eps, delta) whose noise is so small relative to the
+    sensitivity (``shift`` standard deviations per message) that the float32 normals' bounded
+    reach (:data:`jfed._random.PRIVATE_NORMAL_REACH`) would add more than
+    :data:`REACH_SHARE_OF_DELTA` of delta; the message names the largest eps honoured."""
+    out_of_reach = out_of_reach_probability(shift, rounds)
+    if out_of_reach <= REACH_SHARE_OF_DELTA * delta:
+        return
+    raise ValueError(
+        f"expected epsilon <= {largest_reachable_epsilon(delta, rounds, accountant):.4g} "
+        f"(delta={delta:g}, {rounds} round(s), {via(accountant).strip(' ()') or 'accountant'}), "
+        f"got epsilon={epsilon:g}: float32 Gaussian noise reaches {PRIVATE_NORMAL_REACH:g} "
+        f"standard deviations and one message's sensitivity is {shift:.3g} of them, so a message "
+        f"lands out of a neighbouring input's reach with probability up to {out_of_reach:.2g}, "
+        f"more than {REACH_SHARE_OF_DELTA:g} of delta"
+    )
+
+
+def largest_reachable_epsilon(delta: float, rounds: int, accountant: AccountantSpec) -> float:
+    """The largest eps (rounded down to 4 digits) that :func:`check_noise_reach` accepts for
+    ``rounds`` Gaussian messages at ``delta`` under ``accountant``; 0 if none."""
+    from statistics import NormalDist
+
+    from jfed.privacy.accounting import gaussian_rounds_event, spent
+
+    tail = REACH_SHARE_OF_DELTA * delta / rounds
+    largest_shift = PRIVATE_NORMAL_REACH - NormalDist().inv_cdf(1.0 - tail)
+    if largest_shift <= 0:
+        return 0.0
+    composer = getattr(accountant, "gaussian_composer", None)
+    if composer is not None:
+        epsilon = composer("bounded").add_gaussian(1.0 / largest_shift, rounds).epsilon(delta)
+    else:
+        event = gaussian_rounds_event(1.0 / largest_shift, rounds)
+        epsilon = spent(event, delta, accountant=accountant, adjacency="bounded")
+    digits = 10 ** (3 - math.floor(math.log10(epsilon)))
+    return math.floor(epsilon * digits * (1 - 1e-9)) / digits
 
 
 # ----------------------------------------------------------------------------- client (one)
@@ -291,7 +362,8 @@ def _clipped_draws(broadcast: Broadcast, record, key: jax.Array):
     x, y = record
     x, clipped = clip_to_ball(x, broadcast.clip_norm)
     k = broadcast.directions.shape[1]
-    noise, unit = normals_and_uniforms(key, x.shape[0], k)
+    # tails to 9 standard deviations: out-of-reach messages are what check_noise_reach bounds
+    noise, unit = private_normals_and_uniforms(key, x.shape[0], k)
     return x, y, clipped, 2.0 * jnp.pi * unit, noise
 
 
@@ -550,3 +622,57 @@ class SharedNoise:
             )
 
         return jax.vmap(step)(states)
+
+
+# ----------------------------------------------------------------------------- audit
+
+
+def audit_report(
+    key: jax.Array,
+    epsilon: float,
+    delta: float,
+    samples: int,
+    confidence: float = 0.95,
+    noise_scale: float = 1.0,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.5,
+    omega: float = 1.0,
+    clip_norm: float = 3.0,
+):
+    """Audit one client's message (one round, :func:`client_message`) calibrated by :func:`plan`
+    to (eps, delta)-LDP, with a Clopper-Pearson lower bound on eps
+    (:func:`jfed.privacy.audit.audit_threshold` on the first coordinate).
+
+    The canaries are ``x = C e_1`` and ``x' = -C e_1`` in d = 2, with the fixed modulation
+    direction ``e_2``: the modulation then has the same law under both, and the noise-free
+    messages differ by ``2 alpha C`` along ``e_1`` (the calibration's bound ``L D =
+    2 C (alpha + beta omega)`` also covers modulation, so an honest audit stays well below the
+    claim). ``noise_scale`` multiplies the calibrated noise (below 1: a negative control).
+
+    Returns:
+      a :class:`jfed.privacy.audit.RandomizerAudit`.
+    """
+    from jfed.privacy.audit import APPROXIMATE_DP, ONE_REPORT, RandomizerAudit, audit_threshold
+
+    privacy_plan = plan(epsilon, delta, 1, alpha=alpha, beta=beta, omega=omega,
+                        clip_norm=clip_norm)  # fmt: skip
+    hp = privacy_plan.hyperparams(directions=np.array([[0.0], [1.0]]))
+    broadcast = _broadcast(hp._replace(noise_std=hp.noise_std * noise_scale), key, 2, 1)
+
+    @jax.jit
+    def first_coordinates(key, sign):
+        x = jnp.array([sign * clip_norm, 0.0], jnp.float32)
+        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(samples))
+        z, _, _ = jax.vmap(lambda k: client_message(broadcast, (x, jnp.float32(0.0)), k))(keys)
+        return z[:, 0]
+
+    key_low, key_high = jax.random.split(key)
+    null = np.asarray(first_coordinates(key_low, -1.0), np.float64)
+    alternative = np.asarray(first_coordinates(key_high, 1.0), np.float64)
+    return RandomizerAudit(
+        "modulated", epsilon, delta, "local " + APPROXIMATE_DP + via(Zcdp()), "any two feature "
+        f"vectors in the ball of radius {clip_norm:g}", ONE_REPORT + " (one round's message)",
+        f"x = -{clip_norm:g} e1 and x = {clip_norm:g} e1, modulation direction e2",
+        audit_threshold(null, alternative, delta, confidence), samples,
+    )  # fmt: skip

@@ -93,7 +93,19 @@ def _sampling_fields(args) -> dict:
         "sampling": args.sampling if args.sampling_rate < 1 else "none",
         "neighboring": args.neighboring,
         "notion": "(eps, delta)-DP of the composed Gaussian steps",
+        "adjacency": args.neighboring,
+        "protected_unit": "one sampled unit (a record; a user's data in user-level DP)",
+        "sensitivity": "L2 of one step's sum (the noise std is the multiplier times it)",
     }
+
+
+def stated(record: dict) -> str:
+    """What every answer says beside its number: the notion, the adjacency, the protected unit
+    and the sensitivity it assumes."""
+    return (
+        f" | {record['notion']}; adjacency: {record['adjacency']}; protected unit: "
+        f"{record['protected_unit']}; sensitivity: {record['sensitivity']}"
+    )
 
 
 def run(args) -> tuple[dict, str]:
@@ -119,7 +131,7 @@ def run(args) -> tuple[dict, str]:
             f"for {args.steps} Gaussian step(s), noise multiplier {args.noise_multiplier:g}, "
             f"sampling rate {args.sampling_rate:g}"
         )
-        return record, line
+        return record, line + stated(record)
     if args.question == "calibrate":
         epsilons = [float(e) for e in str(args.epsilon).split(",")]
         repeated = sorted({e for e in epsilons if epsilons.count(e) > 1})
@@ -156,7 +168,7 @@ def run(args) -> tuple[dict, str]:
             for e, m in zip(epsilons, multipliers, strict=True)
         )
         line += f" at delta={args.delta:g} [accountant: {args.accountant}]"
-        return record, line
+        return record, line + stated(record)
     if args.question == "last-iterate":
         setting = last_iterate.LastIterateSetting(
             args.eta, args.lipschitz, args.radius, args.sigma, args.n, args.sampling_rate
@@ -213,16 +225,25 @@ def run(args) -> tuple[dict, str]:
                 f"[{args.compare_accountant}]"
             )
         record["notion"] = "(eps, delta)-DP of the released model (replace-one adjacency)"
-        return record, line
+        record["adjacency"] = "replace-one"
+        record["protected_unit"] = "one user's data (one of the n users)"
+        record["sensitivity"] = (
+            "a user's gradient is L-Lipschitz: one step moves the iterate by at most 2 eta L"
+        )
+        return record, line + stated(record)
     epsilon, delta_total = shuffle.shuffle_epsilon(args.epsilon0, args.n, args.delta, args.delta0)
     record = {
         "quantity": "epsilon", "epsilon": epsilon, "delta": delta_total,
         "epsilon0": args.epsilon0, "delta0": args.delta0, "n": args.n,
         "accountant": "shuffle-fmt21-thm3.1",
         "notion": "central (eps, delta)-DP of n shuffled local reports",
+        "adjacency": "replace-one (one report's input replaced by any other)",
+        "protected_unit": "one of the n reporting units (its one report)",
+        "sensitivity": f"each report from an ({args.epsilon0:g}, {args.delta0:g})-LDP randomizer "
+        "(any two inputs)",
     }  # fmt: skip
     line = (
         f"epsilon = {epsilon:.6g}, delta = {delta_total:.3g} (central, after shuffling {args.n} "
         f"reports of a {args.epsilon0:g}-LDP randomizer) [accountant: shuffle, FMT21 Thm 3.1]"
     )
-    return record, line
+    return record, line + stated(record)

@@ -13,10 +13,11 @@ import os
 import tempfile
 from collections.abc import Callable
 
-from jfed._validation import check_int_range, check_open_unit, check_positive
+from jfed._validation import UsageError, check_int_range, check_open_unit, check_positive
 from jfed.methods.fields import EPSILON, MAX_CLIENTS
 
 MAX_SEEDS = 10_000
+DEFAULT_EPSILONS = "0.1,0.3,1,3,10"  # a sweep's eps when --epsilon is not given
 
 
 def check_epsilon(flag: str, value: float) -> float:
@@ -63,13 +64,13 @@ def parse_numbers(flag: str, text: str) -> list[float]:
     """A comma-separated list of numbers (``--epsilon 0.5,1,2``); empty items are refused."""
     items = text.split(",")
     if any(not item.strip() for item in items):
-        raise ValueError(f"expected a comma-separated list of numbers for {flag}, got {text!r}")
+        raise UsageError(f"expected a comma-separated list of numbers for {flag}, got {text!r}")
     numbers = []
     for item in items:
         try:
             numbers.append(float(item))
         except ValueError:
-            raise ValueError(f"expected a number in {flag}, got {item.strip()!r}") from None
+            raise UsageError(f"expected a number in {flag}, got {item.strip()!r}") from None
     return numbers
 
 
@@ -94,7 +95,7 @@ def check_no_repeated_flag(argv: list[str]) -> None:
             continue
         name = token.split("=", 1)[0]
         if name in seen and name not in REPEATABLE_FLAGS:
-            raise ValueError(f"{name} is given twice: give it once")
+            raise UsageError(f"{name} is given twice: give it once")
         seen.add(name)
 
 
@@ -104,30 +105,30 @@ def check_output_file(flag: str, path: str) -> None:
     if path == "-":
         return
     if not path.strip():
-        raise ValueError(f"expected {flag} PATH (or - for standard output), got an empty path")
+        raise UsageError(f"expected {flag} PATH (or - for standard output), got an empty path")
     if os.path.isdir(path):
-        raise ValueError(f"expected {flag} to name a file, got the folder {path}")
+        raise UsageError(f"expected {flag} to name a file, got the folder {path}")
     _check_writable_under(flag, path, os.path.dirname(os.path.abspath(path)))
 
 
 def check_output_folder(flag: str, path: str) -> None:
     """``path`` is, or can be created as, a writable folder."""
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"expected {flag} to name a folder, got the file {path}")
+        raise UsageError(f"expected {flag} to name a folder, got the file {path}")
     _check_writable_under(flag, path, path)
 
 
 def _check_writable_under(flag: str, path: str, folder: str) -> None:
     existing = _nearest_existing(folder)
     if not os.path.isdir(existing):
-        raise ValueError(f"cannot write {flag} {path}: {existing} is a file, not a folder")
+        raise UsageError(f"cannot write {flag} {path}: {existing} is a file, not a folder")
     try:  # a real write: permission bits do not tell (root, read-only mounts)
         with tempfile.TemporaryFile(dir=existing, prefix=".jfed-write-test-"):
             pass
     except OSError as error:
         reason = error.strerror or str(error)
         message = f"cannot write {flag} {path}: {existing} is not writable ({reason})"
-        raise ValueError(message) from None
+        raise UsageError(message) from None
 
 
 # dp-accounting's PLD grows with the composed steps (10^6 Poisson steps took 2.3 s here; 10^12
@@ -136,6 +137,12 @@ MAX_PLD_STEPS = 10**6
 MAX_RDP_STEPS = 10**9
 MAX_NUMERICAL_EPSILON = 100.0
 NUMERICAL_ACCOUNTANTS = ("pld", "rdp", "exact")
+# The silos' exact calibration runs one PLD calibration per distinct silo size: one took 3.4 s at
+# eps = 10, 7 s at 30 and 13 s at 100 here, so eps = 100 over 25 silo sizes took 457 s. Its PLD
+# is discretised at 1e-3 (jfed.algorithms.silo_privacy.PLD_DISCRETIZATION) and answers eps = 0
+# below that, which no noise can be interpolated from.
+MAX_EXACT_EPSILON = 30.0
+MIN_EXACT_EPSILON = 1e-3
 
 
 def _check_account(args: argparse.Namespace) -> None:
@@ -147,11 +154,11 @@ def _check_account(args: argparse.Namespace) -> None:
     if getattr(args, "epsilon0", None) is not None:
         check_positive("--epsilon0", args.epsilon0)
     if getattr(args, "delta0", None) is not None and not 0.0 <= args.delta0 < 1.0:
-        raise ValueError(f"expected --delta0 in [0, 1), got --delta0={args.delta0:g}")
+        raise UsageError(f"expected --delta0 in [0, 1), got --delta0={args.delta0:g}")
     if getattr(args, "sampling_rate", None) is not None:
         rate = args.sampling_rate
         if not 0.0 < rate <= 1.0:
-            raise ValueError(f"expected --sampling-rate in (0, 1], got --sampling-rate={rate:g}")
+            raise UsageError(f"expected --sampling-rate in (0, 1], got --sampling-rate={rate:g}")
     for dest in ("n", "dataset_size"):
         if getattr(args, dest, None) is not None:
             check_int_range(flag_name(dest), getattr(args, dest), 1, 10**12)
@@ -166,16 +173,29 @@ def _check_account(args: argparse.Namespace) -> None:
 
 
 def check_numerical_accountant(config, epsilons: list[float]) -> None:
-    """Numerical (PLD / RDP) calibrations bisect the noise; refuse eps where that takes minutes."""
+    """Numerical (PLD / RDP) calibrations bisect the noise; refuse eps where that takes minutes,
+    and, for the silos' exact calibration, eps below what its PLD resolves."""
     accountant = getattr(config, "accountant", None)
     flag = "--accountant"
     if getattr(config, "calibration", None) == "exact":
         accountant, flag = "exact", "--calibration"
     if accountant not in NUMERICAL_ACCOUNTANTS or not epsilons:
         return
-    largest = max(epsilons)
+    largest, smallest = max(epsilons), min(epsilons)
+    if accountant == "exact" and smallest < MIN_EXACT_EPSILON:
+        raise UsageError(
+            f"expected --epsilon >= {MIN_EXACT_EPSILON:g} with --calibration exact (its PLD is "
+            f"discretised at {MIN_EXACT_EPSILON:g} and cannot resolve a smaller eps; "
+            f"--calibration theorem can), got --epsilon={smallest:g}"
+        )
+    if accountant == "exact" and largest > MAX_EXACT_EPSILON:
+        raise UsageError(
+            f"expected --epsilon <= {MAX_EXACT_EPSILON:g} with --calibration exact (one PLD "
+            "calibration per distinct silo size takes minutes beyond; --calibration theorem "
+            f"answers at once), got --epsilon={largest:g}"
+        )
     if largest > MAX_NUMERICAL_EPSILON:
-        raise ValueError(
+        raise UsageError(
             f"expected --epsilon <= {MAX_NUMERICAL_EPSILON:g} with {flag} {accountant} "
             f"(its numerical calibration takes minutes beyond), got --epsilon={largest:g}"
         )
@@ -186,14 +206,14 @@ def _check_account_calibration(args: argparse.Namespace) -> None:
         return  # computing eps of a given noise is fast whatever the answer
     largest = max(parse_numbers("--epsilon", args.epsilon))
     if largest > MAX_NUMERICAL_EPSILON:
-        raise ValueError(
+        raise UsageError(
             f"expected --epsilon <= {MAX_NUMERICAL_EPSILON:g} with --accountant {args.accountant} "
             f"(its numerical calibration takes minutes beyond), got --epsilon={largest:g}"
         )
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` naming the first flag outside its range, among the flags that are not
+    """Raise ``UsageError`` naming the first flag outside its range, among the flags that are not
     a method's fields (output paths, the engine plan, the sweep's grid sizes, ``jfed account``)."""
     command = args.command
     if getattr(args, "json", None) is not None:
@@ -209,12 +229,12 @@ def check_arguments(args: argparse.Namespace) -> None:
             check(flag_name(dest), value)
     block, chunk = getattr(args, "block_size", None), getattr(args, "chunk_size", None)
     if block is not None and chunk is None:
-        raise ValueError(
+        raise UsageError(
             "expected --block-size a positive multiple of --chunk-size: give --chunk-size too "
             "(its default depends on the backend)"
         )
     if block is not None and chunk is not None and block % chunk:
-        raise ValueError(
+        raise UsageError(
             f"expected --block-size a positive multiple of --chunk-size={chunk}, "
             f"got --block-size={block}"
         )
@@ -226,5 +246,5 @@ def check_epsilons(text: str) -> list[float]:
     for epsilon in epsilons:
         check_epsilon("--epsilon", epsilon)
     if len(set(epsilons)) != len(epsilons):
-        raise ValueError(f"expected distinct values in --epsilon, got {text!r}")
+        raise UsageError(f"expected distinct values in --epsilon, got {text!r}")
     return epsilons

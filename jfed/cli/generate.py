@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from jfed.cli.checks import parse_numbers
+from jfed._validation import UsageError
+from jfed.cli.checks import DEFAULT_EPSILONS, parse_numbers
 from jfed.methods import ALIASES, METHODS, Config, Method, method
 from jfed.methods.fields import Field, field_map, fields_of
 
@@ -87,7 +88,7 @@ def _value(declared: Field, flag: str, text: str):
     if declared.kind is bool:
         lowered = text.strip().lower()
         if lowered not in ("true", "false", "on", "off", "1", "0"):
-            raise ValueError(f"expected true or false for {flag}, got {text!r}")
+            raise UsageError(f"expected true or false for {flag}, got {text!r}")
         return lowered in ("true", "on", "1")
     if declared.kind is str:
         return declared.check(flag, text.strip())
@@ -105,27 +106,103 @@ def parse_pairs(items: list[str], config: type[Config], many: bool) -> dict:
         name, _, values = item.partition("=")
         name = name.strip().replace("-", "_")
         if not name or not values.strip():
-            raise ValueError(f"expected {flag} NAME={'V1,V2' if many else 'V'}, got {item!r}")
+            raise UsageError(f"expected {flag} NAME={'V1,V2' if many else 'V'}, got {item!r}")
         allowed = [
             f for f, d in declared.items()
             if (d.tunable if many else f not in SWEEP_ONLY_RUN_FIELDS)
         ]  # fmt: skip
         if name not in allowed:
-            raise ValueError(
+            raise UsageError(
                 f"unknown {flag} {name} for {method(config.method).name}; expected one of {allowed}"
             )
         if name in parsed:
-            raise ValueError(f"{flag} {name} is given twice")
+            raise UsageError(f"{flag} {name} is given twice")
         texts = values.split(",") if many else [values]
         if not many and "," in values:
-            raise ValueError(f"expected one value in --set {name}, got {values!r} (--grid sweeps)")
+            raise UsageError(f"expected one value in --set {name}, got {values!r} (--grid sweeps)")
         if many:
             parse_numbers(f"{flag} {name}", values)  # one message for a malformed list
         parsed_values = [_value(declared[name], f"{flag} {name}", text) for text in texts]
         if len(set(parsed_values)) != len(parsed_values):
-            raise ValueError(f"expected distinct values in {flag} {name}, got {values!r}")
+            raise UsageError(f"expected distinct values in {flag} {name}, got {values!r}")
         parsed[name] = parsed_values if many else parsed_values[0]
     return parsed
+
+
+# a field whose value "none" makes a configuration release without noise: eps and delta then
+# certify nothing, and giving them is refused rather than recorded as if they did
+NO_PRIVACY_SWITCHES = ("setting", "noise_shape")
+PRIVACY_FIELDS = ("epsilon", "delta")
+
+
+def check_given(args: argparse.Namespace, config: Config, extra: dict | None = None) -> None:
+    """Refuse (``UsageError`` naming the flag) what the declared ranges alone let pass: a field
+    given where it does not apply even at its default value (``--dataset fair --synthetic``),
+    eps or delta given to a setting that adds no noise, and an LDP-FL round of one client."""
+    given = {**given_fields(args, config), **(extra or {})}
+    declared = field_map(config)
+    for name in given:
+        requires = declared[name].requires
+        if requires is not None and not requires[0](config):
+            raise UsageError(f"{declared[name].flag} applies {requires[1]}")
+    switches = [n for n in NO_PRIVACY_SWITCHES if getattr(config, n, None) == "none"]
+    for switch, name in ((s, n) for s in switches[:1] for n in PRIVACY_FIELDS):
+        if name in given or (name == "epsilon" and _sweep_epsilon_given(args)):
+            raise UsageError(
+                f"--{name} applies only to a private setting: --{switch.replace('_', '-')} none "
+                "adds no noise and certifies no eps"
+            )
+    check_shuffled_clients(config, given)
+    check_image_shares(config)
+
+
+# training images of the image data sets, shared equally among the clients (jfed.data.images:
+# scikit-learn's 1,797 digits less the 20% held out; the procedural MNIST-shaped set)
+TRAINING_IMAGES = {"digits": 1438, "procedural-mnist": 60_000}
+
+
+def check_image_shares(config: Config) -> None:
+    """Each client of an image data set gets ``images // clients`` images: at least one, and at
+    least a local batch of them."""
+    dataset, clients = getattr(config, "dataset", None), getattr(config, "clients", None)
+    images = TRAINING_IMAGES.get(dataset) if isinstance(dataset, str) else None
+    if images is None or clients is None:
+        return
+    if clients > images:
+        raise UsageError(
+            f"expected --clients in [1, {images}] (the training images of {dataset}), "
+            f"got --clients={clients}"
+        )
+    share = images // clients
+    batch = getattr(config, "batch", None)
+    if batch is not None and batch > share:
+        raise UsageError(
+            f"expected --batch in [1, {share}] (the images of each of {clients} clients), got "
+            f"--batch={batch}"
+        )
+
+
+def _sweep_epsilon_given(args: argparse.Namespace) -> bool:
+    return getattr(args, "command", None) == "sweep" and getattr(
+        args, "epsilon", DEFAULT_EPSILONS
+    ) not in (None, DEFAULT_EPSILONS)
+
+
+def check_shuffled_clients(config: Config, given: dict) -> None:
+    """A configuration that selects ``max(1, round(fraction x clients))`` clients a round and
+    shuffles their reports must select at least two: one client alone has nobody to hide among,
+    so the anonymity its eps assumes is void."""
+    fraction, clients = getattr(config, "fraction", None), getattr(config, "clients", None)
+    if fraction is None or clients is None:
+        return
+    selected = max(1, round(fraction * clients))
+    if selected < 2:
+        flag = "--fraction" if "fraction" in given else "--clients"
+        raise UsageError(
+            f"expected --fraction x --clients to select at least 2 clients a round (split and "
+            f"shuffle hides each among the others), got {fraction:g} x {clients} -> {selected} "
+            f"client: raise {flag}"
+        )
 
 
 def build_config(args: argparse.Namespace, extra: dict | None = None) -> Config:
@@ -134,5 +211,5 @@ def build_config(args: argparse.Namespace, extra: dict | None = None) -> Config:
     declared = chosen_method(args)
     given = given_fields(args, declared.config)
     for name in sorted(set(given) & set(extra or {})):
-        raise ValueError(f"--{name.replace('_', '-')} is given twice (as a flag and with --set)")
+        raise UsageError(f"--{name.replace('_', '-')} is given twice (as a flag and with --set)")
     return declared.config(**given, **(extra or {})).check()

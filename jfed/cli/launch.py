@@ -3,7 +3,10 @@
 Each process runs ``python -m jfed <command>`` with ``JFED_COORDINATOR``, ``JFED_NUM_PROCESSES``
 and ``JFED_PROCESS_ID`` set, so it joins JAX's distributed runtime before any work
 (:mod:`jfed.engine.distributed`); the client axis is then sharded over every device of every
-process, and process 0 alone prints and writes. On a cluster the same program runs under the
+process, and process 0 alone prints and writes (what native libraries print goes to standard
+error, so ``--json -`` leaves one JSON record on standard output). The coordinator listens on
+127.0.0.1 unless ``--coordinator HOST:PORT`` names another address; when one process fails, the
+launcher stops the others within seconds and names it. On a cluster the same program runs under the
 usual launcher instead (see the README: ``JFED_DISTRIBUTED=1 srun jfed run ...``).
 """
 
@@ -16,7 +19,11 @@ import subprocess
 import sys
 import time
 
+from jfed._validation import UsageError
+
 MAX_PROCESSES = 64
+POLL_SECONDS = 0.1
+STOP_SECONDS = 5.0  # a process blocked in a collective may ignore SIGTERM; then SIGKILL
 
 
 def add_parser(commands) -> None:
@@ -28,23 +35,38 @@ def add_parser(commands) -> None:
         help=f"number of processes (default: 2; at most {MAX_PROCESSES})",
     )  # fmt: skip
     launch.add_argument(
+        "--coordinator", metavar="HOST:PORT", default=None,
+        help="address the coordinator listens on (default: 127.0.0.1 and a free port, reachable "
+        "from this machine only)",
+    )  # fmt: skip
+    launch.add_argument(
         "command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
         help="the jfed command to run, after --, e.g. -- run modulated",
     )  # fmt: skip
 
 
 def child_command(args: argparse.Namespace) -> list[str]:
-    """The command after ``--``, refused (``ValueError``) unless it is a run or a sweep."""
+    """The command after ``--``, refused (``UsageError``) unless it is a run or a sweep."""
     rest = list(args.command_line)
     if rest and rest[0] == "--":
         rest = rest[1:]
     if not rest or rest[0] not in ("run", "sweep"):
-        raise ValueError("expected `jfed launch --processes N -- run ...` or `-- sweep ...`")
+        raise UsageError("expected `jfed launch --processes N -- run ...` or `-- sweep ...`")
     if not 1 <= args.processes <= MAX_PROCESSES:
-        raise ValueError(
+        raise UsageError(
             f"expected --processes in [1, {MAX_PROCESSES}], got --processes={args.processes}"
         )
+    if args.coordinator is not None:
+        check_address(args.coordinator)
     return rest
+
+
+def check_address(address: str) -> str:
+    """``HOST:PORT`` with a port in [1, 65535] (``UsageError`` naming --coordinator otherwise)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise UsageError(f"expected --coordinator HOST:PORT (port in [1, 65535]), got {address!r}")
+    return address
 
 
 def _free_port() -> int:
@@ -53,26 +75,62 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def child_argv(command: list[str]) -> list[str]:
+    """What each process executes: this Python running ``jfed <command>``."""
+    return [sys.executable, "-m", "jfed", *command]
+
+
 def run(args: argparse.Namespace, command: list[str]) -> int:
     """Start the processes, wait for all; the first failure stops the others (their collectives
-    would wait for it forever). Returns the first non-zero exit status, else 0."""
-    coordinator = f"127.0.0.1:{_free_port()}"
-    children = []
-    for index in range(args.processes):
-        env = dict(os.environ, JFED_COORDINATOR=coordinator,
-                   JFED_NUM_PROCESSES=str(args.processes), JFED_PROCESS_ID=str(index))  # fmt: skip
-        children.append(subprocess.Popen([sys.executable, "-m", "jfed", *command], env=env))
-    status = 0
-    while any(child.poll() is None for child in children):
-        failed = [c.returncode for c in children if c.returncode not in (None, 0)]
-        if failed:
-            status = failed[0]
-            for child in children:
-                if child.poll() is None:
-                    child.terminate()
-            break
-        time.sleep(0.1)
+    would wait for it forever) and is named in one line. Returns the first non-zero exit status,
+    else 0."""
+    coordinator = args.coordinator or f"127.0.0.1:{_free_port()}"
+    children: list[subprocess.Popen] = []
+    try:
+        for index in range(args.processes):
+            env = dict(
+                os.environ,
+                JFED_COORDINATOR=coordinator,
+                JFED_NUM_PROCESSES=str(args.processes),
+                JFED_PROCESS_ID=str(index),
+            )
+            children.append(subprocess.Popen(child_argv(command), env=env))
+        failed = _wait_for_first_failure(children)
+    finally:
+        _stop(children)
+    if failed is not None:
+        index, status = failed
+        print(
+            f"jfed: error: launch: process {index} of {len(children)} exited with status "
+            f"{status} (its own error is above); stopped the others",
+            file=sys.stderr,
+        )
+        return status
+    return next((c.returncode for c in children if c.returncode), 0)
+
+
+def _wait_for_first_failure(children: list[subprocess.Popen]) -> tuple[int, int] | None:
+    """Poll until every process ended or one failed: ``(index, exit status)`` of the first
+    failure, else ``None``."""
+    while True:
+        statuses = [child.poll() for child in children]
+        for index, status in enumerate(statuses):
+            if status not in (None, 0):
+                return index, status
+        if all(status is not None for status in statuses):
+            return None
+        time.sleep(POLL_SECONDS)
+
+
+def _stop(children: list[subprocess.Popen]) -> None:
+    """End the processes still running: SIGTERM, then SIGKILL after :data:`STOP_SECONDS`."""
     for child in children:
-        child.wait()
-        status = status or child.returncode
-    return status
+        if child.poll() is None:
+            child.terminate()
+    deadline = time.monotonic() + STOP_SECONDS
+    for child in children:
+        try:
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()

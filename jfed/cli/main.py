@@ -13,7 +13,9 @@
 The flags of ``run`` and ``sweep`` are generated from each method's declaration
 (:mod:`jfed.cli.generate`). Bad input prints one line (``jfed: error: ...``) and exits with
 status 2, before JAX is imported or any device is touched (:mod:`jfed.cli.checks`); heavy modules
-load only for the command that needs them, so ``jfed --help`` answers at once.
+load only for the command that needs them, so ``jfed --help`` answers at once. Only jfed's
+:class:`~jfed._validation.UsageError` (and argparse's refusals) count as bad input: any other
+exception is a fault of jfed, answered with one line that says so and asks for a report (exit 1).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import sys
 
 from jfed import __version__
+from jfed._validation import UsageError
 from jfed.cli import account, generate, launch, methods, options, sweep
 from jfed.cli.checks import check_arguments, check_no_repeated_flag, check_numerical_accountant
 
@@ -35,7 +38,13 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        self.exit(2, f"jfed: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"jfed: error: {one_line(message)} (see `{self.prog} --help`)\n")
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters escaped (a newline the user typed into a value is
+    shown as ``\\n``): an error stays one line whatever it quotes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def _run_flags(parser: argparse.ArgumentParser, declared) -> None:
@@ -79,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     methods.add_parser(commands)
     launch.add_parser(commands)
     account.add_parser(commands)
+    from jfed.cli import audit
+
+    audit.add_parser(commands)
     sweep.add_parsers(commands)
     return parser
 
@@ -91,7 +103,15 @@ def _run(args: argparse.Namespace, config) -> dict:
 
 def _datasets() -> None:
     """Every built-in data set, by the methods that take it, with its size and source."""
-    from jfed.catalog import FEDERATED_DATASETS, IMAGE_DATASETS, SILO_DATASETS
+    from jfed.catalog import (
+        ESTIMATION_DATA,
+        FEDERATED_DATASETS,
+        FUNCTIONAL_BASES,
+        IMAGE_DATASETS,
+        SILO_DATASETS,
+        SYNTHETIC_CLIENTS,
+        SYNTHETIC_DIM,
+    )
     from jfed.data import available_datasets, load_silos
     from jfed.data.images import load_images
     from jfed.data.regression import _LOADERS
@@ -125,6 +145,28 @@ def _datasets() -> None:
     }
     for name in FEDERATED_DATASETS:
         print(f"  {name:18s} {descriptions[name]}")
+    print("synthetic generators (procedural, generated on the device from the seed):")
+    generators = {
+        "--synthetic": "regression (modulated-*, dpsgd, ols): linear clients, one record each, "
+        f"any --clients (default {SYNTHETIC_CLIENTS:,}) and --dim (default {SYNTHETIC_DIM})",
+        "--data": f"estimation: {' or '.join(ESTIMATION_DATA)} units, --sites x --units of them",
+        "--basis": "functional-estimation: random Sobolev functions in a "
+        f"{' or '.join(FUNCTIONAL_BASES)} basis, --servers x --functions x --observations",
+    }
+    for flag, text in generators.items():
+        print(f"  {flag:18s} {text}")
+
+
+def _answer_account(args: argparse.Namespace) -> tuple[dict, str]:
+    """``jfed account``'s answer. It is computed from the arguments alone, so the privacy layer's
+    ``ValueError`` refusing a combination of them is bad input (those not yet raised as
+    ``UsageError``)."""
+    try:
+        return account.run(args)
+    except UsageError:
+        raise
+    except ValueError as error:
+        raise UsageError(str(error)) from error
 
 
 def _write_record(record: dict, path: str | None) -> int:
@@ -147,30 +189,82 @@ def _write_record(record: dict, path: str | None) -> int:
 
 
 def checked(args: argparse.Namespace) -> tuple:
-    """Every check of a parsed command that needs no JAX (``ValueError`` naming the flag):
+    """Every check of a parsed command that needs no JAX (``UsageError`` naming the flag):
     ``(run configuration or None, checked sweep or None)``."""
-    check_arguments(args)
-    config = None
-    if args.command == "run":
-        config = generate.build_config(args)
-        check_numerical_accountant(config, [getattr(config, "epsilon", 0.0)])
-    return config, sweep.checked(args) if args.command == "sweep" else None
+    try:
+        check_arguments(args)
+        config = None
+        if args.command == "run":
+            config = generate.build_config(args)
+            check_numerical_accountant(config, [getattr(config, "epsilon", 0.0)])
+            generate.check_given(args, config)
+        return config, sweep.checked(args) if args.command == "sweep" else None
+    except UsageError:
+        raise
+    except ValueError as error:
+        # the declarations' own checks (jfed.methods.fields, a Config's check()) answer
+        # ValueError: everything refused while checking the arguments is bad input
+        raise UsageError(str(error)) from error
+
+
+def check_cost(args: argparse.Namespace, config, swept: tuple | None) -> None:
+    """Refuse, before anything compiles, a run (or a sweep's largest run) whose arrays exceed the
+    free memory of the device or whose work is beyond reach (:mod:`jfed.methods.cost`)."""
+    from jfed.engine import ExecutionPlan
+    from jfed.methods.cost import check_fits, memory_budget, work_budget
+
+    given = set(generate.given_fields(args, config if swept is None else swept[3]))
+    shared = False
+    if swept is not None:
+        _, epsilons, grid, config = swept
+        largest = {n: max(v) for n, v in grid.items() if all(type(x) is int for x in v)}
+        config = config.replace(**largest)
+        given |= set(grid) | set(generate.parse_pairs(args.set, type(config), many=False))
+        shared = not args.no_shared_noise and len(epsilons or ()) > 1
+    chunk = args.chunk_size or ExecutionPlan.for_backend().chunk_size
+    check_fits(config, chunk, memory_budget(), shared, tuple(sorted(given)), work_budget())
+
+
+REPORT_HINT = (
+    "this is a fault of jfed, not of the input: please report it with the command line and "
+    "`jfed --version` (JFED_TRACEBACK=1 shows the traceback)"
+)
+
+
+def _fault(error: BaseException) -> int:
+    """One line for an exception that is not a refusal of the input (exit 1), or the traceback
+    when ``JFED_TRACEBACK=1``."""
+    import os
+
+    if os.environ.get("JFED_TRACEBACK") == "1":
+        raise error
+    text = one_line(" ".join(str(error).split())[:300]) or "(no message)"
+    print(f"jfed: internal error: {type(error).__name__}: {text}; {REPORT_HINT}", file=sys.stderr)
+    return 1
 
 
 def main_checks_only(argv: list[str]) -> int:
-    """Parse and check a command without running it (``jfed launch`` checks its child command
-    once, before starting processes): 0 when it would be accepted, else 2 (one line printed)."""
+    """Parse and check a command without running it: 0 when it would be accepted, else 2 (one
+    line printed; a request for help counts as not accepted)."""
+    status = _answer_without_running(argv)
+    return 0 if status is None else status or 2
+
+
+def _answer_without_running(argv: list[str]) -> int | None:
+    """``None`` when the command passes every check that needs no JAX, else its exit status:
+    0 after ``--help`` (printed), 2 after a refusal (one line printed). ``jfed launch`` checks
+    its child command so, once, before starting any process."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:
-        return int(stop.code or 0) or 2
+        return int(stop.code or 0)
     try:
         check_no_repeated_flag(argv)
         checked(args)
-    except ValueError as error:
-        print(f"jfed: error: {error}", file=sys.stderr)
+    except UsageError as error:
+        print(f"jfed: error: {one_line(str(error))}", file=sys.stderr)
         return 2
-    return 0
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,13 +277,14 @@ def main(argv: list[str] | None = None) -> int:
         check_no_repeated_flag(sys.argv[1:] if argv is None else argv)
         if args.command == "launch":
             command = launch.child_command(args)
-            status = main_checks_only(command)
-            return status or launch.run(args, command)
+            status = _answer_without_running(command)
+            return launch.run(args, command) if status is None else status
         config, swept = checked(args)
         if args.command in ("run", "sweep"):
             from jfed.engine.distributed import initialize_from_environment
 
             initialize_from_environment()
+            check_cost(args, config, swept)
         if args.command in ("run", "sweep", "demo"):
             from jfed.engine.cache import enable_compilation_cache
 
@@ -208,18 +303,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("sweep", "plot"):
             sweep.run(args, swept)
             return 0
+        if args.command == "audit":
+            from jfed.cli import audit
+
+            return audit.run(args)
         if args.command == "account":
-            record, line = account.run(args)
+            record, line = _answer_account(args)
             if args.json != "-":
                 print(line)
             return _write_record(record, args.json)
         record = _run(args, config)
-    except ValueError as error:
-        print(f"jfed: error: {error}", file=sys.stderr)
+    except UsageError as error:
+        print(f"jfed: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except OSError as error:  # the file system refused, after the checks passed
-        print(f"jfed: error: {error.strerror or error}: {error.filename}", file=sys.stderr)
+        where = f": {error.filename}" if error.filename else ""
+        print(
+            f"jfed: error: {one_line(error.strerror or str(error))}{one_line(where)}",
+            file=sys.stderr,
+        )
         return 1
+    except Exception as error:  # anything else is a fault of jfed, and said to be
+        return _fault(error)
     from jfed.engine.distributed import is_primary
 
     if not is_primary():

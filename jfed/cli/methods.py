@@ -13,6 +13,7 @@ import json
 import textwrap
 
 from jfed._io import read_regular, write_atomic
+from jfed._validation import UsageError
 from jfed.methods import ALIASES, METHODS, Method
 from jfed.methods.fields import fields_of
 
@@ -93,7 +94,7 @@ def markdown() -> str:
 def readme_with_tables(text: str) -> str:
     """``text`` with the block between :data:`BEGIN` and :data:`END` replaced by the tables."""
     if BEGIN not in text or END not in text:
-        raise ValueError(f"expected the markers {BEGIN} and {END} in the README")
+        raise UsageError(f"expected the markers {BEGIN} and {END} in the README")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{BEGIN}\n\n{markdown()}\n{END}{tail}"

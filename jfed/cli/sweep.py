@@ -26,9 +26,15 @@ import json
 import os
 import sys
 
+from jfed._validation import UsageError
 from jfed.catalog import METRIC_LABELS, SELECTION_STATISTICS, TUNING_RULES
 from jfed.cli import generate
-from jfed.cli.checks import check_epsilons, check_numerical_accountant, within_range
+from jfed.cli.checks import (
+    DEFAULT_EPSILONS,
+    check_epsilons,
+    check_numerical_accountant,
+    within_range,
+)
 from jfed.cli.options import (
     cache_flag,
     certification_warning,
@@ -38,7 +44,6 @@ from jfed.cli.options import (
     show_progress,
 )
 
-DEFAULT_EPSILONS = "0.1,0.3,1,3,10"
 DEFAULT_SEEDS = 10
 
 
@@ -158,7 +163,7 @@ def finish(
     from jfed.report.results import PARQUET, write_parquet
 
     if not rows:
-        raise ValueError("no finished runs to report")
+        raise UsageError("no finished runs to report")
     table, hyper = tune_rows(rows, rule, statistic)
     report = rows[0].get("report_metric", "test_r2")
     _write_csv(os.path.join(out, "runs.csv"), rows)
@@ -205,12 +210,17 @@ def _print_table(table: list[dict], hyper: tuple) -> None:
         )
 
 
+def _is_metric_value(value) -> bool:
+    """A number, or ``None`` where a run's metric was not finite."""
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
 def reported_rows(results: str) -> list[dict]:
     """Every row of a sweep's ``runs.jsonl``, checked to hold the metrics its tables need (the
     selection metric, where the method chooses, and the report metric).
 
     Raises:
-      ValueError: no rows, a damaged line, or a row lacking a metric (naming the line).
+      UsageError: no rows, a damaged line, or a row lacking a metric (naming the line).
     """
     from jfed.report.rows import scan_rows, torn_note
 
@@ -219,14 +229,31 @@ def reported_rows(results: str) -> list[dict]:
         print(torn_note(results, scan.torn, "ignoring it (a --resume runs it again)"),
               file=sys.stderr)  # fmt: skip
     if not scan.rows:
-        raise ValueError(f"no finished runs in {results}")
+        raise UsageError(f"no finished runs in {results}")
+    from jfed.methods import ALIASES, METHODS
+
+    known = set(METHODS) | set(ALIASES)
+    first = scan.rows[0][1]
+    # the tables score every row on the first row's metrics (one method per folder)
+    wanted = (first.get("selection_metric"), first.get("report_metric", "test_r2"))
     for number, row in scan.rows:
-        wanted = (row.get("selection_metric"), row.get("report_metric", "test_r2"))
+        if row["method"] not in known:
+            raise UsageError(
+                f"{results} line {number} is a run of {row['method']!r}, a method this jfed does "
+                "not know (from a plug-in that is not installed?)"
+            )
+        named = (row.get("selection_metric"), row.get("report_metric", "test_r2"))
+        if not isinstance(named[0], str | None) or not isinstance(named[1], str):
+            raise UsageError(f"{results} line {number} names its metrics with other than text")
         for metric in (m for m in wanted if m is not None):
             if metric not in row:
-                raise ValueError(
+                raise UsageError(
                     f"{results} line {number} lacks the metric {metric} that its tables report "
                     "(a row of another jfed, or edited?)"
+                )
+            if not _is_metric_value(row[metric]):
+                raise UsageError(
+                    f"{results} line {number} holds {row[metric]!r} as its {metric}, not a number"
                 )
     return [row for _, row in scan.rows]
 
@@ -238,9 +265,9 @@ def _plot(args: argparse.Namespace) -> None:
     sources = []
     for path in args.results:
         if not os.path.exists(path):
-            raise ValueError(f"no such sweep folder or runs.jsonl: {path}")
+            raise UsageError(f"no such sweep folder or runs.jsonl: {path}")
         if os.path.isfile(path) and not path.endswith(".jsonl"):
-            raise ValueError(f"expected a sweep folder or its runs.jsonl, got the file {path}")
+            raise UsageError(f"expected a sweep folder or its runs.jsonl, got the file {path}")
         folder = os.path.dirname(path) if path.endswith(".jsonl") else path
         results = path if path.endswith(".jsonl") else os.path.join(path, "runs.jsonl")
         sources.append((folder or ".", results))
@@ -270,8 +297,9 @@ def checked(args: argparse.Namespace) -> tuple:
     grid = generate.parse_pairs(args.grid, declared.config, many=True)
     base = generate.build_config(args, fixed)
     for name in sorted(set(grid) & (set(fixed) | set(generate.given_fields(args, base)))):
-        raise ValueError(f"--grid {name} also fixes it: give it once")
+        raise UsageError(f"--grid {name} also fixes it: give it once")
     check_numerical_accountant(base, epsilons or [])
+    generate.check_given(args, base, fixed)
     return declared, epsilons, grid, base
 
 

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from jfed._validation import UsageError
 from jfed.algorithms import silo_metrics, silo_privacy, silo_sgd
 from jfed.algorithms.losses import Loss
 from jfed.data.silos import SiloTask, load_silos
@@ -179,10 +180,30 @@ class SiloExperiment(Experiment):
             f"{record['method']} on {record['dataset']} ({record['n_silos']} silos, "
             f"{record['records']} records, d={record['dim']}, R={record['rounds']}, "
             f"K={record['batch']}): {metric}, excess train risk "
-            f"{record['excess_train_risk']:.4g} | privacy: {guarantee_of(record).describe()}"
+            f"{record['excess_train_risk']:.4g} | privacy: {privacy_text(record)}"
             f"{extra} | {record['run_seconds']:.2f} s run, {record['compile_seconds']:.2f} s "
             "compile"
         )
+
+
+def privacy_text(record: dict) -> str:
+    """The privacy part of a silo run's summary line. A formula calibration certifies nothing:
+    its target eps is labelled as such, beside what an accountant does give (the PLD eps of its
+    noise under Poisson sampling, where computed)."""
+    target = record.get("epsilon")
+    if record.get("epsilon_certified") is not None or target is None or math.isinf(target):
+        return guarantee_of(record).describe()
+    reference = record.get("exact_epsilon")
+    certified = (
+        f"PLD with Poisson sampling gives its noise eps = {reference:.4g}"
+        if reference is not None
+        else "no accountant certifies this run"
+    )
+    return (
+        f"target eps={target:.4g} (formula, not certified), delta={record['delta']:.3g}; "
+        f"{certified} | {record['notion']} [calibration: {record['accountant']}] protecting "
+        f"{record['protected']}"
+    )
 
 
 class MBSGDExperiment(SiloExperiment):
@@ -219,7 +240,7 @@ class CalibratedExperiment(SiloExperiment):
         exact = config.calibration == "exact"
         sampling = config.sampling or ("poisson" if exact else "with-replacement")
         if exact and sampling not in ("poisson", "one-pass"):
-            raise ValueError(
+            raise UsageError(
                 f"the exact (PLD) calibration of {self.method.name} accounts Poisson sampling, "
                 f"got --sampling {sampling}; use --sampling poisson, or a formula calibration "
                 "(--calibration theorem)"
@@ -284,7 +305,7 @@ class AcceleratedExperiment(CalibratedExperiment):
             return super().calibrate_many(config, epsilons, delta)
         batch = config.batch
         if config.rounds * batch > self.counts.min():
-            raise ValueError(
+            raise UsageError(
                 f"expected rounds * batch <= the smallest silo ({self.counts.min()} records) for "
                 f"the one-pass algorithm, got {config.rounds} * {batch}"
             )
@@ -345,6 +366,15 @@ class ShuffleExperiment(SiloExperiment):
 
     def calibrate_many(self, config, epsilons, delta):
         available = (config.available or 0) if config.availability != "all" else len(self.counts)
+        messages = available * config.batch
+        # the shuffling bound's own split of delta: a third over the rounds
+        if silo_privacy.shuffle_validity_limit(messages, delta / (3 * config.rounds)) <= 0:
+            raise UsageError(
+                f"expected more shuffled messages per round: {available} silos x --batch "
+                f"{config.batch} = {messages} messages cover no eps0 > 0 of the shuffling bound "
+                f"at --delta {delta:g} over {config.rounds} rounds (it needs n > 16 ln(2/delta)); "
+                "raise --batch or --delta"
+            )
         calibrated = []
         for epsilon in epsilons:
             chain = silo_privacy.shuffle_noise(

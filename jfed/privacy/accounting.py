@@ -684,3 +684,22 @@ def calibrate(
             tol=tolerance,
         )
     )
+
+
+@dataclass(frozen=True)
+class OptimalPure:
+    """The optimal composition of pure eps0-DP releases of one eps0 (Kairouz, Oh and
+    Viswanath), computed exactly from the binomial law of binary randomized response
+    (:class:`~jfed.privacy.accountants.OptimalPureCompositionAccountant`): exact for two-point
+    and binary randomized-response reports, fast at millions of releases, where a PLD grid
+    would be as wide as the composed loss. (dp-accounting 0.6's ``PLDAccountant`` composes a
+    ``RandomizedResponseDpEvent`` once whatever its count, so it cannot stand in here.)"""
+
+    name: ClassVar[str] = "optimal composition of pure eps-DP (Kairouz-Oh-Viswanath, exact)"
+
+    def make(self, adjacency: str = "replace-one") -> Accountant:
+        """A fresh, empty accountant (pure releases compose alike under every adjacency)."""
+        from jfed.privacy.accountants import OptimalPureCompositionAccountant
+
+        _check_adjacency(adjacency)
+        return OptimalPureCompositionAccountant()

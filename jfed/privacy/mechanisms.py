@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfed._validation import check_finite_array, check_nonnegative, check_positive
-from jfed.privacy import anisotropic, gaussian, laplace, two_point, zcdp
+from jfed.privacy import anisotropic, gaussian, laplace, randomized_response, two_point, zcdp
 
 if TYPE_CHECKING:  # imported where an event is made: dp-accounting takes about a second to load
     import dp_accounting
@@ -153,6 +153,13 @@ class AnisotropicGaussianMechanism:
         return float(gaussian.analytic_gaussian_epsilon(1.0, multiplier, delta))
 
 
+def _flip_noise(epsilon: float) -> float:
+    """``2/(e^eps + 1)``, dp-accounting's randomized-response noise parameter for one binary
+    report of likelihood ratio e^eps, without overflow at any eps."""
+    tail = math.exp(-epsilon)
+    return 2.0 * tail / (1.0 + tail)
+
+
 @dataclass(frozen=True)
 class TwoPointMechanism:
     """LDP-FL's two-point randomizer for scalars in ``[center - radius, center + radius]``."""
@@ -172,10 +179,35 @@ class TwoPointMechanism:
         """Binary randomized response with the same likelihood ratio ``e^eps``."""
         import dp_accounting
 
-        noise_parameter = 2.0 / (math.exp(self.epsilon_per_report) + 1.0)
-        return dp_accounting.RandomizedResponseDpEvent(noise_parameter, 2)
+        return dp_accounting.RandomizedResponseDpEvent(_flip_noise(self.epsilon_per_report), 2)
 
     def epsilon(self, delta: float = 0.0) -> float:
         """Pure eps per reported scalar."""
+        del delta
+        return self.epsilon_per_report
+
+
+@dataclass(frozen=True)
+class RandomizedResponseMechanism:
+    """Binary randomized response: each bit kept with probability ``e^eps/(e^eps + 1)``, exact at
+    every eps (:mod:`jfed.privacy.randomized_response`)."""
+
+    epsilon_per_report: float
+
+    def __post_init__(self) -> None:
+        check_positive("epsilon", self.epsilon_per_report)
+
+    def randomize(self, key: jax.Array, bits: jax.Array) -> jax.Array:
+        """``bool[...]`` reports of ``bits: bool[...]``."""
+        return randomized_response.respond(key, bits, self.epsilon_per_report)
+
+    def dp_event(self) -> dp_accounting.DpEvent:
+        """With probability ``2/(e^eps + 1)`` a uniform bit, else the true one."""
+        import dp_accounting
+
+        return dp_accounting.RandomizedResponseDpEvent(_flip_noise(self.epsilon_per_report), 2)
+
+    def epsilon(self, delta: float = 0.0) -> float:
+        """Pure eps per reported bit."""
         del delta
         return self.epsilon_per_report

@@ -18,6 +18,7 @@ import sys
 from typing import NamedTuple
 
 from jfed._io import open_append, read_regular, sync_folder, write_all
+from jfed._validation import UsageError
 from jfed.report.record import json_safe
 
 ROW_FIELDS = frozenset({"config_key", "method", "epsilon"})  # every row has them
@@ -62,10 +63,24 @@ def _text(path: str, number: int, raw: bytes) -> str:
     except UnicodeDecodeError:
         text = None
     if text is None or "\0" in text:
-        raise ValueError(
+        raise UsageError(
             f"{path} line {number} is binary data, not a JSON line: not a jfed results file"
         )
     return text
+
+
+def _is_row(row) -> bool:
+    """Whether a parsed line has the fields every row has, of the types jfed writes (eps a number,
+    or ``"inf"`` for a non-private run)."""
+    if not isinstance(row, dict) or not ROW_FIELDS <= set(row):
+        return False
+    epsilon = row["epsilon"]
+    number = isinstance(epsilon, int | float) and not isinstance(epsilon, bool)
+    return (
+        isinstance(row["config_key"], str)
+        and isinstance(row["method"], str)
+        and (number or epsilon in ("inf", "nan"))
+    )
 
 
 def _looks_torn(text: str) -> bool:
@@ -78,7 +93,7 @@ def scan_rows(path: str) -> Scan:
     its line number. A missing file holds no rows.
 
     Raises:
-      ValueError: ``path`` is not a regular file, or one of its lines (other than a torn last
+      UsageError: ``path`` is not a regular file, or one of its lines (other than a torn last
         one) is binary, not JSON, or not a jfed row; the message names the line.
     """
     if not os.path.lexists(path):
@@ -99,14 +114,14 @@ def scan_rows(path: str) -> Scan:
             if index == last and _looks_torn(text):
                 torn = TornLine(number, start, len(data) - start)
                 break
-            raise ValueError(
+            raise UsageError(
                 f"{path} line {number} is not valid JSON ({error.msg} at column {error.colno}): "
                 "the file is damaged there; restore it, or delete that line to re-run its run"
             ) from None
-        if not isinstance(row, dict) or not ROW_FIELDS <= set(row):
-            raise ValueError(
+        if not _is_row(row):
+            raise UsageError(
                 f"{path} line {number} is not a jfed sweep row (expected the fields "
-                "config_key, method, epsilon)"
+                "config_key and method as text, epsilon as a number)"
             )
         if row["config_key"] not in seen:
             seen.add(row["config_key"])
@@ -127,7 +142,7 @@ def read_rows(path: str) -> list[dict]:
     written). A torn last line is left out, with a note on stderr (a resume runs it again).
 
     Raises:
-      ValueError: a line that is not a jfed row (:func:`scan_rows`).
+      UsageError: a line that is not a jfed row (:func:`scan_rows`).
     """
     scan = scan_rows(path)
     if scan.torn is not None:

@@ -18,13 +18,15 @@ import socket
 import time
 from collections.abc import Iterator
 
+from jfed._validation import UsageError
+
 LOCK_NAME = ".jfed.lock"
 OWNER_WAIT = 1.0  # seconds a refused writer waits for the holder to write its name
 
 _held: dict[str, int] = {}  # lock path -> descriptor, the locks this process holds
 
 
-class FolderLockedError(ValueError):
+class FolderLockedError(UsageError):
     """The results folder has a live writer."""
 
 

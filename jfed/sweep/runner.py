@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from jfed._validation import UsageError
 from jfed.engine import ExecutionPlan, client_mesh, distributed, run_rounds
 from jfed.engine.progress import report_every, round_progress
 from jfed.methods import Config, method_of
@@ -57,13 +58,13 @@ def configurations(
     """Every configuration of the product eps x grid x seeds, the other fields those of ``base``.
 
     ``epsilons`` is ignored (must be ``None`` or one value) for a method without eps; ``grid``
-    names tunable fields of the method (``ValueError`` otherwise)."""
+    names tunable fields of the method (``UsageError`` otherwise)."""
     grid = grid or {}
     declared = field_map(base)
     for name in grid:
         if name not in declared or not declared[name].tunable:
             tunable = [f for f, d in declared.items() if d.tunable]
-            raise ValueError(
+            raise UsageError(
                 f"unknown --grid {name} for {method_of(base).name}; expected some of {tunable}"
             )
     if epsilons is None or not hasattr(base, "epsilon"):
@@ -194,9 +195,9 @@ def unit_footprint(unit, population, hp, key) -> int:
 
 def check_manifest(results_path: str, manifest: dict, resume: bool) -> None:
     """Refuse to continue ``results_path`` with a different configuration than it was run with
-    (``ValueError`` naming the first differences; nothing is written)."""
+    (``UsageError`` naming the first differences; nothing is written)."""
     if os.path.exists(results_path) and not resume:
-        raise ValueError(
+        raise UsageError(
             f"results file {results_path} exists; pass resume=True (--resume) to continue it "
             "or choose another path"
         )
@@ -204,7 +205,7 @@ def check_manifest(results_path: str, manifest: dict, resume: bool) -> None:
     if saved is None:
         if resume and os.path.exists(results_path) and os.path.getsize(results_path) > 0:
             name = os.path.basename(schema.manifest_path(results_path))
-            raise ValueError(
+            raise UsageError(
                 f"cannot resume {results_path}: it has no {name} saying how it "
                 "was run (written by an older jfed?); use a new --out"
             )
@@ -212,7 +213,7 @@ def check_manifest(results_path: str, manifest: dict, resume: bool) -> None:
     differences = schema.manifest_differences(saved, manifest)
     if differences:
         folder = os.path.dirname(results_path) or "."
-        raise ValueError(
+        raise UsageError(
             f"cannot resume {folder}: it was run with {'; '.join(differences)}; use the same "
             "arguments, or a new --out"
         )
@@ -278,7 +279,7 @@ def run_sweep(
     """
     for config in configs:
         if type(config) is not type(experiment.config):
-            raise ValueError(
+            raise UsageError(
                 f"expected {experiment.name} configurations, got {type(config).__name__}"
             )
         config.check()
@@ -309,11 +310,11 @@ def checked_rows(results_path: str, manifest: dict) -> list[dict]:
     once everything else has passed, so a refused resume changes nothing.
 
     Raises:
-      ValueError: a line that is damaged, not a jfed row, or a run of another method or other
+      UsageError: a line that is damaged, not a jfed row, or a run of another method or other
         fixed fields (the message names the line); a results file that is a symbolic link.
     """
     if os.path.islink(results_path):
-        raise ValueError(
+        raise UsageError(
             f"{results_path} is a symbolic link: jfed appends only to a regular file in the "
             "results folder; replace the link by the file it points to"
         )
@@ -322,7 +323,7 @@ def checked_rows(results_path: str, manifest: dict) -> list[dict]:
         foreign = schema.foreign_row(manifest, row)
         if foreign is not None:
             name = os.path.basename(schema.manifest_path(results_path))
-            raise ValueError(
+            raise UsageError(
                 f"{results_path} line {number} is {foreign} (this folder's {name}); move that "
                 "line to the folder of its own sweep"
             )

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 
 from jfed._io import read_regular, write_atomic
+from jfed._validation import UsageError
 from jfed.methods import Config, method_of
 from jfed.report.record import json_safe, versions
 
@@ -158,7 +159,7 @@ def read_manifest(results_path: str) -> dict | None:
     """The manifest kept beside ``results_path`` (``None`` when there is none).
 
     Raises:
-      ValueError: the manifest is not a regular file, not JSON (truncated, say) or not a jfed
+      UsageError: the manifest is not a regular file, not JSON (truncated, say) or not a jfed
         manifest; one line naming it and what is wrong.
     """
     path = manifest_path(results_path)
@@ -168,20 +169,20 @@ def read_manifest(results_path: str) -> dict | None:
     try:
         content = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
-        raise ValueError(f"{path} is binary data, not the JSON manifest jfed writes") from None
+        raise UsageError(f"{path} is binary data, not the JSON manifest jfed writes") from None
     except json.JSONDecodeError as error:
-        raise ValueError(
+        raise UsageError(
             f"{path} is not valid JSON ({error.msg} at line {error.lineno}, column "
             f"{error.colno}; truncated?): the manifest of this folder is damaged"
         ) from None
     if not isinstance(content, dict):
-        raise ValueError(
+        raise UsageError(
             f"{path} holds a JSON {type(content).__name__}, not the object jfed writes "
             "(method, fixed, swept): the manifest of this folder is damaged"
         )
     for name, kind in MANIFEST_FIELDS.items():
         if not isinstance(content.get(name), kind):
-            raise ValueError(
+            raise UsageError(
                 f"{path} lacks the {kind.__name__} field {name!r} of a jfed manifest: the "
                 "manifest of this folder is damaged"
             )

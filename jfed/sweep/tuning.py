@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import trim_mean
 
+from jfed._validation import UsageError
 from jfed.catalog import SELECTION_STATISTICS, TUNING_RULES
 
 RULES = TUNING_RULES
@@ -41,7 +42,7 @@ def _statistic(values: list[float], statistic: str) -> float:
         return float(np.mean(values))
     if statistic == "trimmed-mean":
         return float(trim_mean(values, TRIM))
-    raise ValueError(f"unknown selection statistic {statistic!r}; expected one of {STATISTICS}")
+    raise UsageError(f"unknown selection statistic {statistic!r}; expected one of {STATISTICS}")
 
 
 IDENTITY = ("config_key", "method", "epsilon", "seed", "dataset")
@@ -75,7 +76,7 @@ def choose(
     only (``dataset`` is ``None`` in rows without one), scoring each setting by ``statistic``
     of its validation values (over seeds, and over eps for the ``fixed`` rule)."""
     if rule not in RULES:
-        raise ValueError(f"unknown choice rule {rule!r}; expected one of {RULES}")
+        raise UsageError(f"unknown choice rule {rule!r}; expected one of {RULES}")
     sign = 1.0 if maximize else -1.0
     scores: dict = defaultdict(list)
     for row in rows:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from jfed import catalog
 from jfed.methods.config import Rounds
 from jfed.methods.declared.common import CLIENTS, batch, data_seed, learning_rate
-from jfed.methods.fields import EPSILON, Range, integers, param
+from jfed.methods.fields import EPSILON, OPEN_UNIT, Range, integers, param
 from jfed.methods.registry import Method, register
 
 LDP_FL_PAPER = (
@@ -31,21 +31,25 @@ class LDPFL(Rounds):
     split: str = param("iid", "how images are shared: iid, or sorted by label (non-iid)",
                        choices=catalog.IMAGE_SPLITS, group="data")  # fmt: skip
     data_seed: int = data_seed()
-    epsilon: float = param(1.0, "eps of each reported weight (per weight, per round)",
+    epsilon: float = param(1.0, "eps of each reported weight (per weight, per round); a client's "
+                           "guarantee composes it over every weight and round",
                            range=EPSILON, group="privacy")  # fmt: skip
+    delta: float | None = param(
+        None, "delta of the client-level guarantee (the composed eps is stated at it)",
+        kind=float, range=OPEN_UNIT, default_text="1 / N^1.1", group="privacy",
+    )  # fmt: skip
     ranges: str = param(
-        "fixed", "weight ranges: fixed [c - r, c + r], or adaptive per parameter tensor (c = 0, r "
-        "its largest |weight| over the round's clients: an oracle for the paper's encrypted "
-        "min/max aggregation)", choices=catalog.WEIGHT_RANGES, group="privacy",
+        "fixed", "weight ranges, public either way: fixed [c - r, c + r], or adaptive [w - r, w + "
+        "r] around each previous global weight w; trained weights are clipped into the range",
+        choices=catalog.WEIGHT_RANGES, group="privacy",
     )  # fmt: skip
     weight_center: float = param(
         0.0, "center c of the fixed weight range", range=Range(-10.0, 10.0), group="privacy",
         requires=(lambda c: c.ranges == "fixed", "only with --ranges fixed"),
     )  # fmt: skip
     weight_radius: float = param(
-        0.15, "half-width r of the fixed weight range (the paper used 0.075 on MNIST)",
+        0.15, "half-width r of the weight range (the paper used 0.075 on MNIST)",
         range=Range(0.0, 10.0, open_low=True), tunable=True, group="privacy",
-        requires=(lambda c: c.ranges == "fixed", "only with --ranges fixed"),
     )  # fmt: skip
     model: str = param("cnn", "local model: the paper's two-layer CNN, an MLP, or multinomial "
                        "logistic regression", choices=catalog.LDP_FL_MODELS)  # fmt: skip
@@ -63,10 +67,11 @@ class LDPFL(Rounds):
 
 register(Method(
     "ldp-fl", LDPFL, "LDP-FL: local training, two-point weight perturbation, split and shuffle",
-    "eps-LDP of each reported weight (the paper's claim: it needs the anonymity of split "
-    "and shuffle; every record also states the budget without it)",
-    "one client's local data, through each weight it reports",
-    "untrusted cloud; an anonymous channel (split and shuffle) between clients and cloud",
+    "local (eps, delta)-DP of a client's whole transcript (every weight of every round it "
+    "reports; records also state the paper's per-weight eps and the shuffle's amplification)",
+    "one client's local data (its local models), replaced by any other",
+    "untrusted cloud that sees every report (the client-level eps needs no anonymity; the "
+    "shuffled eps in the record assumes a trusted split-and-shuffle channel)",
     "jfed.methods.ldp_fl:LDPFLExperiment",
     LDP_FL_PAPER, "two-point weight perturbation with split and shuffle",
 ))  # fmt: skip
