@@ -1,5 +1,5 @@
-"""Test setup, before jax is imported: 8 forced CPU devices (for the sharding tests), no
-persistent compilation cache."""
+"""Test setup, before jax is imported: 8 forced CPU devices (for the sharding tests), and no
+persistent compilation cache unless ``JFED_TEST_COMPILATION_CACHE`` names one for the session."""
 
 import os
 
@@ -13,6 +13,15 @@ os.environ["JFED_COMPILATION_CACHE"] = "off"
 
 import jax
 import pytest
+
+# One compilation cache for the whole test session when CI names a fresh folder for it: many
+# tests compile the same programs (the same method through the CLI, the same engine round), and
+# both test processes share what either compiled. Off otherwise, so a developer's runs never
+# depend on programs kept from earlier ones.
+if os.environ.get("JFED_TEST_COMPILATION_CACHE"):
+    from jfed.engine.cache import enable_compilation_cache
+
+    enable_compilation_cache(os.environ["JFED_TEST_COMPILATION_CACHE"], min_compile_seconds=0.0)
 
 
 @pytest.fixture(scope="session")

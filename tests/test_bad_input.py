@@ -186,6 +186,10 @@ BAD_INPUT = [
         "the largest --observations that fits is",
     ),
     (["launch", "--coordinator", "nowhere", "--", "run", "ols"], "expected --coordinator"),
+    (
+        ["account", "gaussian", "--noise-multiplier", "1", "--steps", "10000000"],
+        "--steps in [1, 1000000] with --accountant pld (its privacy loss distribution grows",
+    ),
 ]
 
 

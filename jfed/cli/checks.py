@@ -164,6 +164,12 @@ def _check_account(args: argparse.Namespace) -> None:
             check_int_range(flag_name(dest), getattr(args, dest), 1, 10**12)
     if getattr(args, "steps", None) is not None:
         limit = MAX_PLD_STEPS if args.accountant == "pld" else MAX_RDP_STEPS
+        if args.accountant == "pld" and isinstance(args.steps, int) and args.steps > limit:
+            raise UsageError(
+                f"expected --steps in [1, {limit}] with --accountant pld (its privacy loss "
+                f"distribution grows with the composed steps: minutes and gigabytes beyond; "
+                f"--accountant rdp takes up to {MAX_RDP_STEPS:.0e}), got --steps={args.steps}"
+            )
         check_int_range("--steps", args.steps, 1, limit)
     if args.question == "calibrate":
         for epsilon in parse_numbers("--epsilon", args.epsilon):
