@@ -19,7 +19,8 @@ SOURCES = {
                                  "sims/reference/one_shot_ridge*"],
     "docs/papers/ldp_fl.md": ["sims/reference/ldp_fl_table1*", "bench/results/ldp_fl_fraction*"],
     "docs/papers/silos.md": ["sims/reference/silo_*"],
-    "docs/papers/estimation.md": ["sims/reference/estimation_rates_*"],
+    "docs/papers/estimation.md": ["sims/reference/estimation_rates_*",
+                                  "sims/reference/estimation_bias*"],
     "docs/papers/last_iterate.md": ["sims/reference/last_iterate_figure2*"],
     "docs/guide/dp_fedavg.md": ["sims/reference/dp_fedavg_population*", "bench/results/*"],
 }  # fmt: skip

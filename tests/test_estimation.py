@@ -368,3 +368,15 @@ def test_huge_epsilon_is_calibrated_without_overflow():
         Estimation(setting="local-user-large", sites=40, units=10**6, epsilon=1e4)
     )
     assert float(hp.truthful) == 1.0 and record["epsilon_certified"] == 1e4
+
+
+def test_the_central_user_estimate_is_projected_onto_the_parameter_set():
+    """At eps 0.05 on 8 sites the curator's noise often carries the average past +-1 (mu = 0.9):
+    every estimate lies in [-1, 1]. Negative control, in the same run: over 10% of the estimates
+    sit exactly at +-1, where continuous noise puts no mass, so without the projection those
+    would have left [-1, 1]."""
+    config = Estimation(setting="central-user", sites=8, units=16, epsilon=0.05, mean=0.9,
+                        replications=400)  # fmt: skip
+    estimates = _errors(build_experiment(config), config) + config.mean
+    assert np.all(np.abs(estimates) <= 1.0 + 1e-6)
+    assert np.mean(np.isclose(np.abs(estimates), 1.0, atol=1e-6)) > 0.1

@@ -27,7 +27,7 @@ The settings (``S`` sites, ``n`` units each, data in ``[-c, c]`` after clipping,
 - ``central-item``: a curator adds noise of sensitivity ``2c / (S n)`` to the pooled mean.
 - ``central-user``: a curator spends eps/2 on a coarse pooled mean (sensitivity ``2c / S``), then
   clips every site's mean to ``center +- w`` and releases their average plus noise of sensitivity
-  ``2w / S`` at eps/2 (basic composition).
+  ``2w / S`` at eps/2 (basic composition), projected onto the parameter set ``[-1, 1]``.
 - ``federated``: every site releases its clipped mean plus noise of sensitivity ``2c / n``
   (item-level DP against everyone outside the site); the server averages.
 """
@@ -301,11 +301,14 @@ class MeanEstimation:
             lambda hp, s: s < hp.sites,
         )  # fmt: skip
         estimate = total / sites + noise(second_key, self.mechanism, hp.second_noise)
-        return estimate, (clipped + clipped_first) / (2.0 * sites)
+        # projected onto the parameter set mu in [-1, 1], as the curator's estimator is defined
+        # (post-processing: no privacy cost; never farther from mu)
+        return jnp.clip(estimate, -1.0, 1.0), (clipped + clipped_first) / (2.0 * sites)
 
     def _local_user_large(self, hp, key, clients):
         locating = hp.sites // 2
         stages = jnp.maximum(hp.stages, 1)
+        tie_key = jax.random.fold_in(key, 1)
 
         def vote(broadcast, site_id, key):
             hp, middle, stage = broadcast
@@ -321,7 +324,11 @@ class MeanEstimation:
             middle = (low + high) / 2.0
             above, voters = clients(vote, (hp, middle, stage))
             quarter = (high - low) / 4.0
-            go_up = 2.0 * above >= voters  # ties go up: either half keeps a mean near the middle
+            # either half keeps a mean near the middle; a tie is settled by a fair public coin
+            # (the server's key, no privacy cost): "ties go up" drifted the search upward, a
+            # bias of +0.049 at S = 100, n = 10^5, eps = 1, mu = 0 (3 or 4 voters a stage)
+            coin = jax.random.bernoulli(jax.random.fold_in(tie_key, stage))
+            go_up = (2.0 * above > voters) | ((2.0 * above == voters) & coin)
             return jnp.where(go_up, middle - quarter, low), jnp.where(go_up, high, middle + quarter)
 
         low, high = lax.fori_loop(0, hp.stages, search, (-hp.clip, hp.clip))
