@@ -5,7 +5,8 @@ for the noise (or for the eps a noise spends). Every reported eps names its acco
 
 - :mod:`~jfed.privacy.zcdp`, :mod:`~jfed.privacy.gaussian` (classic and exact analytic),
   :mod:`~jfed.privacy.laplace`, :mod:`~jfed.privacy.anisotropic`, :mod:`~jfed.privacy.two_point`:
-  closed forms, both ways.
+  closed forms, both ways; :mod:`~jfed.privacy.two_point` and
+  :mod:`~jfed.privacy.randomized_response` sample exactly at every eps (64-bit thresholds).
 - :mod:`~jfed.privacy.mechanisms`: mechanism objects that sample (jittable) and describe
   themselves (``dp_event``).
 - :mod:`~jfed.privacy.accountants`: zCDP, advanced composition, RDP / PLD (dp-accounting),
@@ -17,9 +18,12 @@ for the noise (or for the eps a noise spends). Every reported eps names its acco
   ``NoiseRandomizer`` protocol; :mod:`~jfed.privacy.plan`: ``PrivacyPlan`` (noise, event and
   guarantee built together).
 - :mod:`~jfed.privacy.calibration`: noise for a target eps, one or a grid.
-- :mod:`~jfed.privacy.shuffle`, :mod:`~jfed.privacy.last_iterate`: amplification by shuffling and
-  the last-iterate accountant of projected noisy SGD.
-- :mod:`~jfed.privacy.audit`: empirical lower bounds on eps.
+- :mod:`~jfed.privacy.shuffle`, :mod:`~jfed.privacy.last_iterate`: amplification by shuffling
+  (closed form, and the numerical "clones" bound composed over many shuffles) and the
+  last-iterate accountant of projected noisy SGD; the optimal composition of pure eps-DP
+  releases is :func:`randomized_response_composition_epsilon`.
+- :mod:`~jfed.privacy.audit`: empirical lower bounds on eps, and audits of each local
+  randomizer as its method runs it.
 """
 
 # Each public name and the module that defines it. They load on first use (PEP 562), so
@@ -39,6 +43,18 @@ _EXPORTS = {
     "AnisotropicGaussianMechanism": "jfed.privacy.mechanisms",
     "ApproximateDpEvent": "jfed.privacy.accountants",
     "AuditResult": "jfed.privacy.audit",
+    "OptimalPure": "jfed.privacy.accounting",
+    "OptimalPureCompositionAccountant": "jfed.privacy.accountants",
+    "RandomizedResponseMechanism": "jfed.privacy.mechanisms",
+    "RandomizerAudit": "jfed.privacy.audit",
+    "audit_gaussian": "jfed.privacy.audit",
+    "audit_randomized_response": "jfed.privacy.audit",
+    "audit_two_point": "jfed.privacy.audit",
+    "clones_delta": "jfed.privacy.shuffle",
+    "clones_epsilon": "jfed.privacy.shuffle",
+    "randomized_response_composition_delta": "jfed.privacy.accountants",
+    "randomized_response_composition_epsilon": "jfed.privacy.accountants",
+    "split_and_shuffle": "jfed.privacy.shuffle",
     "DpAccountingAccountant": "jfed.privacy.accountants",
     "GaussianMechanism": "jfed.privacy.mechanisms",
     "GaussianSumQuery": "jfed.privacy.privatizers",
