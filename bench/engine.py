@@ -1,26 +1,51 @@
-"""The engine against hand-written rounds: one modulated one-shot round (d = 10, procedural
-clients), side by side in one process.
+"""The engine against hand-written rounds, two workloads at d = 10, side by side in one process.
 
     python bench/engine.py --json bench/results/engine_cpu.json [--sizes 1e4,1e5,1e6,1e7]
+                           [--workloads modulated,W]
 
-Rows (best of ``--repeats`` after a warm-up that compiles):
+Workloads (``--workloads``, default both):
 
-- ``jfed``: ``simulate`` with the backend's default plan (blocks, fixed-width chunks, masking of
-  padded clients, the generic statistic);
-- ``hand-written chunked``: the same round written directly: one ``lax.scan`` over chunks of the
-  same width, each vmapping the same client function over the same per-client keys
-  (``fold_in(round key, client id)``), so the same draws and the same result (checked);
+- ``modulated``: one modulated one-shot round on procedural clients (``SyntheticLinear``: a
+  client's record is generated from its id), ``bench/modulated_round.py``'s setting;
+- ``W``: one round of one-sample DP-SGD as the peers' frameworks run it, records held in arrays
+  (``ArrayClients``; x ~ N(0, I), y = x . w_true + 0.1 N(0, 1), generated once per n): every
+  client computes the squared-loss gradient ``(x . w - y) x`` of its record at ``w = 0``, clips it
+  to L2 norm ``C = 1`` and adds its own ``N(0, sigma^2 I)``, ``sigma = 1`` (local noise); the
+  round's output is the mean of these noisy clipped gradients (f32[10]).
+
+Rows of each workload (best of ``--repeats`` after a warm-up that compiles):
+
+- ``jfed``: ``run_rounds`` with the backend's default plan (blocks, fixed-width chunks, masking of
+  padded clients, the generic statistic); for W, :class:`jfed.algorithms.dpsgd.FedAvg` with
+  learning rate 1 from ``w = 0`` and a radius that never binds, so its new ``theta`` is minus the
+  mean;
+- ``hand-written chunked`` (W: ``hand-written chunked, same draws``): the same round written
+  directly: one ``lax.scan`` over chunks of the same width, each vmapping the same client function
+  over the same per-client keys (``fold_in(round key, client id)``), so the same draws and the
+  same result (modulated: the gap is printed; W: asserted allclose);
 - ``hand-written, counter-addressed``: the chunked round with the message draws addressed as
-  (client id, word index) in one threefry call per chunk (``threefry(round key, i * W + j)``), no
-  per-client key: other draws (a different stream), the same distribution;
-- ``materialised``: every client's message at once in plain JAX (memory grows with n);
+  (client id, word index) in one threefry call per chunk (``threefry(round key, i * W + j)``, W
+  the words per client), no per-client key: other draws (a different stream), the same
+  distribution by the same transforms (modulated: d normals with their extreme cells refined by
+  d more words, as :func:`jfed._random.private_normals_and_uniforms`, and one phase);
+- ``materialised``: every client's message at once in plain JAX, with the per-client keys of
+  ``jfed`` (memory grows with n);
+- ``jfed, one core``: the ``jfed`` row again in a child process pinned to one core (what the
+  second core adds; skipped with ``--no-one-core`` or where the OS cannot pin);
 - ``numpy``: the round vectorised over all clients with numpy (its own generator, so other
-  draws; ``bench/modulated_round.py``).
+  draws; modulated: ``bench/modulated_round.py``, which also generates the records; W: from
+  host copies of the same record arrays).
 
-JSON ``rows``: ``{n, implementation, seconds, updates_per_second, peak_mb}`` (``implementation``
-one of ``jfed``, ``hand-written chunked``, ``hand-written, counter-addressed``, ``materialised``,
-``numpy``); ``peak_mb`` is the
-compiled program's own peak (XLA's memory analysis) for the JAX rows and tracemalloc's for numpy.
+For W the rows are checked at every n: the same-draws and the materialised rows equal ``jfed``
+(allclose), and the counter-addressed and numpy means lie within 8 ``sigma / sqrt(n)`` of it
+(other noise, the same records).
+
+JSON ``rows``: ``{workload, n, implementation, seconds, updates_per_second, peak_mb}``
+(``workload`` ``modulated`` or ``W``; ``implementation`` one of the rows above); ``peak_mb`` is
+the compiled program's own peak (XLA's memory analysis: arguments, so for W the record arrays,
+44 n bytes, + outputs + temporaries) for the JAX rows and tracemalloc's for numpy (the round's own
+allocations, not W's records). Also ``params`` (modulated), ``params_w`` (W), ``uptime`` before
+and after, ``device``, ``versions``.
 """
 
 from __future__ import annotations
@@ -28,22 +53,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import uptime, write_json  # bench/ is on the path when run
 from jax.extend.random import threefry_2x32
-from modulated_round import DIM, PARAMS, numpy_round  # bench/ is on the path when run
+from modulated_round import DIM, PARAMS, numpy_round
 
-from jfed._random import _LOWEST_OPEN, _unit_uniform
-from jfed.algorithms import modulated
+from jfed._random import _LOWEST_OPEN, _normals_with_tails, _unit_uniform
+from jfed.algorithms import dpsgd, modulated
 from jfed.algorithms.linear import clip_to_ball, second_moments
-from jfed.data import SyntheticLinear
+from jfed.data import ArrayClients, SyntheticLinear
 from jfed.engine import ExecutionPlan, run_rounds
 from jfed.engine.keys import client_key, round_key, run_streams
 from jfed.report import versions
+
+WORKLOADS = ("modulated", "W")
+PARAMS_W = dict(clip_norm=1.0, noise_std=1.0, response_noise=0.1)
+"""W: gradient clip C, local noise sigma, and the noise of the responses y."""
 
 
 def best(repeats: int, function, *args) -> float:
@@ -114,18 +147,19 @@ def programs(n: int, chunk: int):
         return round_
 
     def counter_messages(population, broadcast, root, ids):
-        # one threefry call for the chunk: client i's word j is threefry(round key, i * W + j)
-        width = DIM + 1  # d normals and one phase
+        # one threefry call for the chunk: client i's word j is threefry(round key, i * W + j);
+        # the same transform as jfed's (private_normals_and_uniforms): d normals whose extreme
+        # cells are refined by d more words, and one phase
+        width = 2 * DIM + 1
         counters = ids[:, None].astype(jnp.uint32) * width + jnp.arange(width, dtype=jnp.uint32)
         words = threefry_2x32(tuple(jax.random.key_data(root)), counters.reshape(-1))
-        unit = _unit_uniform(words).reshape(ids.shape[0], width)
-        noise = np.float32(np.sqrt(2.0)) * jax.lax.erf_inv(
-            jnp.maximum(_LOWEST_OPEN, 2.0 * unit[:, :DIM] - 1.0)
-        )
+        words = words.reshape(ids.shape[0], width)
+        unit = _unit_uniform(words[:, DIM : DIM + 1])
+        noise = _normals_with_tails(words[:, :DIM], words[:, DIM + 1 :])
         x, y = jax.vmap(population.record)(ids)
         x, clipped = jax.vmap(lambda v: clip_to_ball(v, broadcast.clip_norm))(x)
         z = jax.vmap(lambda v, p, e: modulated.encode(broadcast, v, p, e))(
-            x, 2.0 * jnp.pi * unit[:, DIM:], noise
+            x, 2.0 * jnp.pi * unit, noise
         )
         return z, y, clipped
 
@@ -143,48 +177,240 @@ def programs(n: int, chunk: int):
     }, plan
 
 
+def w_hyperparams() -> dpsgd.Hyperparams:
+    """W's round as ``dpsgd.FedAvg`` runs it: a step of 1 from ``w = 0`` and a projection radius
+    that never binds, so the new ``theta`` is exactly minus the mean noisy clipped gradient."""
+    return dpsgd.hyperparams(clip_norm=PARAMS_W["clip_norm"], learning_rate=1.0,
+                             noise_std=PARAMS_W["noise_std"], radius=1e30)  # fmt: skip
+
+
+def w_records(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """W's records, generated once: ``X: f32[n, d]`` ~ N(0, I), ``y = X w_true + 0.1 N(0, 1)``
+    with ``w_true`` on the unit sphere."""
+    rng = np.random.default_rng(seed)
+    w_true = rng.standard_normal(DIM)
+    w_true = (w_true / np.linalg.norm(w_true)).astype(np.float32)
+    X = rng.standard_normal((n, DIM), dtype=np.float32)
+    y = X @ w_true + np.float32(PARAMS_W["response_noise"]) * rng.standard_normal(
+        n, dtype=np.float32
+    )
+    return X, y
+
+
+def numpy_w_round(X: np.ndarray, y: np.ndarray, seed: int) -> np.ndarray:
+    """W's round vectorised over all clients with numpy (float32, its own generator)."""
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    w = np.zeros(DIM, f32)
+    G = (X @ w - y)[:, None] * X
+    norms = np.linalg.norm(G, axis=1, keepdims=True)
+    G *= np.minimum(f32(1.0), f32(PARAMS_W["clip_norm"]) / np.maximum(norms, f32(1e-30)))
+    G += f32(PARAMS_W["noise_std"]) * rng.standard_normal(G.shape, dtype=f32)
+    return G.mean(axis=0)
+
+
+def w_programs(n: int, chunk: int):
+    """W's JAX rounds for ``n`` clients: functions of (population, hp, key) -> the mean noisy
+    clipped gradient ``f32[d]``."""
+    algorithm = dpsgd.FedAvg(DIM)
+    plan = ExecutionPlan.for_backend().fitted(n)
+
+    def jfed_round(population, hp, key):
+        return -run_rounds(algorithm, population, hp, key, 1, plan)[0].theta
+
+    def setup(hp, key):
+        _, _, client_root = run_streams(key)
+        return (jnp.zeros(DIM, jnp.float32), hp), round_key(client_root, 0)
+
+    def messages(population, broadcast, root, ids):
+        keys = jax.vmap(lambda i: client_key(root, i))(ids)
+        return jax.vmap(lambda i, k: dpsgd.client_message(broadcast, population.record(i), k)[0])(
+            ids, keys
+        )
+
+    def counter_messages(population, broadcast, root, ids):
+        # one threefry call for the chunk: client i's word j is threefry(round key, i * d + j)
+        w, hp = broadcast
+        counters = ids[:, None].astype(jnp.uint32) * DIM + jnp.arange(DIM, dtype=jnp.uint32)
+        words = threefry_2x32(tuple(jax.random.key_data(root)), counters.reshape(-1))
+        unit = _unit_uniform(words).reshape(ids.shape[0], DIM)
+        noise = np.float32(np.sqrt(2.0)) * jax.lax.erf_inv(
+            jnp.maximum(_LOWEST_OPEN, 2.0 * unit - 1.0)
+        )
+        x, y = population.features[ids], population.targets[ids]
+        gradients = (x @ w - y)[:, None] * x
+        gradients = jax.vmap(lambda g: clip_to_ball(g, hp.clip_norm)[0])(gradients)
+        return gradients + hp.noise_std * noise
+
+    def chunked(message_fn):
+        """A round that scans chunks of ``chunk`` clients, each vmapping ``message_fn``."""
+
+        def round_(population, hp, key):
+            broadcast, root = setup(hp, key)
+            chunks = -(-n // chunk)
+            ids = jnp.arange(chunks * chunk, dtype=jnp.int32).reshape(chunks, chunk)
+
+            def add(total, chunk_ids):
+                gradients = message_fn(population, broadcast, root, jnp.minimum(chunk_ids, n - 1))
+                masked = jnp.where((chunk_ids < n)[:, None], gradients, 0.0)
+                return total + jnp.sum(masked, 0), None
+
+            total, _ = jax.lax.scan(add, jnp.zeros(DIM, jnp.float32), ids)
+            return total / n
+
+        return round_
+
+    def materialised_round(population, hp, key):
+        broadcast, root = setup(hp, key)
+        ids = jnp.arange(n, dtype=jnp.int32)
+        return jnp.sum(messages(population, broadcast, root, ids), 0) / n
+
+    return {
+        "jfed": jfed_round,
+        "hand-written chunked, same draws": chunked(messages),
+        "hand-written, counter-addressed": chunked(counter_messages),
+        "materialised": materialised_round,
+    }, plan
+
+
+def time_jax(rounds: dict, repeats: int, *args) -> tuple[dict, dict]:
+    """``{name: (seconds, peak_mb)}`` and ``{name: output}`` of compiled JAX rounds."""
+    results, outputs = {}, {}
+    for name, function in rounds.items():
+        compiled = jax.jit(function).lower(*args).compile()
+        seconds = best(repeats, compiled, *args)
+        outputs[name] = np.asarray(compiled(*args))
+        results[name] = (seconds, peak_mb(compiled))
+    return results, outputs
+
+
+def numpy_row(repeats: int, function, *args) -> tuple[tuple[float, float], np.ndarray]:
+    """``(seconds, tracemalloc peak MB)`` of a numpy round, and its output."""
+    tracemalloc.start()
+    output = function(*args)
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    return (best(max(1, repeats - 1), function, *args), peak), np.asarray(output)
+
+
+def bench_modulated(
+    n: int, repeats: int, key: jax.Array, only_jfed: bool = False
+) -> tuple[dict, list[str]]:
+    hp = modulated.hyperparams(**PARAMS)
+    population = SyntheticLinear.create(jax.random.key(0), n, DIM)
+    plan = ExecutionPlan.for_backend().fitted(n)
+    rounds, _ = programs(n, plan.chunk_size)
+    if only_jfed:
+        return time_jax({"jfed": rounds["jfed"]}, repeats, population, hp, key)[0], []
+    results, thetas = time_jax(rounds, repeats, population, hp, key)
+    theta_star = np.asarray(population.theta_star, np.float32)
+    results["numpy"], _ = numpy_row(repeats, numpy_round, n, theta_star, 0)
+    gap = float(np.abs(thetas["jfed"] - thetas["hand-written chunked"]).max())
+    return results, [f"jfed and the hand-written chunked round agree within {gap:.1e}"]
+
+
+def bench_w(
+    n: int, repeats: int, key: jax.Array, only_jfed: bool = False
+) -> tuple[dict, list[str]]:
+    hp = w_hyperparams()
+    X, y = w_records(n)
+    population = ArrayClients(jnp.asarray(X), jnp.asarray(y))
+    plan = ExecutionPlan.for_backend().fitted(n)
+    rounds, _ = w_programs(n, plan.chunk_size)
+    if only_jfed:
+        return time_jax({"jfed": rounds["jfed"]}, repeats, population, hp, key)[0], []
+    results, means = time_jax(rounds, repeats, population, hp, key)
+    results["numpy"], means["numpy"] = numpy_row(repeats, numpy_w_round, X, y, 0)
+    reference = means["jfed"]
+    same = {name: float(np.abs(means[name] - reference).max())
+            for name in ("hand-written chunked, same draws", "materialised")}  # fmt: skip
+    for name in same:
+        np.testing.assert_allclose(means[name], reference, rtol=1e-5, atol=1e-6, err_msg=name)
+    scale = PARAMS_W["noise_std"] / np.sqrt(n)
+    other = {name: float(np.abs(means[name] - reference).max()) / scale
+             for name in ("hand-written, counter-addressed", "numpy")}  # fmt: skip
+    for name, distance in other.items():
+        # other noise, the same records: each coordinate's gap is N(0, 2 sigma^2 / n)
+        assert distance < 8.0, f"{name}: {distance:.1f} sigma/sqrt(n) from jfed"
+    return results, [
+        "jfed and the same-draws chunked round agree within "
+        f"{same['hand-written chunked, same draws']:.1e}, the materialised within "
+        f"{same['materialised']:.1e}",
+        f"counter-addressed and numpy within {other['hand-written, counter-addressed']:.1f} and "
+        f"{other['numpy']:.1f} sigma/sqrt(n) of jfed (max over d; mean "
+        f"{float(np.linalg.norm(reference)):.3f} in norm)",
+    ]
+
+
+def one_core(workload: str, n: int, repeats: int) -> tuple[float, float] | None:
+    """``(seconds, peak_mb)`` of the ``jfed`` row run in a child process pinned to one core (what
+    the second core adds), or None where the OS cannot pin a process."""
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        return None
+    core = min(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "one_core.json")
+        subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--workloads", workload, "--sizes", str(n),
+             "--repeats", str(repeats), "--only-jfed", "--no-one-core", "--pin-core", str(core),
+             "--json", path],
+            check=True, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        with open(path, encoding="utf-8") as handle:
+            (row,) = json.load(handle)["rows"]
+    return row["seconds"], row["peak_mb"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1e4,1e5,1e6,1e7")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help="comma-separated, of: " + ", ".join(WORKLOADS))  # fmt: skip
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--no-one-core", dest="one_core", action="store_false",
+                        help="skip the jfed row pinned to one core")  # fmt: skip
+    parser.add_argument("--only-jfed", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--pin-core", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    hp = modulated.hyperparams(**PARAMS)
+    if args.pin_core is not None:  # before the first computation starts XLA's threads
+        os.sched_setaffinity(0, {args.pin_core})
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = sorted(set(workloads) - set(WORKLOADS))
+    if unknown or not workloads:
+        parser.error(f"--workloads: expected some of {', '.join(WORKLOADS)}, got {args.workloads}")
+    benches = {"modulated": bench_modulated, "W": bench_w}
     key = jax.random.key(1)
     rows = []
-    print(f"one modulated one-shot round, d = {DIM}, {jax.devices()[0].platform}")
-    print(f"{'n':>10} {'implementation':>32} {'seconds':>9} {'updates/s':>10} {'peak MB':>9}"
-          f" {'x jfed':>7}")  # fmt: skip
-    for n in [int(float(s)) for s in args.sizes.split(",")]:
-        population = SyntheticLinear.create(jax.random.key(0), n, DIM)
-        plan = ExecutionPlan.for_backend().fitted(n)
-        rounds, _ = programs(n, plan.chunk_size)
-        results, thetas = {}, {}
-        for name, function in rounds.items():
-            compiled = jax.jit(function).lower(population, hp, key).compile()
-            seconds = best(args.repeats, compiled, population, hp, key)
-            thetas[name] = np.asarray(compiled(population, hp, key))
-            results[name] = (seconds, peak_mb(compiled))
-        theta_star = np.asarray(population.theta_star, np.float32)
-        tracemalloc.start()
-        numpy_round(n, theta_star, 0)
-        numpy_peak = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.stop()
-        results["numpy"] = (best(max(1, args.repeats - 1), numpy_round, n, theta_star, 0),
-                            numpy_peak)  # fmt: skip
-        gap = float(np.abs(thetas["jfed"] - thetas["hand-written chunked"]).max())
-        for name, (seconds, peak) in results.items():
-            rows.append({"n": n, "implementation": name, "seconds": seconds,
-                         "updates_per_second": n / seconds, "peak_mb": peak})  # fmt: skip
-            print(f"{n:>10,} {name:>32} {seconds:>9.4f} {n / seconds:>10.3g} {peak:>9.1f} "
-                  f"{results['jfed'][0] / seconds:>7.2f}", flush=True)  # fmt: skip
-        print(f"{'':>10} jfed and the hand-written chunked round agree within {gap:.1e}")
+    load_before = uptime()
+    print(
+        f"d = {DIM}, {jax.devices()[0].platform}; modulated: one modulated one-shot round "
+        "(procedural clients); W: one round of one-sample DP-SGD (records in arrays)"
+    )
+    print(f"{'workload':>9} {'n':>10} {'implementation':>32} {'seconds':>9} {'updates/s':>10} "
+          f"{'peak MB':>9} {'x jfed':>7}")  # fmt: skip
+    for workload in workloads:
+        for n in [int(float(s)) for s in args.sizes.split(",")]:
+            results, checks = benches[workload](n, args.repeats, key, args.only_jfed)
+            if args.one_core and not args.only_jfed:
+                pinned = one_core(workload, n, args.repeats)
+                if pinned is not None:
+                    results["jfed, one core"] = pinned
+            for name, (seconds, peak) in results.items():
+                rows.append({"workload": workload, "n": n, "implementation": name,
+                             "seconds": seconds, "updates_per_second": n / seconds,
+                             "peak_mb": peak})  # fmt: skip
+                print(f"{workload:>9} {n:>10,} {name:>32} {seconds:>9.4f} {n / seconds:>10.3g} "
+                      f"{peak:>9.1f} {results['jfed'][0] / seconds:>7.2f}", flush=True)  # fmt: skip
+            for line in checks:
+                print(f"{'':>20} {line}")
+    load_after = uptime()
+    print(f"load before: {load_before}\nload after:  {load_after}")
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        payload = {"benchmark": "engine", "dim": DIM, "params": PARAMS, "rows": rows,
+        payload = {"benchmark": "engine", "dim": DIM, "params": PARAMS, "params_w": PARAMS_W,
+                   "rows": rows, "uptime": {"before": load_before, "after": load_after},
                    "device": str(jax.devices()[0]), "versions": versions()}  # fmt: skip
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
+        write_json(args.json, payload)
 
 
 if __name__ == "__main__":

@@ -125,6 +125,14 @@ def test_plan_validation():
         ExecutionPlan(block_size=300, chunk_size=256)
     assert ExecutionPlan(block_size=16_384, chunk_size=512).fitted(1000).block_size == 1024
     assert ExecutionPlan().fitted(10**6).block_size == ExecutionPlan().block_size
+    # 10^5 clients: 2 blocks of 13 chunks (106,496 computed), not 2 x 65,536 (131,072)
+    fitted = ExecutionPlan().fitted(10**5)
+    assert (fitted.block_size, -(-(10**5) // fitted.block_size)) == (13 * 4096, 2)
+    for n in (1, 7, 4096, 4097, 65_536, 65_537, 10**5, 10**6, 10**7 + 3):
+        plan = ExecutionPlan().fitted(n)
+        computed = -(-n // plan.block_size) * plan.block_size
+        assert plan.block_size <= 65_536 and plan.block_size % plan.chunk_size == 0
+        assert n <= computed < n + -(-n // 65_536) * plan.chunk_size  # under a chunk per block
     # fewer clients than a chunk: vmapped at their own width (rounded up to 8), not 4,096
     small = ExecutionPlan().fitted(25)
     assert (small.chunk_size, small.block_size) == (32, 32)

@@ -380,3 +380,36 @@ def test_the_central_user_estimate_is_projected_onto_the_parameter_set():
     estimates = _errors(build_experiment(config), config) + config.mean
     assert np.all(np.abs(estimates) <= 1.0 + 1e-6)
     assert np.mean(np.isclose(np.abs(estimates), 1.0, atol=1e-6)) > 0.1
+
+
+def test_the_search_law_matches_the_simulated_local_user_large_mse():
+    """``search_law`` (the local-user-large MSE from the exact law of its votes, its 2^B vote
+    outcomes enumerated) against 3,000 simulated replications at S = 100, n = 10^6, eps 1, where
+    wrong turns are frequent (about 3 voters a stage): within 4 standard errors. Negative
+    control: the law of the same search at eps 0.8 (votes flip more often) is caught."""
+    config = Estimation(setting="local-user-large", sites=100, units=10**6, epsilon=1.0,
+                        replications=3000)  # fmt: skip
+    (row,) = _rows([config])
+    law = experiments.search_law(config)
+    assert abs(row["privacy_mse"] - law["privacy_mse"]) <= 4 * row["mse_se"]
+    assert 0.1 < law["miss"] < 0.9  # the regime where the search's law matters
+    noisier = experiments.search_law(config.replace(epsilon=0.8))
+    assert abs(row["privacy_mse"] - noisier["privacy_mse"]) > 4 * row["mse_se"]
+
+
+def test_the_functional_price_of_privacy_is_paired_with_the_noise_free_estimate():
+    """``privacy_mse`` = MSE minus the same data's noise-free MSE: a non-private run of the same
+    program (same seed, same r) has exactly the private run's noise-free MSE, and the mean price
+    is the noise's variance on the average of the S servers' iterates, sum_l sigma_l^2 / (S T),
+    within 4 standard errors. Negative control: twice that variance is caught."""
+    private = FunctionalEstimation(servers=2, functions=20, observations=16, terms=3,
+                                   iterations=2, epsilon=0.5, replications=400)  # fmt: skip
+    quiet = private.replace(noise_shape="none")
+    rows = _rows([private, quiet])
+    noisy, silent = (next(r for r in rows if r["noise_shape"] == shape)
+                     for shape in ("anisotropic", "none"))  # fmt: skip
+    assert abs(silent["privacy_mse"]) <= 1e-6 * silent["mse"]  # float rounding of the steps
+    assert noisy["mse"] - noisy["privacy_mse"] == pytest.approx(silent["mse"], rel=1e-6)
+    variance = noisy["noise_total_variance"] / (private.servers * private.iterations)
+    assert abs(noisy["privacy_mse"] - variance) <= 4 * noisy["privacy_mse_se"]
+    assert abs(noisy["privacy_mse"] - 2 * variance) > 4 * noisy["privacy_mse_se"]

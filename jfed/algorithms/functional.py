@@ -28,7 +28,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jfed.algorithms.estimation import Info
 from jfed.catalog import FUNCTIONAL_BASES
 
 MAX_TERMS = 32
@@ -37,6 +36,17 @@ NOISE_STD = 0.5
 DECAY_EXCESS = 0.6  # p = alpha + 0.6: the coefficients are alpha-Sobolev with room to spare
 CLIP_LEVEL = 20.0
 BASES = FUNCTIONAL_BASES
+
+
+class Info(NamedTuple):
+    """Per replication (``f32[]`` each): ``error``, ``||mu~ - mu*||^2``; ``noise_free_error``, the
+    same for the estimate the same data give without the privacy noise (same functions, batches
+    and clipping), so ``error - noise_free_error`` is the price of privacy with the data's own
+    variation cancelled; ``clipped``, the fraction of the projections' coordinates clipped."""
+
+    error: jax.Array
+    noise_free_error: jax.Array
+    clipped: jax.Array
 
 
 class Hyperparams(NamedTuple):
@@ -162,34 +172,40 @@ class FunctionalMean:
         return jnp.where(used, clipped, 0.0), jnp.sum(used & (clipped != projection))
 
     def server(self, hp: Hyperparams, server_id: jax.Array, key: jax.Array):
-        """One server: its functions' projections, T noisy SGD steps; its final iterate
-        (``f32[MAX_TERMS]``, zero for a masked server), clipped count, and whether it is
-        present."""
+        """One server: its functions' projections, T noisy SGD steps; its final iterate and the
+        iterate of the same steps without noise (``f32[MAX_TERMS]`` each, zero for a masked
+        server), clipped count, and whether it is present."""
         data_key, noise_key = jax.random.split(key)
         index = jnp.arange(self.max_functions)
         projections, clipped = jax.vmap(
             lambda i: self.function_projection(hp, jax.random.fold_in(data_key, i))
         )(index)
         present = index < hp.functions
-        iterate = jnp.zeros(MAX_TERMS, jnp.float32)
+        iterate = quiet = jnp.zeros(MAX_TERMS, jnp.float32)
         for t in range(self.iterations):
             member = (present & (index % self.iterations == t)).astype(jnp.float32)
             batch = member @ projections / jnp.maximum(jnp.sum(member), 1.0)
             noise = hp.noise_std * jax.random.normal(jax.random.fold_in(noise_key, t), (MAX_TERMS,))
             iterate = iterate - (iterate - batch - noise) / (t + 1.0)
+            quiet = quiet - (quiet - batch) / (t + 1.0)
         here = (server_id < hp.servers).astype(jnp.float32)
         count = jnp.sum(jnp.where(present, clipped, 0)).astype(jnp.float32)
-        return here * iterate, here * count, here
+        return here * iterate, here * quiet, here * count, here
 
-    def round(self, hp: Hyperparams, key: jax.Array, clients) -> tuple[Hyperparams, Info]:
-        del key
-        total, clipped, servers = clients(self.server, hp)
-        estimate = total / servers
+    def squared_error(self, hp: Hyperparams, estimate: jax.Array) -> jax.Array:
+        """``||mu~ - mu*||^2_{L2}`` of the r-term estimate ``estimate: f32[MAX_TERMS]`` (exact by
+        orthonormality: the r coordinates' errors plus every coefficient past r)."""
         theta = jnp.asarray(self.model.coefficients(), jnp.float32)
         used = jnp.arange(MAX_TERMS) < hp.terms
         inside = jnp.sum(jnp.where(used, (estimate - theta[:MAX_TERMS]) ** 2, 0.0))
         outside = jnp.sum(jnp.where(used, 0.0, theta[:MAX_TERMS] ** 2)) + jnp.sum(
             theta[MAX_TERMS:] ** 2
         )
+        return inside + outside
+
+    def round(self, hp: Hyperparams, key: jax.Array, clients) -> tuple[Hyperparams, Info]:
+        del key
+        total, quiet, clipped, servers = clients(self.server, hp)
         coordinates = servers * hp.functions.astype(jnp.float32) * hp.terms.astype(jnp.float32)
-        return hp, Info(inside + outside, clipped / coordinates)
+        return hp, Info(self.squared_error(hp, total / servers),
+                        self.squared_error(hp, quiet / servers), clipped / coordinates)  # fmt: skip

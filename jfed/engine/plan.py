@@ -74,17 +74,20 @@ class ExecutionPlan:
         return 1 if self.mesh is None else self.mesh.devices.size
 
     def fitted(self, n_clients: int) -> ExecutionPlan:
-        """The plan shrunk to fit a small population, so 500 clients are not padded to a whole
-        block: the block to a multiple of the chunk (results unchanged), and, when one shard
-        holds fewer clients than a chunk, the chunk to those clients rounded up to a multiple of
-        8 (25 silos vmapped 32 wide, not 4,096; a narrower vector width changes rounding only).
-        The fitted plan depends on the population size alone, so a run stays reproducible.
-        A round on a cohort refits the plan to the cohort's capacity
+        """The plan shrunk to fit the population, so 500 clients are not padded to a whole
+        block: the block to the fewest whole chunks that cover a shard's clients in as many
+        blocks as ``block_size`` needs (10^5 clients: 2 blocks of 13 chunks, 106,496 computed,
+        not 2 x 65,536; results unchanged, they do not depend on the block size), and, when one
+        shard holds fewer clients than a chunk, the chunk to those clients rounded up to a
+        multiple of 8 (25 silos vmapped 32 wide, not 4,096; a narrower vector width changes
+        rounding only). The fitted plan depends on the population size alone, so a run stays
+        reproducible. A round on a cohort refits the plan to the cohort's capacity
         (:func:`jfed.engine.aggregate`), so a cohort of 100 runs 104 wide, not 4,096."""
         per_shard = -(-n_clients // self.n_shards)
         chunk = min(self.chunk_size, -(-per_shard // 8) * 8)
         chunks = max(1, -(-per_shard // chunk))
-        block = min(self.block_size, chunks * chunk)
+        blocks = -(-chunks * chunk // self.block_size)
+        block = -(-chunks // blocks) * chunk
         return ExecutionPlan(block, chunk, self.mesh)
 
 

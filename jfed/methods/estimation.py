@@ -72,6 +72,14 @@ def noise_variance(scale: float, mechanism: str) -> float:
     return 2.0 * scale**2 if mechanism == "laplace" else scale**2
 
 
+def difference_std(units: int, center_std: float) -> float:
+    """The standard deviation of a site's mean (variance at most 1/n) minus the located center
+    (``center_std``): their variances add, the locating sites being others (central-user: the
+    center holds 1/S of the site's own mean, a positive correlation, so this still bounds it).
+    The clipping half-width is ``LOCATION_SPREAD`` of these."""
+    return math.sqrt(1.0 / units + center_std**2)
+
+
 def calibrate_mean(config: declared.Estimation) -> tuple[estimation.Hyperparams, dict]:
     """The setting's noise, clipping and search parameters for ``config``, and its privacy
     fields: every release is calibrated to (eps, delta) of the setting's neighbouring relation
@@ -100,12 +108,12 @@ def calibrate_mean(config: declared.Estimation) -> tuple[estimation.Hyperparams,
     elif setting == "local-user-small":
         first = scale(2.0 * clip)
         center_std = math.sqrt((noise_variance(first, mechanism) + 1.0 / n) / (S // 2))
-        width = tau * (1.0 / math.sqrt(n) + center_std)
+        width = tau * difference_std(n, center_std)
         second = scale(min(2.0 * width, 2.0 * clip))
     elif setting == "central-user":
         first = scale(2.0 * clip / S, 0.5)
         center_std = math.sqrt(noise_variance(first, mechanism) + 1.0 / (S * n))
-        width = tau * (1.0 / math.sqrt(n) + center_std)
+        width = tau * difference_std(n, center_std)
         second = scale(min(2.0 * width, 2.0 * clip) / S, 0.5)
     elif setting == "local-user-large":
         width = tau / math.sqrt(n)  # a site mean's spread
@@ -202,6 +210,62 @@ def theory_rate(setting: str, sites: float, units: float, epsilon: float) -> flo
     }[setting]
 
 
+def search_law(config: declared.Estimation) -> dict:
+    """The ``local-user-large`` estimator's MSE computed from the exact law of its votes, for
+    ±1 data with Laplace noise: the theory's exp(-c S eps^2) with this search's own c.
+
+    Every outcome of the B stages' votes is enumerated (2^B paths, each stage's vote up or
+    down): a voter's site mean exceeds the stage's middle with its exact binomial probability,
+    its report keeps the bit with probability e^eps / (1 + e^eps), a stage's k voters go up on a
+    strict majority and on a tie by the fair coin, so each path's probability is exact, and so
+    is its final interval. The estimate given the interval is the average over the S - S/2
+    estimating sites of their means clipped to it plus Laplace noise; the clipped mean's first
+    two moments are those of the normal law of a site mean (n units: the binomial's normal
+    limit, exact enough at the n of this regime, n >= 10^4). Returns ``mse``, ``privacy_mse``
+    (``mse`` minus :func:`sampling_variance`) and ``miss`` (the probability that the final
+    interval, widened by the half-width, misses mu).
+    """
+    from scipy.stats import binom, norm
+
+    if config.setting != "local-user-large" or config.data != "rademacher":
+        raise ValueError("the search's law is computed for local-user-large on rademacher data")
+    if config.mechanism != "laplace":
+        raise ValueError("the search's law is computed for Laplace noise")
+    hp, fields = calibrate_mean(config)
+    S, n, mu, eps = config.sites, config.units, config.mean, config.epsilon
+    clip, width, stages = float(hp.clip), float(hp.width), int(hp.stages)
+    locating, truthful = S // 2, 1.0 / (1.0 + math.exp(-eps))
+    low, high, weight = np.array([-clip]), np.array([clip]), np.array([1.0])
+    for stage in range(stages):
+        voters = len(range(stage, locating, stages))
+        middle = (low + high) / 2.0
+        above = binom.sf(np.floor(n * (1.0 + middle) / 2.0), n, (1.0 + mu) / 2.0)
+        reports_above = truthful * above + (1.0 - truthful) * (1.0 - above)
+        wins = binom.sf(voters // 2, voters, reports_above)  # strictly more than half
+        ties = binom.pmf(voters // 2, voters, reports_above) if voters % 2 == 0 else 0.0
+        up = wins + 0.5 * ties
+        quarter = (high - low) / 4.0
+        low = np.concatenate([middle - quarter, low])
+        high = np.concatenate([high, middle + quarter])
+        weight = np.concatenate([weight * up, weight * (1.0 - up)])
+    a, b = np.maximum(low - width, -clip), np.minimum(high + width, clip)
+    spread = math.sqrt((1.0 - mu**2) / n)
+    alpha, beta = (a - mu) / spread, (b - mu) / spread
+    inside = norm.cdf(beta) - norm.cdf(alpha)
+    # E and E^2 of clip(X, a, b) for X ~ N(mu, spread^2)
+    first = (a * norm.cdf(alpha) + b * norm.sf(beta)
+             + mu * inside + spread * (norm.pdf(alpha) - norm.pdf(beta)))  # fmt: skip
+    second = (a**2 * norm.cdf(alpha) + b**2 * norm.sf(beta)
+              + (mu**2 + spread**2) * inside
+              + spread * ((a + mu) * norm.pdf(alpha) - (b + mu) * norm.pdf(beta)))  # fmt: skip
+    estimating = S - S // 2
+    noise = fields["noise_variance"]  # the final release's noise over the estimating sites
+    per_path = (first - mu) ** 2 + (second - first**2) / estimating + noise
+    mse = float(np.sum(weight * per_path))
+    miss = float(np.sum(weight * ((mu < a) | (mu > b))))
+    return {"mse": mse, "privacy_mse": mse - sampling_variance(config), "miss": miss}
+
+
 def sampling_variance(config: declared.Estimation) -> float:
     """The variance the estimator would have without any noise: Var(X) / (units it averages),
     where the local user-level estimators average only the half of the sites that do not locate
@@ -247,7 +311,10 @@ class MonteCarloExperiment(Experiment):
         return self.config.replications
 
     # every replication's error and clipped fraction (f32[R])
-    outputs = (Output("error", "infos.error"), Output("clipped", "infos.clipped"))
+    outputs: tuple[Output, ...] = (
+        Output("error", "infos.error"),
+        Output("clipped", "infos.clipped"),
+    )
 
 
 class EstimationExperiment(MonteCarloExperiment):
@@ -404,6 +471,9 @@ def calibrate_functional(config: declared.FunctionalEstimation, terms: int):
 class FunctionalExperiment(MonteCarloExperiment):
     """Functional mean estimation."""
 
+    outputs = (Output("error", "infos.error"), Output("clipped", "infos.clipped"),
+               Output("noise_free_error", "infos.noise_free_error"))  # fmt: skip
+
     def __init__(self, config: declared.FunctionalEstimation) -> None:
         super().__init__(config)
         self._max = (config.servers, config.functions, config.observations)
@@ -435,10 +505,14 @@ class FunctionalExperiment(MonteCarloExperiment):
 
     def evaluate(self, outputs: dict, config: declared.FunctionalEstimation) -> dict:
         squared = np.asarray(outputs["error"], np.float64)  # already ||mu~ - mu*||^2
+        # paired with the noise-free estimate of the same data: the price of privacy alone
+        price = squared - np.asarray(outputs["noise_free_error"], np.float64)
         count = len(squared)
         return {
             "mse": float(squared.mean()),
             "mse_se": float(squared.std(ddof=1) / math.sqrt(count)),
+            "privacy_mse": float(price.mean()),
+            "privacy_mse_se": float(price.std(ddof=1) / math.sqrt(count)),
             "replications": count,
             "clipped_fraction": float(np.mean(outputs["clipped"])),
             "truncation_error": functional.Model(config.basis, config.smoothness).truncation(
