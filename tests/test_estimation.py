@@ -395,6 +395,8 @@ def test_the_search_law_matches_the_simulated_local_user_large_mse():
     assert 0.1 < law["miss"] < 0.9  # the regime where the search's law matters
     noisier = experiments.search_law(config.replace(epsilon=0.8))
     assert abs(row["privacy_mse"] - noisier["privacy_mse"]) > 4 * row["mse_se"]
+    with pytest.raises(ValueError, match="2\\^B vote outcomes: B = 30 stages"):
+        experiments.search_law(config.replace(units=10**9))  # 2^30 paths: refused
 
 
 def test_the_functional_price_of_privacy_is_paired_with_the_noise_free_estimate():

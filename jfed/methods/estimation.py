@@ -210,6 +210,10 @@ def theory_rate(setting: str, sites: float, units: float, epsilon: float) -> flo
     }[setting]
 
 
+SEARCH_LAW_MAX_STAGES = 22
+""":func:`search_law` holds 2^B paths (4 M at B = 22, about 100 MB of float64 arrays)."""
+
+
 def search_law(config: declared.Estimation) -> dict:
     """The ``local-user-large`` estimator's MSE computed from the exact law of its votes, for
     ±1 data with Laplace noise: the theory's exp(-c S eps^2) with this search's own c.
@@ -234,6 +238,11 @@ def search_law(config: declared.Estimation) -> dict:
     hp, fields = calibrate_mean(config)
     S, n, mu, eps = config.sites, config.units, config.mean, config.epsilon
     clip, width, stages = float(hp.clip), float(hp.width), int(hp.stages)
+    if stages > SEARCH_LAW_MAX_STAGES:
+        raise ValueError(
+            f"the search's law enumerates 2^B vote outcomes: B = {stages} stages here, at most "
+            f"{SEARCH_LAW_MAX_STAGES} (n = {n} units); use fewer units"
+        )
     locating, truthful = S // 2, 1.0 / (1.0 + math.exp(-eps))
     low, high, weight = np.array([-clip]), np.array([clip]), np.array([1.0])
     for stage in range(stages):
@@ -298,6 +307,13 @@ class Task:
     train: estimation.Sites
 
 
+# every replication's error and clipped fraction (f32[R])
+MONTE_CARLO_OUTPUTS: tuple[Output, ...] = (
+    Output("error", "infos.error"),
+    Output("clipped", "infos.clipped"),
+)
+
+
 class MonteCarloExperiment(Experiment):
     """A run is ``replications`` engine rounds; nothing to choose among, so a sweep reports every
     grid point (``selection_metric`` None)."""
@@ -310,11 +326,7 @@ class MonteCarloExperiment(Experiment):
     def rounds(self) -> int:
         return self.config.replications
 
-    # every replication's error and clipped fraction (f32[R])
-    outputs: tuple[Output, ...] = (
-        Output("error", "infos.error"),
-        Output("clipped", "infos.clipped"),
-    )
+    outputs = MONTE_CARLO_OUTPUTS
 
 
 class EstimationExperiment(MonteCarloExperiment):
@@ -471,8 +483,7 @@ def calibrate_functional(config: declared.FunctionalEstimation, terms: int):
 class FunctionalExperiment(MonteCarloExperiment):
     """Functional mean estimation."""
 
-    outputs = (Output("error", "infos.error"), Output("clipped", "infos.clipped"),
-               Output("noise_free_error", "infos.noise_free_error"))  # fmt: skip
+    outputs = (*MONTE_CARLO_OUTPUTS, Output("noise_free_error", "infos.noise_free_error"))
 
     def __init__(self, config: declared.FunctionalEstimation) -> None:
         super().__init__(config)
