@@ -96,10 +96,11 @@ def peak_mb(compiled) -> float:
     return total / 2**20
 
 
-def programs(n: int, chunk: int):
+def programs(n: int):
     """The three JAX rounds for ``n`` clients: functions of (population, hp, key) -> theta."""
     algorithm = modulated.OneShot(DIM)
     plan = ExecutionPlan.for_backend().fitted(n)
+    chunk = plan.chunk_size  # the hand-written rounds scan chunks of jfed's width
 
     def jfed_round(population, hp, key):
         return run_rounds(algorithm, population, hp, key, 1, plan)[0].theta
@@ -209,11 +210,12 @@ def numpy_w_round(X: np.ndarray, y: np.ndarray, seed: int) -> np.ndarray:
     return G.mean(axis=0)
 
 
-def w_programs(n: int, chunk: int):
+def w_programs(n: int):
     """W's JAX rounds for ``n`` clients: functions of (population, hp, key) -> the mean noisy
     clipped gradient ``f32[d]``."""
     algorithm = dpsgd.FedAvg(DIM)
     plan = ExecutionPlan.for_backend().fitted(n)
+    chunk = plan.chunk_size  # the hand-written rounds scan chunks of jfed's width
 
     def jfed_round(population, hp, key):
         return -run_rounds(algorithm, population, hp, key, 1, plan)[0].theta
@@ -298,8 +300,7 @@ def bench_modulated(
 ) -> tuple[dict, list[str]]:
     hp = modulated.hyperparams(**PARAMS)
     population = SyntheticLinear.create(jax.random.key(0), n, DIM)
-    plan = ExecutionPlan.for_backend().fitted(n)
-    rounds, _ = programs(n, plan.chunk_size)
+    rounds, _ = programs(n)
     if only_jfed:
         return time_jax({"jfed": rounds["jfed"]}, repeats, population, hp, key)[0], []
     results, thetas = time_jax(rounds, repeats, population, hp, key)
@@ -315,8 +316,7 @@ def bench_w(
     hp = w_hyperparams()
     X, y = w_records(n)
     population = ArrayClients(jnp.asarray(X), jnp.asarray(y))
-    plan = ExecutionPlan.for_backend().fitted(n)
-    rounds, _ = w_programs(n, plan.chunk_size)
+    rounds, _ = w_programs(n)
     if only_jfed:
         return time_jax({"jfed": rounds["jfed"]}, repeats, population, hp, key)[0], []
     results, means = time_jax(rounds, repeats, population, hp, key)
