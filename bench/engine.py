@@ -21,13 +21,13 @@ Rows of each workload (best of ``--repeats`` after a warm-up that compiles):
   mean;
 - ``hand-written chunked`` (W: ``hand-written chunked, same draws``): the same round written
   directly: one ``lax.scan`` over chunks of the same width, each vmapping the same client function
-  over the same per-client keys (``fold_in(round key, client id)``), so the same draws and the
+  over the same per-client keys (``client_key(round key, client id)``), so the same draws and the
   same result (modulated: the gap is printed; W: asserted allclose);
 - ``hand-written, counter-addressed``: the chunked round with the message draws addressed as
   (client id, word index) in one threefry call per chunk (``threefry(round key, i * W + j)``, W
   the words per client), no per-client key: other draws (a different stream), the same
-  distribution by the same transforms (modulated: d normals with their extreme cells refined by
-  d more words, as :func:`jfed._random.private_normals_and_uniforms`, and one phase);
+  distribution by the same transforms (d normals with their extreme cells refined by d more
+  words, as :func:`jfed._random.private_normals_and_uniforms`, and for modulated one phase);
 - ``materialised``: every client's message at once in plain JAX, with the per-client keys of
   ``jfed`` (memory grows with n);
 - ``jfed, one core``: the ``jfed`` row again in a child process pinned to one core (what the
@@ -66,7 +66,7 @@ from _common import uptime, write_json  # bench/ is on the path when run
 from jax.extend.random import threefry_2x32
 from modulated_round import DIM, PARAMS, numpy_round
 
-from jfed._random import _LOWEST_OPEN, _normals_with_tails, _unit_uniform
+from jfed._random import _normals_with_tails, _unit_uniform
 from jfed.algorithms import dpsgd, modulated
 from jfed.algorithms.linear import clip_to_ball, second_moments
 from jfed.data import ArrayClients, SyntheticLinear
@@ -231,14 +231,15 @@ def w_programs(n: int):
         )
 
     def counter_messages(population, broadcast, root, ids):
-        # one threefry call for the chunk: client i's word j is threefry(round key, i * d + j)
+        # one threefry call for the chunk: client i's word j is threefry(round key, i * 2d + j);
+        # the same transform as jfed's Gaussian noise (private_normals): d normals whose extreme
+        # cells are refined by d more words
         w, hp = broadcast
-        counters = ids[:, None].astype(jnp.uint32) * DIM + jnp.arange(DIM, dtype=jnp.uint32)
+        width = 2 * DIM
+        counters = ids[:, None].astype(jnp.uint32) * width + jnp.arange(width, dtype=jnp.uint32)
         words = threefry_2x32(tuple(jax.random.key_data(root)), counters.reshape(-1))
-        unit = _unit_uniform(words).reshape(ids.shape[0], DIM)
-        noise = np.float32(np.sqrt(2.0)) * jax.lax.erf_inv(
-            jnp.maximum(_LOWEST_OPEN, 2.0 * unit - 1.0)
-        )
+        words = words.reshape(ids.shape[0], width)
+        noise = _normals_with_tails(words[:, :DIM], words[:, DIM:])
         x, y = population.features[ids], population.targets[ids]
         gradients = (x @ w - y)[:, None] * x
         gradients = jax.vmap(lambda g: clip_to_ball(g, hp.clip_norm)[0])(gradients)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend.random import threefry_2x32
+from jax.extend.random import define_prng_impl, threefry_2x32
 
 _LOWEST_OPEN = np.nextafter(np.float32(-1.0), np.float32(0.0))
 
@@ -29,8 +29,80 @@ def _unit_uniform(bits: jax.Array) -> jax.Array:
     return lax.bitcast_convert_type(mantissa, jnp.float32) - 1.0
 
 
+# ---------------------------------------------------------------- counter-addressed streams
+# A stream is four words (k0, k1, hi, lo): its j-th threefry block is the counter (hi, lo + j)
+# under the key (k0, k1), two words per block, so a stream costs nothing to open. The engine opens
+# client i's stream of a round as (round root, i + 1, 0): no hash per client (hi >= 1 keeps it
+# apart from jax's fold_in of the root, the block (0, d)). Deriving a new stream (fold_in, split)
+# hashes the stream's address under a domain-separated key.
+_DERIVE = (np.uint32(0x243F6A88), np.uint32(0x85A308D3))
+
+
+def _stream_words(data: jax.Array, first_block: int, n: int) -> jax.Array:
+    """``n`` words of the stream ``data: u32[4]`` from its block ``first_block`` on: the first
+    words of ``ceil(n / 2)`` blocks, then their second words."""
+    blocks = (n + 1) // 2
+    high = jnp.broadcast_to(data[2], (blocks,))
+    low = data[3] + jnp.uint32(first_block) + jnp.arange(blocks, dtype=jnp.uint32)
+    return threefry_2x32((data[0], data[1]), jnp.concatenate([high, low]))[:n]
+
+
+def _stream_bits(data: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.Array:
+    count = int(np.prod(shape))
+    if bit_width == 64:
+        words = _stream_words(data, 0, 2 * count).astype(jnp.uint64)
+        return (words[:count] << jnp.uint64(32) | words[count:]).reshape(shape)
+    words = _stream_words(data, 0, count)
+    if bit_width < 32:
+        words = words.astype(jnp.dtype(f"uint{bit_width}"))
+    return words.reshape(shape)
+
+
+def _stream_fold_in(data: jax.Array, value: Any) -> jax.Array:
+    address = threefry_2x32((data[0] ^ _DERIVE[0], data[1] ^ _DERIVE[1]), data[2:4])
+    value = jnp.asarray(value).astype(jnp.uint32)
+    derived = threefry_2x32((address[0], address[1]), jnp.stack([value, jnp.uint32(0)]))
+    return jnp.stack([derived[0], derived[1], jnp.uint32(0), jnp.uint32(0)])
+
+
+def _stream_split(data: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    count = int(np.prod(shape))
+    keys = jax.vmap(lambda i: _stream_fold_in(data, i))(jnp.arange(count, dtype=jnp.uint32))
+    return keys.reshape(*shape, 4)
+
+
+def _stream_seed(seed: jax.Array) -> jax.Array:
+    seed = jnp.asarray(seed).astype(jnp.uint32)
+    zero = jnp.uint32(0)
+    return jnp.stack([zero, seed, zero, zero])
+
+
+COUNTER = define_prng_impl(key_shape=(4,), seed=_stream_seed, split=_stream_split,
+                           random_bits=_stream_bits, fold_in=_stream_fold_in,
+                           name="jfed_counter", tag="jfc")  # fmt: skip
+"""The PRNG implementation of counter-addressed streams (a ``jax.random`` key impl)."""
+
+
+def stream_key(root: jax.Array, stream: jax.Array | int) -> jax.Array:
+    """The counter-addressed stream ``stream`` (``< 2^32 - 1``) of the threefry key ``root``: a
+    typed key of :data:`COUNTER` (every ``jax.random`` function takes it), opened without a
+    hash. Other root implementations: ``fold_in(root, stream)``."""
+    if jax.random.key_impl(root) != jax.random.key_impl(jax.random.key(0)):
+        return jax.random.fold_in(root, stream)
+    words = jax.random.key_data(root)
+    high = jnp.asarray(stream).astype(jnp.uint32) + jnp.uint32(1)
+    return jax.random.wrap_key_data(jnp.stack([words[0], words[1], high, jnp.uint32(0)]),
+                                    impl=COUNTER)  # fmt: skip
+
+
+def _is_stream(key: jax.Array) -> bool:
+    return jax.random.key_impl(key) == COUNTER
+
+
 def random_words(key: jax.Array, n: int) -> jax.Array:
     """``n`` random ``uint32`` words from one key (threefry counter mode; other impls: jax's)."""
+    if _is_stream(key):
+        return _stream_words(jax.random.key_data(key), 0, n)
     if jax.random.key_impl(key) != jax.random.key_impl(jax.random.key(0)):
         return jax.random.bits(key, (n,), jnp.uint32)
     key_words = jax.random.key_data(key)
@@ -46,9 +118,15 @@ def normals_and_uniforms(
     ``jax.random.normal`` does. (Box-Muller was measured slower on CPU: XLA's sin and cos cost more
     than the erfinv polynomial.)
     """
-    unit = _unit_uniform(random_words(key, n_normal + n_uniform))
-    symmetric = jnp.maximum(_LOWEST_OPEN, 2.0 * unit[:n_normal] - 1.0)
-    return np.float32(np.sqrt(2.0)) * lax.erf_inv(symmetric), unit[n_normal:]
+    words = random_words(key, n_normal + n_uniform)
+    return normals_from_words(words[:n_normal]), _unit_uniform(words[n_normal:])
+
+
+def normals_from_words(words: jax.Array) -> jax.Array:
+    """``N(0, 1)`` of the shape of ``words: u32[...]``, one word each: ``sqrt(2) erfinv(2u - 1)``
+    on the word's 23-bit uniform ``u`` (kept off -1), as ``jax.random.normal``."""
+    symmetric = jnp.maximum(_LOWEST_OPEN, 2.0 * _unit_uniform(words) - 1.0)
+    return np.float32(np.sqrt(2.0)) * lax.erf_inv(symmetric)
 
 
 # The normals of a private release need their tails: the inverse-CDF transform of a 23-bit
@@ -66,6 +144,8 @@ _LAST_CELL = 2**23 - 1
 def _words_after(key: jax.Array, start: int, n: int) -> jax.Array:
     """``n`` words from counters ``start .. start + n - 1``, none shared with
     :func:`random_words` ``(key, start)`` (whose threefry blocks pair counters below ``start``)."""
+    if _is_stream(key):  # the blocks after random_words(key, start)'s
+        return _stream_words(jax.random.key_data(key), (start + 1) // 2, n)
     if jax.random.key_impl(key) != jax.random.key_impl(jax.random.key(0)):
         return jax.random.bits(key, (start + n,), jnp.uint32)[start:]
     key_words = jax.random.key_data(key)
@@ -77,8 +157,7 @@ def _normals_with_tails(words: jax.Array, refinements: jax.Array) -> jax.Array:
     """``N(0, 1)`` from ``words`` as :func:`normals_and_uniforms` draws them, except in the
     uniform's first and last 2^-23 cells, where the 64-bit uniform (the word, then
     ``refinements``) goes through the normal quantile of its tail probability."""
-    unit = _unit_uniform(words)
-    bulk = np.float32(np.sqrt(2.0)) * lax.erf_inv(jnp.maximum(_LOWEST_OPEN, 2.0 * unit - 1.0))
+    bulk = normals_from_words(words)
     cell = lax.shift_right_logical(words, jnp.uint32(9))
     unused = (words & jnp.uint32(0x1FF)).astype(jnp.float32)
     lower = unused * np.float32(2.0**32) + refinements.astype(jnp.float32) + 0.5
@@ -107,6 +186,14 @@ def private_normals_and_uniforms(
     return normals, _unit_uniform(words[n_normal:])
 
 
+def private_normals(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+    """``N(0, 1)`` of ``shape`` (cast to ``dtype``) for a private release: the normals of
+    :func:`private_normals_and_uniforms`, whose tails reach :data:`PRIVATE_NORMAL_REACH`
+    standard deviations (``jax.random.normal`` stops near 5.4). Two words per normal."""
+    normals, _ = private_normals_and_uniforms(key, int(np.prod(shape)), 0)
+    return normals.reshape(shape).astype(dtype)
+
+
 def normal_reach_mass(shift: float) -> float:
     """Host: ``Q(PRIVATE_NORMAL_REACH - shift)``, an upper bound on the probability that one
     coordinate of ``mean + N(0, 1)`` noise (drawn by :func:`private_normals_and_uniforms`) lands
@@ -128,13 +215,13 @@ def _reduce_to_span(higher: jax.Array, lower: jax.Array, span: jax.Array) -> jax
 def integers_and_normals(
     key: jax.Array, n_integer: int, span: jax.Array, n_normal: int
 ) -> tuple[jax.Array, jax.Array]:
-    """``(U{0..span-1}: i32[n_integer], N(0, 1): f32[n_normal])``, independent, from one key and
-    one bit-generation call (two words per integer, as ``jax.random.randint``)."""
+    """``(U{0..span-1}: i32[n_integer], N(0, 1): f32[n_normal])``, independent, from one key (two
+    words per integer, as ``jax.random.randint``; the normals are private ones, tails reaching
+    :data:`PRIVATE_NORMAL_REACH`, two words each)."""
     words = random_words(key, 2 * n_integer + n_normal)
     integers = _reduce_to_span(words[:n_integer], words[n_integer : 2 * n_integer], span)
-    unit = _unit_uniform(words[2 * n_integer :])
-    symmetric = jnp.maximum(_LOWEST_OPEN, 2.0 * unit - 1.0)
-    return integers.astype(jnp.int32), np.float32(np.sqrt(2.0)) * lax.erf_inv(symmetric)
+    refinements = _words_after(key, 2 * n_integer + n_normal, n_normal)
+    return integers.astype(jnp.int32), _normals_with_tails(words[2 * n_integer :], refinements)
 
 
 # ----------------------------------------------------------------------------- exact Bernoulli

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jfed._random import private_normals
 from jfed.catalog import ESTIMATION_DATA, ESTIMATION_MECHANISMS, ESTIMATION_SETTINGS
 from jfed.privacy.randomized_response import keeps_true_bit_given_truthful
 
@@ -119,7 +120,7 @@ def unit_value(key: jax.Array, model: str, mean: jax.Array) -> jax.Array:
 
 def noise(key: jax.Array, mechanism: str, scale: jax.Array) -> jax.Array:
     """One draw of the mechanism's noise: ``Laplace(scale)`` or ``N(0, scale^2)``."""
-    sample = jax.random.laplace(key) if mechanism == "laplace" else jax.random.normal(key)
+    sample = jax.random.laplace(key) if mechanism == "laplace" else private_normals(key, ())
     return scale * sample
 
 

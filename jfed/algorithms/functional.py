@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfed._random import private_normals
 from jfed.catalog import FUNCTIONAL_BASES
 
 MAX_TERMS = 32
@@ -185,7 +186,7 @@ class FunctionalMean:
         for t in range(self.iterations):
             member = (present & (index % self.iterations == t)).astype(jnp.float32)
             batch = member @ projections / jnp.maximum(jnp.sum(member), 1.0)
-            noise = hp.noise_std * jax.random.normal(jax.random.fold_in(noise_key, t), (MAX_TERMS,))
+            noise = hp.noise_std * private_normals(jax.random.fold_in(noise_key, t), (MAX_TERMS,))
             iterate = iterate - (iterate - batch - noise) / (t + 1.0)
             quiet = quiet - (quiet - batch) / (t + 1.0)
         here = (server_id < hp.servers).astype(jnp.float32)

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfed import catalog
-from jfed._random import integers_and_normals
+from jfed._random import integers_and_normals, private_normals
 from jfed._validation import check_int_range, check_nonnegative, check_positive
 from jfed.algorithms.linear import project_to_ball
 from jfed.algorithms.losses import Loss
@@ -150,7 +150,7 @@ def noisy_minibatch_gradient(
     """
     X, y = silo.rows(indices)
     gradients, clipped = clipped_gradients(loss, w, X, y, hp.clip_norm)
-    noise = hp.noise_std[silo.silo_id] * jax.random.normal(noise_key, w.shape)
+    noise = hp.noise_std[silo.silo_id] * private_normals(noise_key, w.shape)
     used = weights > 0
     clipped_fraction = jnp.sum(clipped * used) / jnp.maximum(jnp.sum(used), 1)
     return weights @ gradients + noise, clipped_fraction
@@ -416,7 +416,7 @@ def _shuffle_client(loss, batch, broadcast, silo, key):
     indices, _ = minibatch_weights(index_key, silo.count, silo.n_max, batch, "with-replacement")
     X, y = silo.rows(indices)
     gradients, clipped = clipped_gradients(loss, w, X, y, hp.clip_norm)
-    noise = math.sqrt(batch) * hp.noise_std[silo.silo_id] * jax.random.normal(noise_key, w.shape)
+    noise = math.sqrt(batch) * hp.noise_std[silo.silo_id] * private_normals(noise_key, w.shape)
     available = mask[silo.silo_id]
     return available * (gradients.sum(0) + noise), available, available * clipped.mean()
 

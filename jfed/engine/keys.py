@@ -4,7 +4,8 @@ A run key is split once into an init key, a server stream and a client stream. T
 
 - key of the algorithm's init: ``init_key``
 - server key of round t:      ``fold_in(server_root, t)``
-- key of client i in round t: ``fold_in(fold_in(client_root, t), i)``
+- key of client i in round t: stream ``i`` of ``fold_in(client_root, t)``: the threefry blocks
+  ``(i + 1, j)``, j = 0, 1, ..., under that round key (:func:`jfed._random.stream_key`)
 - cohort key of round t:      ``fold_in(fold_in(client_root, t), COHORT_STREAM)``
 
 Client ids are below 2^31 and ``COHORT_STREAM = 2^32 - 1`` is not, so the cohort's draw never
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+
+from jfed._random import stream_key
 
 COHORT_STREAM = np.uint32(2**32 - 1)
 """The word folded into a round's client root for its cohort draw (no client id is this big)."""
@@ -36,8 +39,9 @@ def round_key(root: jax.Array, round_index: jax.Array | int) -> jax.Array:
 
 
 def client_key(round_client_root: jax.Array, client_id: jax.Array | int) -> jax.Array:
-    """The key of one client in one round."""
-    return jax.random.fold_in(round_client_root, client_id)
+    """The key of one client in one round: the counter-addressed stream ``client_id`` of the
+    round's client root (:func:`jfed._random.stream_key`; opened without a hash)."""
+    return stream_key(round_client_root, client_id)
 
 
 def cohort_key(round_client_root: jax.Array) -> jax.Array:

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfed._random import private_normals
 from jfed._validation import check_finite_array, check_nonnegative, check_positive
 from jfed.privacy import anisotropic, gaussian, laplace, randomized_response, two_point, zcdp
 
@@ -57,7 +58,7 @@ class GaussianMechanism:
         return self.noise_std / self.sensitivity
 
     def noise(self, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-        return self.noise_std * jax.random.normal(key, shape)
+        return self.noise_std * private_normals(key, shape)
 
     def randomize(self, key: jax.Array, x: jax.Array) -> jax.Array:
         return x + self.noise(key, jnp.shape(x))
@@ -132,7 +133,7 @@ class AnisotropicGaussianMechanism:
 
     def noise(self, key: jax.Array, shape: tuple[int, ...] | None = None) -> jax.Array:
         std = jnp.asarray(self.noise_std, jnp.float32)
-        return std * jax.random.normal(key, shape or std.shape)
+        return std * private_normals(key, shape or std.shape)
 
     def randomize(self, key: jax.Array, x: jax.Array) -> jax.Array:
         return x + self.noise(key, jnp.shape(x))

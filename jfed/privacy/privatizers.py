@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 
+from jfed._random import private_normals
 from jfed._validation import check_nonnegative
 from jfed.privacy.clipping import clip_to_ball
 
@@ -84,7 +85,7 @@ class GaussianNoise:
     """``x + noise_scale * N(0, I)``: the Gaussian mechanism of L2 sensitivity ``l2_bound``."""
 
     def perturb(self, key: jax.Array, x: jax.Array, noise_scale: jax.Array) -> jax.Array:
-        return x + noise_scale * jax.random.normal(key, jnp.shape(x))
+        return x + noise_scale * private_normals(key, jnp.shape(x))
 
     def sensitivity(self, l2_bound: float, dim: int | None) -> float:
         del dim
@@ -172,7 +173,7 @@ def gaussian_noise_tree(key: jax.Array, tree: PyTree, stddev: jax.Array) -> PyTr
         return tree
     keys = jax.random.split(key, len(leaves))
     normals = [
-        jax.random.normal(k, jnp.shape(leaf), jnp.result_type(leaf))
+        private_normals(k, jnp.shape(leaf), jnp.result_type(leaf))
         for k, leaf in zip(keys, leaves, strict=True)
     ]
     # the barrier keeps XLA from fusing the scaling into the sampler's own arithmetic, which it
