@@ -162,11 +162,13 @@ def _normals_with_tails(words: jax.Array, refinements: jax.Array) -> jax.Array:
     unused = (words & jnp.uint32(0x1FF)).astype(jnp.float32)
     lower = unused * np.float32(2.0**32) + refinements.astype(jnp.float32) + 0.5
     upper = (511.0 - unused) * np.float32(2.0**32) + (~refinements).astype(jnp.float32) + 0.5
-    scale = np.float32(TAIL_RESOLUTION)
-    tail = jnp.where(
-        cell == 0, jax.scipy.special.ndtri(lower * scale), -jax.scipy.special.ndtri(upper * scale)
+    # one quantile per draw: the lower cell's, or minus the upper cell's
+    low_cell = cell == 0
+    quantile = jax.scipy.special.ndtri(
+        jnp.where(low_cell, lower, upper) * np.float32(TAIL_RESOLUTION)
     )
-    return jnp.where((cell == 0) | (cell == _LAST_CELL), tail, bulk)
+    tail = jnp.where(low_cell, quantile, -quantile)
+    return jnp.where(low_cell | (cell == _LAST_CELL), tail, bulk)
 
 
 def private_normals_and_uniforms(
