@@ -20,6 +20,13 @@ Rows (best of ``--repeats`` timed runs after a warm-up that compiles):
 - ``loop, per client``: a Python loop over the clients calling one compiled local-training
   function per client (the whole of a client's epochs in one call).
 
+- ``PyTorch loop, per client`` (only when ``torch`` is installed; it is not a jfed dependency):
+  the same CNN in PyTorch (``Conv2d`` 5x5 ``same``, max-pool, ``Linear``; 454,922 weights at
+  28x28), trained client after client as a Flower or pfl user runs clients on one CPU: a fresh
+  model loaded from the round's start weights, one epoch of ``torch.optim.SGD`` minibatches in a
+  shuffled order, every core to torch's threads. Its ``seconds_per_round`` adds the loops'
+  server side (the same two-point perturbation and mean, run by jfed's code) to its training.
+
 The loops run the model as a per-client framework would write it, with ``flax.linen.Conv``
 (faster than jfed's matrix-product convolution when called outside a compiled loop; the same
 parameters); jfed runs its own CNN (:class:`jfed.algorithms.ldp_fl.MatmulConv`).
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import time
 
 import flax.linen as nn
@@ -47,6 +55,7 @@ import numpy as np
 import optax
 from _common import uptime, write_json  # bench/ is on the path when run
 
+from jfed._random import stream_key
 from jfed.algorithms import ldp_fl
 from jfed.data.images import procedural_clients
 from jfed.engine import ExecutionPlan, aggregate, simulate, stack_messages
@@ -90,6 +99,64 @@ class FrameworkLDPFL(ldp_fl.LDPFL):
     @property
     def module(self) -> nn.Module:
         return ConvCNN(self.side, self.classes)
+
+
+def torch_client_loop(
+    start: dict[str, np.ndarray], X: np.ndarray, y: np.ndarray, batch: int, learning_rate: float
+):
+    """A function training every client one after another in PyTorch, or None without torch.
+
+    ``start``: flax's parameter tree of :class:`ConvCNN` as numpy (converted to PyTorch's
+    layouts once); ``X: f32[n, m, 784]``, ``y: i32[n, m]``. The function returns the trained
+    weights of every client, ``f32[n, P]`` in PyTorch's order (for timing; the order differs)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+
+    side = math.isqrt(X.shape[-1])
+    classes = int(start["params"]["Dense_1"]["bias"].shape[0])
+
+    def net():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(1, 32, 5, padding="same"), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(32, 64, 5, padding="same"), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(), torch.nn.Linear(64 * (side // 4) ** 2, 128), torch.nn.ReLU(),
+            torch.nn.Linear(128, classes),
+        )  # fmt: skip
+
+    params = start["params"]
+    hidden = params["Dense_0"]["kernel"]  # flax flattens (h, w, c); torch flattens (c, h, w)
+    hidden = hidden.reshape(side // 4, side // 4, 64, 128).transpose(2, 0, 1, 3).reshape(-1, 128)
+    tensors = [
+        params["Conv_0"]["kernel"].transpose(3, 2, 0, 1), params["Conv_0"]["bias"],
+        params["Conv_1"]["kernel"].transpose(3, 2, 0, 1), params["Conv_1"]["bias"],
+        hidden.T, params["Dense_0"]["bias"],
+        params["Dense_1"]["kernel"].T, params["Dense_1"]["bias"],
+    ]  # fmt: skip
+    tensors = [torch.tensor(np.ascontiguousarray(t)) for t in tensors]
+    state = dict(zip(net().state_dict().keys(), tensors, strict=True))
+    features = torch.tensor(np.asarray(X)).reshape(X.shape[0], X.shape[1], 1, side, side)
+    labels = torch.tensor(np.asarray(y)).long()
+    generator = torch.Generator().manual_seed(0)
+
+    def train_all():
+        reports = []
+        for i in range(features.shape[0]):
+            model = net()
+            model.load_state_dict(state)
+            optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate)
+            order = torch.randperm(features.shape[1], generator=generator)
+            for s in range(features.shape[1] // batch):
+                ids = order[s * batch : (s + 1) * batch]
+                optimizer.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(features[i, ids]), labels[i, ids])
+                loss.backward()
+                optimizer.step()
+            reports.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+        return np.asarray(torch.stack(reports))
+
+    return train_all, torch.__version__, torch.get_num_threads()
 
 
 def matmul_gflops(size: int = 2048) -> float:
@@ -143,9 +210,11 @@ def main() -> None:
     def finish(reports, finish_key):
         # each client's two-point report, then their mean (a shuffle does not change a sum, so
         # none is simulated to compute it, as in jfed's round)
-        noisy = jax.vmap(lambda k, w: two_point.perturb(k, w, 0.0, 0.075, jnp.float32(1.0)))(
-            jax.random.split(finish_key, reports.shape[0]), reports
-        )
+        noisy = jax.vmap(
+            lambda i, w: two_point.perturb(
+                stream_key(finish_key, i), w, 0.0, 0.075, jnp.float32(1.0)
+            )
+        )(jnp.arange(reports.shape[0]), reports)
         return noisy.mean(0)
 
     train_client = jax.jit(
@@ -227,6 +296,15 @@ def main() -> None:
         "loop, per step": best(step_loop_training, max(1, args.repeats - 1)),
     }
     server_seconds = best(server_side, args.repeats)
+    torch_loop = torch_client_loop(jax.tree.map(np.asarray, unravel(start)), np.asarray(X),
+                                   np.asarray(y), args.batch, 0.03)  # fmt: skip
+    torch_info = None
+    if torch_loop is not None:
+        train_all, torch_version, torch_threads = torch_loop
+        torch_training = best(train_all, args.repeats)
+        seconds["PyTorch loop, per client"] = torch_training + server_seconds
+        training["PyTorch loop, per client"] = torch_training
+        torch_info = {"version": torch_version, "threads": torch_threads}
     # XLA counts a loop's body once, so count one SGD step (no loop) and multiply
     step_cost = (
         jax.jit(lambda flat, x, labels: jax.grad(jfed_loss)(flat, x, labels))
@@ -252,6 +330,7 @@ def main() -> None:
         "training_ratio_vs_loop": training["loop, per step"] / training["jfed"],
         "training_ratio_vs_client_loop": training["loop, per client"] / training["jfed"],
         "server_side_seconds": server_seconds,
+        "torch": torch_info,
         "noise_free_mean_gap": gap,
         "plan": plan.describe() if plan is not None else "backend default",
         "round_gflop": round_gflop,
@@ -283,6 +362,16 @@ def main() -> None:
         f"than {result['ratio_bound']:.1f}x per round (the server side included) or "
         f"{result['training_ratio_bound']:.1f}x in local training"
     )
+    if torch_info is not None:
+        pytorch = training["PyTorch loop, per client"]
+        result["round_vs_pytorch_training"] = pytorch / seconds["jfed"]
+        print(
+            f"  PyTorch {torch_info['version']} ({torch_info['threads']} threads) trains the "
+            f"clients one after another in {pytorch:.2f} s: jfed's whole round is "
+            f"{result['round_vs_pytorch_training']:.2f}x that (above 1: faster)"
+        )
+    else:
+        print("  (torch is not installed: no PyTorch row)")
     result["uptime"] = {"before": load_before, "after": uptime()}
     if args.json:
         write_json(args.json, result)

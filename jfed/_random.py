@@ -8,6 +8,12 @@ For threefry keys the words are ``threefry_2x32(key, [0, 1, ..., n-1])`` compute
 words per threefry block. ``jax.random.bits`` under the default ``jax_threefry_partitionable``
 spends one block per word (measured: twice the time), and its stream changes with that global flag;
 this one does not.
+
+A client's key is a counter-addressed stream (:data:`COUNTER`, :func:`stream_key`): word j is the
+first output of its block j, and the hash is written as array operations that XLA fuses into the
+code consuming the words (one pass over memory). On CPU this made the two-point perturbation of
+100 reports of 454,922 weights 5.9x faster than a ``fold_in`` key per client (0.034 s against
+0.200 s, measured side by side).
 """
 
 from __future__ import annotations
@@ -31,37 +37,61 @@ def _unit_uniform(bits: jax.Array) -> jax.Array:
 
 # ---------------------------------------------------------------- counter-addressed streams
 # A stream is four words (k0, k1, hi, lo): its j-th threefry block is the counter (hi, lo + j)
-# under the key (k0, k1), two words per block, so a stream costs nothing to open. The engine opens
+# under the key (k0, k1), so a stream costs nothing to open. Word j of the stream is the block's
+# first output; its second output is the word's companion (the refinement of a private normal,
+# the low half of a 64-bit uniform), so no draw needs words from two blocks. The engine opens
 # client i's stream of a round as (round root, i + 1, 0): no hash per client (hi >= 1 keeps it
 # apart from jax's fold_in of the root, the block (0, d)). Deriving a new stream (fold_in, split)
-# hashes the stream's address under a domain-separated key.
+# hashes (hi, value) under a domain-separated key (one block); every stream starts at lo = 0.
 _DERIVE = (np.uint32(0x243F6A88), np.uint32(0x85A308D3))
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
 
-def _stream_words(data: jax.Array, first_block: int, n: int) -> jax.Array:
-    """``n`` words of the stream ``data: u32[4]`` from its block ``first_block`` on: the first
-    words of ``ceil(n / 2)`` blocks, then their second words."""
-    blocks = (n + 1) // 2
-    high = jnp.broadcast_to(data[2], (blocks,))
-    low = data[3] + jnp.uint32(first_block) + jnp.arange(blocks, dtype=jnp.uint32)
-    return threefry_2x32((data[0], data[1]), jnp.concatenate([high, low]))[:n]
+def _threefry_blocks(
+    k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Threefry-2x32 (20 rounds) of the blocks ``(x0, x1)`` under the key ``(k0, k1)``: the same
+    words as ``jax.extend.random.threefry_2x32``, written as elementwise array operations so that
+    XLA fuses the hash into the code that consumes its words (on CPU jax lowers its primitive to
+    a loop, whose every round and output goes through memory)."""
+    keys = (k0, k1, k0 ^ k1 ^ np.uint32(0x1BD11BDA))
+    x0, x1 = x0 + keys[0], x1 + keys[1]
+    for block in range(5):
+        for rotation in _ROTATIONS[block % 2]:
+            x0 = x0 + x1
+            x1 = (x1 << np.uint32(rotation)) | (x1 >> np.uint32(32 - rotation))
+            x1 = x0 ^ x1
+        x0 = x0 + keys[(block + 1) % 3]
+        x1 = x1 + keys[(block + 2) % 3] + np.uint32(block + 1)
+    return x0, x1
+
+
+def _stream_blocks(data: jax.Array, first_block: int, n: int) -> tuple[jax.Array, jax.Array]:
+    """``(words, companions): u32[n]`` each: the two outputs of the blocks ``first_block ..
+    first_block + n - 1`` of the stream ``data: u32[4]``."""
+    low = data[3] + jnp.uint32(first_block) + jnp.arange(n, dtype=jnp.uint32)
+    return _threefry_blocks(data[0], data[1], jnp.broadcast_to(data[2], (n,)), low)
+
+
+def _stream_range(key: jax.Array, first_block: int, n: int) -> tuple[jax.Array, jax.Array]:
+    """:func:`_stream_blocks` of a typed stream key."""
+    return _stream_blocks(jax.random.key_data(key), first_block, n)
 
 
 def _stream_bits(data: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.Array:
-    count = int(np.prod(shape))
+    words, companions = _stream_blocks(data, 0, int(np.prod(shape)))
     if bit_width == 64:
-        words = _stream_words(data, 0, 2 * count).astype(jnp.uint64)
-        return (words[:count] << jnp.uint64(32) | words[count:]).reshape(shape)
-    words = _stream_words(data, 0, count)
-    if bit_width < 32:
+        words = words.astype(jnp.uint64) << jnp.uint64(32) | companions.astype(jnp.uint64)
+    elif bit_width < 32:
         words = words.astype(jnp.dtype(f"uint{bit_width}"))
     return words.reshape(shape)
 
 
 def _stream_fold_in(data: jax.Array, value: Any) -> jax.Array:
-    address = threefry_2x32((data[0] ^ _DERIVE[0], data[1] ^ _DERIVE[1]), data[2:4])
+    # one block, (hi, value), under the domain-separated key: every stream jfed opens starts at
+    # block lo = 0, so (k0, k1, hi) is its whole address
     value = jnp.asarray(value).astype(jnp.uint32)
-    derived = threefry_2x32((address[0], address[1]), jnp.stack([value, jnp.uint32(0)]))
+    derived = _threefry_blocks(data[0] ^ _DERIVE[0], data[1] ^ _DERIVE[1], data[2], value)
     return jnp.stack([derived[0], derived[1], jnp.uint32(0), jnp.uint32(0)])
 
 
@@ -102,7 +132,7 @@ def _is_stream(key: jax.Array) -> bool:
 def random_words(key: jax.Array, n: int) -> jax.Array:
     """``n`` random ``uint32`` words from one key (threefry counter mode; other impls: jax's)."""
     if _is_stream(key):
-        return _stream_words(jax.random.key_data(key), 0, n)
+        return _stream_range(key, 0, n)[0]
     if jax.random.key_impl(key) != jax.random.key_impl(jax.random.key(0)):
         return jax.random.bits(key, (n,), jnp.uint32)
     key_words = jax.random.key_data(key)
@@ -118,6 +148,10 @@ def normals_and_uniforms(
     ``jax.random.normal`` does. (Box-Muller was measured slower on CPU: XLA's sin and cos cost more
     than the erfinv polynomial.)
     """
+    if _is_stream(key):  # each range its own fused hash (a slice would stop the fusion)
+        normal_words = _stream_range(key, 0, n_normal)[0]
+        uniform_words = _stream_range(key, n_normal, n_uniform)[0]
+        return normals_from_words(normal_words), _unit_uniform(uniform_words)
     words = random_words(key, n_normal + n_uniform)
     return normals_from_words(words[:n_normal]), _unit_uniform(words[n_normal:])
 
@@ -144,13 +178,69 @@ _LAST_CELL = 2**23 - 1
 def _words_after(key: jax.Array, start: int, n: int) -> jax.Array:
     """``n`` words from counters ``start .. start + n - 1``, none shared with
     :func:`random_words` ``(key, start)`` (whose threefry blocks pair counters below ``start``)."""
-    if _is_stream(key):  # the blocks after random_words(key, start)'s
-        return _stream_words(jax.random.key_data(key), (start + 1) // 2, n)
     if jax.random.key_impl(key) != jax.random.key_impl(jax.random.key(0)):
         return jax.random.bits(key, (start + n,), jnp.uint32)[start:]
     key_words = jax.random.key_data(key)
     counts = jnp.arange(start, start + n, dtype=jnp.uint32)
     return threefry_2x32((key_words[0], key_words[1]), counts)
+
+
+# Cephes' ndtri coefficients for p <= exp(-2) (jax.scipy.special.ndtri uses the same): P1/Q1 where
+# z = sqrt(-2 log p) < 8, P2/Q2 beyond
+_TAIL_P1 = (
+    4.05544892305962419923e0,
+    3.15251094599893866154e1,
+    5.71628192246421288162e1,
+    4.40805073893200834700e1,
+    1.46849561928858024014e1,
+    2.18663306850790267539e0,
+    -1.40256079171354495875e-1,
+    -3.50424626827848203418e-2,
+    -8.57456785154685413611e-4,
+)
+_TAIL_Q1 = (
+    1.0,
+    1.57799883256466749731e1,
+    4.53907635128879210584e1,
+    4.13172038254672030440e1,
+    1.50425385692907503408e1,
+    2.50464946208309415979e0,
+    -1.42182922854787788574e-1,
+    -3.80806407691578277194e-2,
+    -9.33259480895457427372e-4,
+)
+_TAIL_P2 = (
+    3.23774891776946035970e0,
+    6.91522889068984211695e0,
+    3.93881025292474443415e0,
+    1.33303460815807542389e0,
+    2.01485389549179081538e-1,
+    1.23716634817820021358e-2,
+    3.01581553508235416007e-4,
+    2.65806974686737550832e-6,
+    6.23974539184983293730e-9,
+)
+_TAIL_Q2 = (1.0, 6.02427039364742014255e0, 3.67983563856160859403e0, 1.37702099489081330271e0,
+            2.16236993594496635890e-1, 1.34204006088543189037e-2, 3.28014464682127739104e-4,
+            2.89247864745380683936e-6, 6.79019408009981274425e-9)  # fmt: skip
+
+
+def _lower_tail_quantile(p: jax.Array) -> jax.Array:
+    """``ndtri(p)`` for ``p: f32[...]`` in ``(0, exp(-2)]``, as ``jax.scipy.special.ndtri``
+    computes it there (the same operations: equal to it, tested), without the branch for the
+    bulk and with one rational function per draw instead of two."""
+    z = lax.sqrt(np.float32(-2.0) * lax.log(p))
+    inverse = 1 / z
+    far = z >= np.float32(8.0)
+
+    def horner(near: tuple[float, ...], beyond: tuple[float, ...]) -> jax.Array:
+        value = jnp.zeros_like(z)
+        for a, b in zip(near, beyond, strict=True):
+            value = value * inverse + jnp.where(far, np.float32(b), np.float32(a))
+        return value
+
+    second = horner(_TAIL_P1, _TAIL_P2) / horner(_TAIL_Q1, _TAIL_Q2) / z
+    return -((z - lax.log(z) / z) - second)
 
 
 def _normals_with_tails(words: jax.Array, refinements: jax.Array) -> jax.Array:
@@ -164,9 +254,7 @@ def _normals_with_tails(words: jax.Array, refinements: jax.Array) -> jax.Array:
     upper = (511.0 - unused) * np.float32(2.0**32) + (~refinements).astype(jnp.float32) + 0.5
     # one quantile per draw: the lower cell's, or minus the upper cell's
     low_cell = cell == 0
-    quantile = jax.scipy.special.ndtri(
-        jnp.where(low_cell, lower, upper) * np.float32(TAIL_RESOLUTION)
-    )
+    quantile = _lower_tail_quantile(jnp.where(low_cell, lower, upper) * np.float32(TAIL_RESOLUTION))
     tail = jnp.where(low_cell, quantile, -quantile)
     return jnp.where(low_cell | (cell == _LAST_CELL), tail, bulk)
 
@@ -182,10 +270,14 @@ def private_normals_and_uniforms(
     below 2^-65 on each side) is never drawn, which :func:`normal_reach_mass` states for the
     privacy guarantee. (As for any floating-point Gaussian, the f32 grid of the draws is not
     modelled.)"""
-    words = random_words(key, n_normal + n_uniform)
-    refinements = _words_after(key, n_normal + n_uniform, n_normal)
-    normals = _normals_with_tails(words[:n_normal], refinements)
-    return normals, _unit_uniform(words[n_normal:])
+    if _is_stream(key):  # a normal's refinement is its block's companion
+        words, refinements = _stream_range(key, 0, n_normal)
+        uniform_words = _stream_range(key, n_normal, n_uniform)[0]
+    else:
+        all_words = random_words(key, n_normal + n_uniform)
+        words, uniform_words = all_words[:n_normal], all_words[n_normal:]
+        refinements = _words_after(key, n_normal + n_uniform, n_normal)
+    return _normals_with_tails(words, refinements), _unit_uniform(uniform_words)
 
 
 def private_normals(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
@@ -220,10 +312,17 @@ def integers_and_normals(
     """``(U{0..span-1}: i32[n_integer], N(0, 1): f32[n_normal])``, independent, from one key (two
     words per integer, as ``jax.random.randint``; the normals are private ones, tails reaching
     :data:`PRIVATE_NORMAL_REACH`, two words each)."""
-    words = random_words(key, 2 * n_integer + n_normal)
-    integers = _reduce_to_span(words[:n_integer], words[n_integer : 2 * n_integer], span)
-    refinements = _words_after(key, 2 * n_integer + n_normal, n_normal)
-    return integers.astype(jnp.int32), _normals_with_tails(words[2 * n_integer :], refinements)
+    if _is_stream(key):
+        higher = _stream_range(key, 0, n_integer)[0]
+        lower = _stream_range(key, n_integer, n_integer)[0]
+        words, refinements = _stream_range(key, 2 * n_integer, n_normal)
+    else:
+        all_words = random_words(key, 2 * n_integer + n_normal)
+        higher, lower = all_words[:n_integer], all_words[n_integer : 2 * n_integer]
+        words = all_words[2 * n_integer :]
+        refinements = _words_after(key, 2 * n_integer + n_normal, n_normal)
+    integers = _reduce_to_span(higher, lower, span)
+    return integers.astype(jnp.int32), _normals_with_tails(words, refinements)
 
 
 # ----------------------------------------------------------------------------- exact Bernoulli
@@ -246,8 +345,12 @@ LOG_TWO_64 = 64.0 * float(np.log(2.0))
 def bernoulli_words(key: jax.Array, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
     """``(high, low): u32[*shape]`` each, the 64-bit uniform integer of every draw from one key.
 
-    ``high`` is ``jax.random.bits(key, shape)`` (the word ``jax.random.uniform`` uses) under
-    jax's default partitionable threefry; ``low`` comes from the following counters."""
+    ``high`` is ``jax.random.bits(key, shape)`` (the word ``jax.random.uniform`` uses): a
+    stream's words, with their blocks' companions as ``low`` (one block per draw); under jax's
+    default partitionable threefry, ``low`` comes from the following counters."""
+    if _is_stream(key):
+        high, low = _stream_range(key, 0, int(np.prod(shape)))
+        return high.reshape(shape), low.reshape(shape)
     words = jax.random.bits(key, (2, *shape), jnp.uint32)
     return words[0], words[1]
 

@@ -12,6 +12,8 @@ from scipy import stats
 
 from jfed._random import (
     COUNTER,
+    _threefry_blocks,
+    bernoulli_words,
     normals_and_uniforms,
     private_normals,
     private_normals_and_uniforms,
@@ -29,22 +31,38 @@ def _round_key():
 
 
 def test_a_client_stream_is_the_threefry_blocks_of_its_id():
-    """Independent reference: threefry_2x32 called on the counters ``(i + 1, j)`` directly. Five
-    words are three blocks: the first words of blocks 0..2, then the second words of blocks 0, 1."""
+    """Independent reference: threefry_2x32 called on the blocks ``(i + 1, j)`` directly (it reads
+    the first half of its counters as the blocks' high words, the second half as their low words,
+    and returns the blocks' first outputs, then their second outputs). Word j is block j's first
+    output; its companion (a 64-bit uniform's low half, a private normal's refinement) the
+    second."""
     root = _round_key()
     client = 41
     key_words = tuple(jax.random.key_data(root))
-    # threefry_2x32 reads the first half as the blocks' high words, the second as their low
-    # words, and returns the blocks' first words, then their second words
-    counters = jnp.array([client + 1] * 3 + [0, 1, 2], jnp.uint32)
-    expected = np.asarray(threefry_2x32(key_words, counters))[:5]
+    counters = jnp.array([client + 1] * 5 + [0, 1, 2, 3, 4], jnp.uint32)
+    reference = np.asarray(threefry_2x32(key_words, counters))
+    first, second = reference[:5], reference[5:]
     key = client_key(root, client)
     assert jax.random.key_impl(key) == COUNTER
-    assert np.array_equal(random_words(key, 5), expected)
+    assert np.array_equal(random_words(key, 5), first)
+    assert np.array_equal(jax.random.bits(key, (5,), jnp.uint32), first)
+    high, low = bernoulli_words(key, (5,))
+    assert np.array_equal(high, first) and np.array_equal(low, second)
     assert np.array_equal(random_words(key, 5), random_words(stream_key(root, client), 5))
     # negative control: a neighbour's stream and the root's own fold_in are other words
-    assert not np.array_equal(random_words(client_key(root, client + 1), 5), expected)
-    assert not np.array_equal(random_words(jax.random.fold_in(root, client), 5), expected)
+    assert not np.array_equal(random_words(client_key(root, client + 1), 5), first)
+    assert not np.array_equal(random_words(jax.random.fold_in(root, client), 5), first)
+
+
+def test_the_fused_hash_is_threefry():
+    """``_threefry_blocks`` (elementwise, fusable) against jax's threefry primitive on random
+    keys and counters."""
+    words = np.asarray(jax.random.bits(jax.random.key(11), (6, 1000), jnp.uint32))
+    for k0, k1 in words[:2, :3].T:
+        x0, x1 = words[2], words[3]
+        reference = np.asarray(threefry_2x32((k0, k1), np.concatenate([x0, x1])))
+        ours = np.concatenate(_threefry_blocks(jnp.uint32(k0), jnp.uint32(k1), x0, x1))
+        assert np.array_equal(ours, reference)
 
 
 def test_jax_random_accepts_stream_keys_and_derived_keys_open_new_streams():

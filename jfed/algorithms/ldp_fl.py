@@ -12,9 +12,10 @@ One round:
    one, vmapped by the engine over the cohort): E epochs of minibatch SGD (optax) with batch B over
    its own records, in an order drawn from its own key.
 3. Each client clips its trained weights to the range ``[c - r, c + r]`` and perturbs them weight
-   by weight with the two-point mechanism (:mod:`jfed.privacy.two_point`): one uniform per
-   weight, from ``fold_in(fold_in(randomizer root, round), client id)``, inside the client
-   function, so a chunk of clients holds only its own reports.
+   by weight with the two-point mechanism (:mod:`jfed.privacy.two_point`): one 64-bit uniform
+   per weight, from the stream ``client id`` of ``fold_in(randomizer root, round)``
+   (:func:`jfed._random.stream_key`), inside the client function, so a chunk of clients holds
+   only its own reports.
 4. Split and shuffle, then the per-position mean: a shuffle permutes each position's ``k``
    values and leaves their sum alone, so the server's mean is the engine's sum of the reports
    over the cohort, divided by ``k``; nothing is shuffled to compute it.
@@ -38,6 +39,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from jfed import catalog
+from jfed._random import stream_key
 from jfed.engine.aggregate import sum_messages
 from jfed.engine.cohort import Uniform
 from jfed.privacy import two_point
@@ -205,8 +207,9 @@ class RoundInfo(NamedTuple):
 
 class Randomizer(NamedTuple):
     """What a selected client needs to perturb its report, all of it public: the round's
-    randomizer root ``key`` (a client folds in its id), the range ``center`` (``f32[]`` or
-    ``f32[P]``, the previous global model) and ``radius: f32[]``, and ``epsilon`` per weight."""
+    randomizer root ``key`` (a client opens its stream, ``stream_key(key, id)``), the range
+    ``center`` (``f32[]`` or ``f32[P]``, the previous global model) and ``radius: f32[]``, and
+    ``epsilon`` per weight."""
 
     key: jax.Array
     center: jax.Array
@@ -233,11 +236,11 @@ class Report(NamedTuple):
 
 def perturbed_report(randomizer: Randomizer, client_id: jax.Array, trained: jax.Array) -> Report:
     """The report of the client ``client_id`` that trained ``trained: f32[P]``: clipped to the
-    range and perturbed by the two-point mechanism, one uniform per weight drawn from
-    ``fold_in(randomizer.key, client_id)``."""
+    range and perturbed by the two-point mechanism, one 64-bit uniform per weight (one threefry
+    block) from the client's stream of ``randomizer.key`` (:func:`jfed._random.stream_key`)."""
     center, radius = randomizer.center, randomizer.radius
     clipped = jnp.sum((trained < center - radius) | (trained > center + radius))
-    key = jax.random.fold_in(randomizer.key, client_id)
+    key = stream_key(randomizer.key, client_id)
     reported = two_point.perturb(key, trained, center, radius, randomizer.epsilon)
     return Report(reported, clipped.astype(jnp.float32))
 
