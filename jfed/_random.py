@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.custom_batching import custom_vmap
 from jax.extend.random import define_prng_impl, threefry_2x32
 
 _LOWEST_OPEN = np.nextafter(np.float32(-1.0), np.float32(0.0))
@@ -259,6 +260,42 @@ def _normals_with_tails(words: jax.Array, refinements: jax.Array) -> jax.Array:
     return jnp.where(low_cell | (cell == _LAST_CELL), tail, bulk)
 
 
+def _extreme_cells(words: jax.Array) -> jax.Array:
+    cell = lax.shift_right_logical(words, jnp.uint32(9))
+    return (cell == 0) | (cell == _LAST_CELL)
+
+
+def _tails_when_drawn(words: jax.Array, refinements: jax.Array) -> jax.Array:
+    return lax.cond(
+        jnp.any(_extreme_cells(words)),
+        _normals_with_tails,
+        lambda w, r: normals_from_words(w),
+        words,
+        refinements,
+    )
+
+
+@custom_vmap
+def _private_normals_from_words(words: jax.Array, refinements: jax.Array) -> jax.Array:
+    """:func:`_normals_with_tails`, computing the tails only when some word of the batch fell in
+    an extreme cell (probability 2^-22 per word): the same numbers, and a vmapped client pays for
+    the tail quantile (a log, a square root and two rational functions per word, which XLA's CPU
+    backend does not vectorise across a batch of short vectors) in about one chunk of 4,096
+    clients x 10 normals in a hundred instead of on every word (measured side by side: private
+    normals for 10^6 clients x 10 cost 2.4x the bare normals when every word paid, 1.07x so).
+    Under ``vmap`` the condition is the whole batch's."""
+    return _tails_when_drawn(words, refinements)
+
+
+@_private_normals_from_words.def_vmap
+def _private_normals_batched(axis_size, in_batched, words, refinements):
+    words, refinements = (
+        x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+        for x, batched in zip((words, refinements), in_batched, strict=True)
+    )
+    return _tails_when_drawn(words, refinements), True
+
+
 def private_normals_and_uniforms(
     key: jax.Array, n_normal: int, n_uniform: int
 ) -> tuple[jax.Array, jax.Array]:
@@ -277,7 +314,7 @@ def private_normals_and_uniforms(
         all_words = random_words(key, n_normal + n_uniform)
         words, uniform_words = all_words[:n_normal], all_words[n_normal:]
         refinements = _words_after(key, n_normal + n_uniform, n_normal)
-    return _normals_with_tails(words, refinements), _unit_uniform(uniform_words)
+    return _private_normals_from_words(words, refinements), _unit_uniform(uniform_words)
 
 
 def private_normals(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
@@ -322,7 +359,7 @@ def integers_and_normals(
         words = all_words[2 * n_integer :]
         refinements = _words_after(key, 2 * n_integer + n_normal, n_normal)
     integers = _reduce_to_span(higher, lower, span)
-    return integers.astype(jnp.int32), _normals_with_tails(words, refinements)
+    return integers.astype(jnp.int32), _private_normals_from_words(words, refinements)
 
 
 # ----------------------------------------------------------------------------- exact Bernoulli

@@ -292,3 +292,39 @@ def test_modulated_plan_labels_eps_beyond_the_noise_reach(rounds):
     former = min(1.0, rounds * stats.norm.sf(5.17 - shift))
     assert former > delta
     assert "not certified" not in modulated.plan(10.0, delta, 1).guarantee.notion
+
+
+@pytest.mark.parametrize("with_extreme", [False, True])
+def test_tails_computed_only_when_drawn_equal_the_eager_tails(with_extreme):
+    """The private normals compute their tails only when some word of the (vmapped) batch fell in
+    an extreme cell: the numbers equal the eager kernel's, vmapped or not, with or without such a
+    word in the batch. Negative control: a batch with an extreme word differs from the bare
+    normals exactly there."""
+    words = jax.random.bits(jax.random.key(8), (64, 10), jnp.uint32)
+    refinements = jax.random.bits(jax.random.key(9), (64, 10), jnp.uint32)
+    if with_extreme:
+        words = words.at[17, 3].set(jnp.uint32(5)).at[40, 0].set(jnp.uint32(0xFFFFFFF0))
+    eager = np.asarray(jax.jit(_random._normals_with_tails)(words, refinements))
+    lazy = _random._private_normals_from_words
+    assert np.array_equal(np.asarray(jax.jit(jax.vmap(lazy))(words, refinements)), eager)
+    assert np.array_equal(np.asarray(jax.jit(lazy)(words, refinements)), eager)
+    assert np.array_equal(np.asarray(jax.vmap(jax.vmap(lazy))(words, refinements)), eager)
+    bare = np.asarray(_random.normals_from_words(words))
+    differs = eager != bare
+    if with_extreme:
+        assert differs[17, 3] and differs[40, 0] and differs.sum() == 2
+        assert eager[17, 3] < -5.5 and eager[40, 0] > 5.5
+    else:
+        assert not differs.any()
+
+
+def test_the_tail_quantile_is_ndtri_in_the_tails():
+    """``_lower_tail_quantile`` against ``jax.scipy.special.ndtri`` on 10^5 probabilities spread
+    log-uniformly over (2^-65, 2^-23] and the cell edges: identical floats."""
+    rng = np.random.default_rng(0)
+    p = np.exp(rng.uniform(-65 * np.log(2), -23 * np.log(2), 100_000))
+    p = np.concatenate([p, [2.0**-23, 2.0**-65, np.exp(-32.0)]]).astype(np.float32)
+    reference = np.asarray(jax.jit(jax.scipy.special.ndtri)(p))
+    ours = np.asarray(jax.jit(_random._lower_tail_quantile)(p))
+    assert np.array_equal(ours, reference)
+    assert reference.min() < -9.1 and reference.max() < -5.1
