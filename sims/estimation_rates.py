@@ -2,8 +2,8 @@
 units n and eps for the seven mean-estimation settings, and over observations m for the
 functional mean (docs/specs/estimation.md), with fitted slopes set beside the theory's exponents.
 
-    python sims/estimation_rates.py --quick --out results/estimation_rates   # about 6 minutes
-    python sims/estimation_rates.py --full --out results/estimation_rates_full   # about an hour
+    python sims/estimation_rates.py --quick --out results/estimation_rates   # about 3 minutes
+    python sims/estimation_rates.py --full --out results/estimation_rates_full   # about 35 minutes
 
 Writes ``DIR/rates.csv`` (setting, parameter, fitted_slope, slope_ci_low, slope_ci_high,
 theory_slope, and how each was fitted), ``DIR/points.csv`` (every grid point's MSE with its
@@ -415,7 +415,7 @@ def plot_functional(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="small grids (default; about 6 minutes)")
+    size.add_argument("--quick", action="store_true", help="small grids (default; about 3 minutes)")
     size.add_argument("--full", action="store_true", help="larger grids and more replications")
     parser.add_argument("--out", default="results/estimation_rates")
     args = parser.parse_args()
