@@ -135,7 +135,7 @@ def aggregate(
         ``(x: f32[d], y: f32[])``; the message is any pytree of arrays.
       broadcast: what the server sends to every client this round (pytree, replicated).
       population: the clients (:class:`~jfed.data.ArrayClients` or a procedural population).
-      key: this round's client root key; client ``i`` gets ``fold_in(key, i)``.
+      key: this round's client root key; client ``i`` gets ``client_key(key, i)`` (its stream).
       plan: block and chunk sizes, optional mesh.
       statistic: ``statistic(messages, weights) -> stats`` for one chunk, where every message leaf
         has a leading axis of ``chunk_size`` and ``weights: f32[chunk_size]`` is 1 for real
@@ -145,7 +145,7 @@ def aggregate(
         from :mod:`jfed.engine.cohort`: :class:`~jfed.engine.cohort.All`,
         :class:`~jfed.engine.cohort.Uniform` or :class:`~jfed.engine.cohort.Poisson`. The
         cohort is drawn from ``fold_in(key, COHORT_STREAM)`` (:func:`~jfed.engine.keys.cohort_key`)
-        and only its clients are computed, each with its usual key ``fold_in(key, id)``, so a
+        and only its clients are computed, each with its usual key ``client_key(key, id)``, so a
         client's message does not depend on who else was drawn. The plan is refitted to the
         cohort's capacity (:meth:`ExecutionPlan.fitted`), so a cohort of 100 is vmapped 104
         wide, not 4,096.
