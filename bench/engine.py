@@ -13,7 +13,8 @@ Workloads (``--workloads``, default both):
   to L2 norm ``C = 1`` and adds its own ``N(0, sigma^2 I)``, ``sigma = 1`` (local noise); the
   round's output is the mean of these noisy clipped gradients (f32[10]).
 
-Rows of each workload (best of ``--repeats`` after a warm-up that compiles):
+Rows of each workload (best of ``--repeats`` after a warm-up that compiles; the rows run in turns,
+one repeat of each at a time, so that a change in the machine's load reaches every row alike):
 
 - ``jfed``: ``run_rounds`` with the backend's default plan (blocks, fixed-width chunks, masking of
   padded clients, the generic statistic); for W, :class:`jfed.algorithms.dpsgd.FedAvg` with
@@ -23,14 +24,13 @@ Rows of each workload (best of ``--repeats`` after a warm-up that compiles):
   directly: one ``lax.scan`` over chunks of the same width, each vmapping the same client function
   over the same per-client keys (``client_key(round key, client id)``), so the same draws and the
   same result (modulated: the gap is printed; W: asserted allclose);
-- ``hand-written, counter-addressed``: the chunked round with the message draws addressed as
-  (client id, word index) in one threefry call per chunk (``threefry(round key, i * W + j)``, W
-  the words per client), no per-client key: other draws (a different stream), the same
-  distribution by the same transforms (d normals with their extreme cells refined by d more
-  words, as :func:`jfed._random.private_normals_and_uniforms`, and for modulated one phase),
-  each row with the faster way to the tails measured here: modulated computes every word's tail
-  quantile (in this flat layout that beat the lazy form, 0.25 s against 0.30 s at 10^6), W only
-  when its chunk drew an extreme cell (0.17 s against 0.31 s);
+- ``hand-written, counter-addressed``: the chunked round with the message draws of a whole chunk
+  made in one hash call, addressed as (client id, word index) with no per-client key
+  (:func:`chunk_draws`: computed with the clients along the vectorised axis, the tails only when
+  the chunk drew an extreme cell): other draws (a different stream), the same distribution by the
+  same transforms (d normals with their extreme cells refined, as
+  :func:`jfed._random.private_normals_and_uniforms`, and for modulated one phase); the records
+  as ``jfed`` reads them;
 - ``materialised``: every client's message at once in plain JAX, with the per-client keys of
   ``jfed`` (memory grows with n);
 - ``jfed, one core``: the ``jfed`` row again in a child process pinned to one core (what the
@@ -47,8 +47,8 @@ JSON ``rows``: ``{workload, n, implementation, seconds, updates_per_second, peak
 (``workload`` ``modulated`` or ``W``; ``implementation`` one of the rows above); ``peak_mb`` is
 the compiled program's own peak (XLA's memory analysis: arguments, so for W the record arrays,
 44 n bytes, + outputs + temporaries) for the JAX rows and tracemalloc's for numpy (the round's own
-allocations, not W's records). Also ``params`` (modulated), ``params_w`` (W), ``uptime`` before
-and after, ``device``, ``versions``.
+allocations, not W's records). Also ``params`` (modulated), ``params_w`` (W), ``repeats``,
+``uptime`` before and after, ``device``, ``versions``.
 """
 
 from __future__ import annotations
@@ -61,15 +61,21 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from _common import uptime, write_json  # bench/ is on the path when run
-from jax.extend.random import threefry_2x32
 from modulated_round import DIM, PARAMS, numpy_round
 
-from jfed._random import _normals_with_tails, _private_normals_from_words, _unit_uniform
+from jfed._random import (
+    _extreme_cells,
+    _normals_with_tails,
+    _threefry_blocks,
+    _unit_uniform,
+    normals_from_words,
+)
 from jfed.algorithms import dpsgd, modulated
 from jfed.algorithms.linear import clip_to_ball, second_moments
 from jfed.data import ArrayClients, SyntheticLinear
@@ -82,14 +88,18 @@ PARAMS_W = dict(clip_norm=1.0, noise_std=1.0, response_noise=0.1)
 """W: gradient clip C, local noise sigma, and the noise of the responses y."""
 
 
-def best(repeats: int, function, *args) -> float:
-    jax.block_until_ready(function(*args))
-    times = []
+def best_in_turns(runs: dict, repeats: int) -> dict:
+    """``{name: seconds}``: the best of ``repeats`` timings of each ``runs[name]()`` (after a
+    warm-up), the runs taking turns, so that every row sees the same machine load."""
+    for run in runs.values():
+        jax.block_until_ready(run())
+    times: dict = {name: [] for name in runs}
     for _ in range(repeats):
-        tic = time.perf_counter()
-        jax.block_until_ready(function(*args))
-        times.append(time.perf_counter() - tic)
-    return min(times)
+        for name, run in runs.items():
+            tic = time.perf_counter()
+            jax.block_until_ready(run())
+            times[name].append(time.perf_counter() - tic)
+    return {name: min(seconds) for name, seconds in times.items()}
 
 
 def peak_mb(compiled) -> float:
@@ -97,6 +107,40 @@ def peak_mb(compiled) -> float:
     total = (memory.argument_size_in_bytes + memory.output_size_in_bytes
              + memory.temp_size_in_bytes - memory.alias_size_in_bytes)  # fmt: skip
     return total / 2**20
+
+
+def chunk_draws(
+    root: jax.Array, ids: jax.Array, n_normal: int, n_uniform: int
+) -> tuple[jax.Array, jax.Array]:
+    """A whole chunk's message draws in one hash call, addressed as (client id, word index):
+    client i's word j is the first output of the threefry block ``(i, j)`` under a key of the
+    round's own,
+    computed ``[word, client]`` (clients along the vectorised axis). ``(normals: f32[c,
+    n_normal], uniforms: f32[c, n_uniform])`` for ``ids: i32[c]``: other draws than jfed's, by
+    the same transforms (normals whose extreme cells are refined by their blocks' second outputs,
+    computed only when the chunk drew one; a conditional, whose result XLA holds in memory, so
+    the words are hashed once more than the test for extreme cells and nothing else)."""
+    k0, k1 = jax.random.key_data(jax.random.fold_in(root, 1))  # apart from jfed's blocks
+    width = n_normal + n_uniform
+    shape = (width, ids.shape[0])
+    client = jnp.broadcast_to(ids.astype(jnp.uint32)[None, :], shape)
+    word = jnp.broadcast_to(jnp.arange(width, dtype=jnp.uint32)[:, None], shape)
+
+    def blocks(_=None):
+        return _threefry_blocks(k0, k1, client, word)
+
+    def bulk(_):
+        words = blocks()[0]
+        return normals_from_words(words[:n_normal]), _unit_uniform(words[n_normal:])
+
+    def tails(_):
+        words, companions = blocks()
+        normals = _normals_with_tails(words[:n_normal], companions[:n_normal])
+        return normals, _unit_uniform(words[n_normal:])
+
+    extreme = jnp.any(_extreme_cells(blocks()[0][:n_normal]))
+    normals, uniforms = jax.lax.cond(extreme, tails, bulk, None)
+    return normals.T, uniforms.T
 
 
 def programs(n: int):
@@ -151,15 +195,7 @@ def programs(n: int):
         return round_
 
     def counter_messages(population, broadcast, root, ids):
-        # one threefry call for the chunk: client i's word j is threefry(round key, i * W + j);
-        # the same transform as jfed's (private_normals_and_uniforms): d normals whose extreme
-        # cells are refined by d more words, and one phase
-        width = 2 * DIM + 1
-        counters = ids[:, None].astype(jnp.uint32) * width + jnp.arange(width, dtype=jnp.uint32)
-        words = threefry_2x32(tuple(jax.random.key_data(root)), counters.reshape(-1))
-        words = words.reshape(ids.shape[0], width)
-        unit = _unit_uniform(words[:, DIM : DIM + 1])
-        noise = _normals_with_tails(words[:, :DIM], words[:, DIM + 1 :])
+        noise, unit = chunk_draws(root, ids, DIM, 1)
         x, y = jax.vmap(population.record)(ids)
         x, clipped = jax.vmap(lambda v: clip_to_ball(v, broadcast.clip_norm))(x)
         z = jax.vmap(lambda v, p, e: modulated.encode(broadcast, v, p, e))(
@@ -234,15 +270,8 @@ def w_programs(n: int):
         )
 
     def counter_messages(population, broadcast, root, ids):
-        # one threefry call for the chunk: client i's word j is threefry(round key, i * 2d + j);
-        # the same transform as jfed's Gaussian noise (private_normals): d normals whose extreme
-        # cells are refined by d more words
         w, hp = broadcast
-        width = 2 * DIM
-        counters = ids[:, None].astype(jnp.uint32) * width + jnp.arange(width, dtype=jnp.uint32)
-        words = threefry_2x32(tuple(jax.random.key_data(root)), counters.reshape(-1))
-        words = words.reshape(ids.shape[0], width)
-        noise = _private_normals_from_words(words[:, :DIM], words[:, DIM:])
+        noise, _ = chunk_draws(root, ids, DIM, 0)
         x, y = population.features[ids], population.targets[ids]
         gradients = (x @ w - y)[:, None] * x
         gradients = jax.vmap(lambda g: clip_to_ball(g, hp.clip_norm)[0])(gradients)
@@ -279,24 +308,22 @@ def w_programs(n: int):
     }, plan
 
 
-def time_jax(rounds: dict, repeats: int, *args) -> tuple[dict, dict]:
-    """``{name: (seconds, peak_mb)}`` and ``{name: output}`` of compiled JAX rounds."""
-    results, outputs = {}, {}
-    for name, function in rounds.items():
-        compiled = jax.jit(function).lower(*args).compile()
-        seconds = best(repeats, compiled, *args)
-        outputs[name] = np.asarray(compiled(*args))
-        results[name] = (seconds, peak_mb(compiled))
-    return results, outputs
-
-
-def numpy_row(repeats: int, function, *args) -> tuple[tuple[float, float], np.ndarray]:
-    """``(seconds, tracemalloc peak MB)`` of a numpy round, and its output."""
-    tracemalloc.start()
-    output = function(*args)
-    peak = tracemalloc.get_traced_memory()[1] / 2**20
-    tracemalloc.stop()
-    return (best(max(1, repeats - 1), function, *args), peak), np.asarray(output)
+def time_rounds(rounds: dict, numpy_run, repeats: int, *args) -> tuple[dict, dict]:
+    """``{name: (seconds, peak_mb)}`` and ``{name: output}`` of the JAX rounds (compiled for
+    ``args``) and, where ``numpy_run`` is given, of the numpy row under ``"numpy"`` (peak:
+    tracemalloc's), all timed in turns."""
+    compiled = {name: jax.jit(f).lower(*args).compile() for name, f in rounds.items()}
+    runs = {name: partial(program, *args) for name, program in compiled.items()}
+    outputs = {name: np.asarray(run()) for name, run in runs.items()}
+    peaks = {name: peak_mb(program) for name, program in compiled.items()}
+    if numpy_run is not None:
+        tracemalloc.start()
+        outputs["numpy"] = np.asarray(numpy_run())
+        peaks["numpy"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+        runs["numpy"] = numpy_run
+    seconds = best_in_turns(runs, repeats)
+    return {name: (seconds[name], peaks[name]) for name in runs}, outputs
 
 
 def bench_modulated(
@@ -306,10 +333,10 @@ def bench_modulated(
     population = SyntheticLinear.create(jax.random.key(0), n, DIM)
     rounds, _ = programs(n)
     if only_jfed:
-        return time_jax({"jfed": rounds["jfed"]}, repeats, population, hp, key)[0], []
-    results, thetas = time_jax(rounds, repeats, population, hp, key)
+        return time_rounds({"jfed": rounds["jfed"]}, None, repeats, population, hp, key)[0], []
     theta_star = np.asarray(population.theta_star, np.float32)
-    results["numpy"], _ = numpy_row(repeats, numpy_round, n, theta_star, 0)
+    numpy_run = partial(numpy_round, n, theta_star, 0)
+    results, thetas = time_rounds(rounds, numpy_run, repeats, population, hp, key)
     gap = float(np.abs(thetas["jfed"] - thetas["hand-written chunked"]).max())
     return results, [f"jfed and the hand-written chunked round agree within {gap:.1e}"]
 
@@ -322,9 +349,9 @@ def bench_w(
     population = ArrayClients(jnp.asarray(X), jnp.asarray(y))
     rounds, _ = w_programs(n)
     if only_jfed:
-        return time_jax({"jfed": rounds["jfed"]}, repeats, population, hp, key)[0], []
-    results, means = time_jax(rounds, repeats, population, hp, key)
-    results["numpy"], means["numpy"] = numpy_row(repeats, numpy_w_round, X, y, 0)
+        return time_rounds({"jfed": rounds["jfed"]}, None, repeats, population, hp, key)[0], []
+    numpy_run = partial(numpy_w_round, X, y, 0)
+    results, means = time_rounds(rounds, numpy_run, repeats, population, hp, key)
     reference = means["jfed"]
     same = {name: float(np.abs(means[name] - reference).max())
             for name in ("hand-written chunked, same draws", "materialised")}  # fmt: skip
@@ -368,7 +395,7 @@ def one_core(workload: str, n: int, repeats: int) -> tuple[float, float] | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1e4,1e5,1e6,1e7")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help="comma-separated, of: " + ", ".join(WORKLOADS))  # fmt: skip
     parser.add_argument("--json", metavar="PATH")
@@ -412,7 +439,8 @@ def main() -> None:
     print(f"load before: {load_before}\nload after:  {load_after}")
     if args.json:
         payload = {"benchmark": "engine", "dim": DIM, "params": PARAMS, "params_w": PARAMS_W,
-                   "rows": rows, "uptime": {"before": load_before, "after": load_after},
+                   "repeats": args.repeats, "rows": rows,
+                   "uptime": {"before": load_before, "after": load_after},
                    "device": str(jax.devices()[0]), "versions": versions()}  # fmt: skip
         write_json(args.json, payload)
 

@@ -3,6 +3,8 @@ the threefry blocks ``(i + 1, j)`` of the round key, every ``jax.random`` functi
 key, derived keys open new streams, and the draws are standard normal and independent across
 neighbouring client ids (KS tests at level 1e-4 with negative controls)."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -119,3 +121,115 @@ def test_gaussian_noise_draws_the_private_normals(shape):
     np.testing.assert_allclose(
         GaussianNoise().perturb(key, x, 2.0), 1.0 + 2.0 * np.asarray(expected).reshape(shape)
     )
+
+
+# ------------------------------------------------------------------ draws of a vmapped chunk
+# Under vmap a chunk's draws are computed with the clients in the minor axis and, on CPU, held in
+# memory once (jfed._random._client_minor): the numbers must be those of each client alone.
+
+CHUNK_IDS = jnp.arange(0, 7 * 1001, 7, dtype=jnp.int32)  # 1,001 clients: not a multiple of 8
+
+
+def _one_by_one(draw, make_key, ids):
+    """Each client's draws computed alone (no vmap, the plain layout), stacked."""
+    alone = jax.jit(lambda i: draw(make_key(i)))
+    drawn = [alone(i) for i in ids]
+    return jax.tree.map(lambda *leaves: np.stack(leaves), *drawn)
+
+
+def _assert_same(batched, alone):
+    for got, expected in zip(jax.tree.leaves(batched), jax.tree.leaves(alone), strict=True):
+        assert got.shape == expected.shape
+        assert np.array_equal(np.asarray(got), expected)
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda k: normals_and_uniforms(k, 10, 1),
+        lambda k: normals_and_uniforms(k, 3, 0),
+        lambda k: private_normals_and_uniforms(k, 10, 1),
+        lambda k: private_normals(k, (2, 5)),
+    ],
+    ids=["normals+uniform", "normals", "private+uniform", "private 2x5"],
+)
+def test_a_vmapped_chunk_of_streams_draws_what_each_client_draws_alone(draw):
+    root = _round_key()
+    ids = CHUNK_IDS[:40]  # the reference runs one client at a time
+    batched = jax.jit(jax.vmap(lambda i: draw(client_key(root, i))))(ids)
+    _assert_same(batched, _one_by_one(draw, partial(client_key, root), ids))
+    # nested vmap (a sweep over a chunk): the same numbers again
+    nested = jax.jit(jax.vmap(jax.vmap(lambda i: draw(client_key(root, i)))))(ids.reshape(5, 8))
+    _assert_same(jax.tree.map(lambda x: x.reshape(40, *x.shape[2:]), nested), batched)
+    # negative control: the chunk's neighbours' draws are not these
+    shifted = jax.jit(jax.vmap(lambda i: draw(client_key(root, i + 1))))(ids)
+    assert not np.array_equal(jax.tree.leaves(shifted)[0], jax.tree.leaves(batched)[0])
+
+
+@pytest.mark.parametrize("n_normal, n_uniform", [(11, 0), (10, 0), (4, 3), (1, 0)])
+def test_a_vmapped_chunk_of_threefry_keys_draws_jax_threefry_words(n_normal, n_uniform):
+    """A procedural population's draws (threefry keys from ``fold_in``): the words of a vmapped
+    chunk are jax's ``threefry_2x32(key, arange(n))`` for each client, odd n included (jax pads
+    its counters), transformed as ``jax.random.normal`` and ``uniform`` do."""
+    root = _round_key()
+    ids = CHUNK_IDS[:24]
+    normals, uniforms = jax.jit(
+        jax.vmap(lambda i: normals_and_uniforms(jax.random.fold_in(root, i), n_normal, n_uniform))
+    )(ids)
+    n = n_normal + n_uniform
+    for row, i in enumerate(np.asarray(ids)):
+        words = threefry_2x32(
+            tuple(jax.random.key_data(jax.random.fold_in(root, int(i)))),
+            jnp.arange(n, dtype=jnp.uint32),
+        )
+        unit = jax.lax.bitcast_convert_type((words >> 9) | 0x3F800000, jnp.float32) - 1.0
+        expected = np.sqrt(np.float32(2.0)) * jax.lax.erf_inv(
+            jnp.maximum(np.nextafter(np.float32(-1.0), np.float32(0.0)), 2.0 * unit - 1.0)
+        )
+        assert np.array_equal(normals[row], np.asarray(expected[:n_normal], np.float32))
+        assert np.array_equal(uniforms[row], np.asarray(unit[n_normal:]))
+    # negative control: the words of the client's neighbour
+    other = normals_and_uniforms(jax.random.fold_in(root, int(ids[0]) + 1), n_normal, n_uniform)
+    assert not np.array_equal(np.asarray(other[0]), np.asarray(normals[0]))
+
+
+def _client_with_an_extreme_cell(root, n_normal):
+    """The first client id whose first ``n_normal`` words hold a uniform in an extreme 2^-23 cell
+    (probability about n_normal 2^-22 per client: found within a few million ids)."""
+    k0, k1 = jax.random.key_data(root)
+    step = 1 << 20
+
+    @jax.jit
+    def extreme_rows(start):
+        ids = start + jnp.arange(step, dtype=jnp.uint32)
+        words = _threefry_blocks(
+            k0, k1, (ids + 1)[:, None], jnp.arange(n_normal, dtype=jnp.uint32)[None, :]
+        )[0]
+        cells = words >> 9
+        return jnp.any((cells == 0) | (cells == 2**23 - 1), axis=1)
+
+    for start in range(0, 64 * step, step):
+        rows = np.flatnonzero(np.asarray(extreme_rows(jnp.uint32(start))))
+        if rows.size:
+            return start + int(rows[0])
+    raise AssertionError("no extreme cell in 2^26 clients")
+
+
+def test_a_vmapped_chunk_with_an_extreme_cell_draws_its_tail():
+    """The tail branch of a chunk's private normals (taken when any word of the chunk lies in an
+    extreme cell): every client's draws are still its own, and the extreme one lies beyond the
+    bulk transform's reach (5.17 standard deviations) or on its edge's refined side."""
+    root = _round_key()
+    extreme = _client_with_an_extreme_cell(root, 10)
+    ids = extreme - 3 + jnp.arange(8, dtype=jnp.int32)
+
+    def draw(key):
+        return private_normals_and_uniforms(key, 10, 1)
+
+    batched = jax.jit(jax.vmap(lambda i: draw(client_key(root, i))))(ids)
+    _assert_same(batched, _one_by_one(draw, partial(client_key, root), ids))
+    tailed = np.asarray(batched[0][3])
+    plain, _ = normals_and_uniforms(client_key(root, extreme), 10, 0)
+    differs = tailed != np.asarray(plain)  # the refined words, and only those
+    assert differs.sum() >= 1 and np.all(np.abs(tailed[differs]) > 5.0)
+    assert np.array_equal(tailed[~differs], np.asarray(plain)[~differs])

@@ -124,15 +124,17 @@ def test_plan_validation():
     with pytest.raises(ValueError, match="block_size a positive multiple of chunk_size"):
         ExecutionPlan(block_size=300, chunk_size=256)
     assert ExecutionPlan(block_size=16_384, chunk_size=512).fitted(1000).block_size == 1024
-    assert ExecutionPlan().fitted(10**6).block_size == ExecutionPlan().block_size
-    # 10^5 clients: 2 blocks of 13 chunks (106,496 computed), not 2 x 65,536 (131,072)
+    assert ExecutionPlan().fitted(65_536).block_size == ExecutionPlan().block_size
+    # 10^5 clients: 5 blocks of 5 chunks (102,400 computed), not 2 x 65,536 (131,072)
     fitted = ExecutionPlan().fitted(10**5)
-    assert (fitted.block_size, -(-(10**5) // fitted.block_size)) == (13 * 4096, 2)
+    assert (fitted.block_size, -(-(10**5) // fitted.block_size)) == (5 * 4096, 5)
+    # 10^6 clients: the 245 chunks that cover them (35 blocks of 7), not 16 x 16 = 256
+    assert ExecutionPlan().fitted(10**6).block_size == 7 * 4096
     for n in (1, 7, 4096, 4097, 65_536, 65_537, 10**5, 10**6, 10**7 + 3):
         plan = ExecutionPlan().fitted(n)
         computed = -(-n // plan.block_size) * plan.block_size
         assert plan.block_size <= 65_536 and plan.block_size % plan.chunk_size == 0
-        assert n <= computed < n + -(-n // 65_536) * plan.chunk_size  # under a chunk per block
+        assert n <= computed < n + plan.chunk_size  # under one chunk of padding
     # fewer clients than a chunk: vmapped at their own width (rounded up to 8), not 4,096
     small = ExecutionPlan().fitted(25)
     assert (small.chunk_size, small.block_size) == (32, 32)
@@ -200,3 +202,30 @@ def test_stacked_messages_are_every_client_in_order_for_every_plan():
     summed = aggregate(client, jnp.float32(2.0), population, key, plans[0].fitted(1_000))
     assert summed["x"].shape == (4,) and stacks[0]["x"].shape == (1_000, 4)
     np.testing.assert_allclose(np.asarray(stacks[0]["x"]).sum(0), summed["x"], rtol=1e-4)
+
+
+def test_only_the_chunks_past_the_end_are_masked():
+    """On CPU a full chunk skips the masking of padded clients (a conditional per chunk): every
+    real client is still counted once and no padded one, and a chunk statistic equals the
+    masked one (the same messages, weights 1)."""
+    n, chunk = 3 * 64 + 5, 64  # the fourth chunk holds 5 clients and 59 padded ids
+    population = SyntheticLinear.create(jax.random.key(2), n, DIM)
+
+    def client(broadcast, record, key):
+        x, y = record
+        return {"count": jnp.float32(1.0), "y": y, "first": x[0] * broadcast}
+
+    def statistic(messages, weights):
+        return {**jax.tree.map(lambda m: jnp.sum(m, axis=0), messages), "weight": jnp.sum(weights)}
+
+    key = jax.random.key(4)
+    for block in (64, 128, 256):
+        plan = ExecutionPlan(block_size=block, chunk_size=chunk)
+        total = jax.jit(
+            lambda b, plan=plan: aggregate(client, b, population, key, plan, statistic)
+        )(jnp.float32(2.0))
+        assert float(total["count"]) == n and float(total["weight"]) == n
+        X, y = population.records(jnp.arange(n))
+        np.testing.assert_allclose(float(total["y"]), float(np.sum(np.asarray(y, np.float64))),
+                                   rtol=1e-5)  # fmt: skip
+        np.testing.assert_allclose(float(total["first"]), 2.0 * float(np.sum(X[:, 0])), rtol=1e-4)
