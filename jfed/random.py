@@ -89,6 +89,7 @@ def private_normal(
     so that the tails reach ``PRIVATE_NORMAL_REACH`` (9) standard deviations, each tail
     probability resolved to 2^-64. Two words per value. :class:`jfed.privacy.GaussianNoise` and
     ``gaussian_noise_tree`` draw these."""
+    _count(shape)
     return private_normals(key, tuple(shape), dtype)
 
 

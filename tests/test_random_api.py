@@ -49,6 +49,8 @@ def test_shapes_must_be_static_nonnegative_ints():
         jr.normal(client_key(_root(), 0), (3, -1))
     with pytest.raises(ValueError, match="non-negative ints"):
         jr.uniform(client_key(_root(), 0), (2.5,))
+    with pytest.raises(ValueError, match="non-negative ints"):
+        jr.private_normal(client_key(_root(), 0), (-2,))
 
 
 def _draws(i, root):

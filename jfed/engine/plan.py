@@ -79,12 +79,11 @@ class ExecutionPlan:
         shard's clients with the fewest chunks computed, the widest such block (10^5 clients: 5
         blocks of 5 chunks, 102,400 computed, not 2 x 65,536; 10^6 clients: 35 blocks of 7
         chunks, the 245 chunks that cover them; results unchanged, they do not depend on the
-        block size), and, when one
-        shard holds fewer clients than a chunk, the chunk to those clients rounded up to a
-        multiple of 8 (25 silos vmapped 32 wide, not 4,096; a narrower vector width changes
-        rounding only). The fitted plan depends on the population size alone, so a run stays
-        reproducible. A round on a cohort refits the plan to the cohort's capacity
-        (:func:`jfed.engine.aggregate`), so a cohort of 100 runs 104 wide, not 4,096."""
+        block size), and, when one shard holds fewer clients than a chunk, the chunk to those
+        clients rounded up to a multiple of 8 (25 silos vmapped 32 wide, not 4,096; a narrower
+        vector width changes rounding only). The fitted plan depends on the population size
+        alone, so a run stays reproducible. A round on a cohort refits the plan to the cohort's
+        capacity (:func:`jfed.engine.aggregate`), so a cohort of 100 runs 104 wide, not 4,096."""
         per_shard = -(-n_clients // self.n_shards)
         chunk = min(self.chunk_size, -(-per_shard // 8) * 8)
         chunks = max(1, -(-per_shard // chunk))
