@@ -330,10 +330,7 @@ def _client_minor(
 
     @draw.def_vmap
     def _batched(axis_size: int, in_batched: list[bool], data: jax.Array) -> Any:
-        del axis_size
-        if not in_batched[0]:
-            out = drawn(data)
-            return out, jax.tree.map(lambda _: False, out)
+        del axis_size, in_batched  # the rule runs only when its one argument is batched
         minor = jnp.moveaxis(data, 0, -1)
         out = lax.platform_dependent(minor, cpu=materialised, default=drawn)
         return jax.tree.map(lambda leaf: jnp.moveaxis(leaf, -1, 0), out), jax.tree.map(

@@ -69,8 +69,6 @@ def _chunk_messages(
     ``valid: bool[chunk]`` marks the real clients; default: the ids below ``n_clients`` (a
     population's tail padding). A cohort passes its own mask (positions past its size).
     ``padded=False`` says that every id is a real client: nothing is masked, the weights are 1."""
-    if valid is None:
-        valid = chunk_ids < n_clients
     keys = jax.vmap(partial(client_key, key))(chunk_ids)
 
     def one_client(client_id: jax.Array, client_key_: jax.Array) -> PyTree:
@@ -82,6 +80,8 @@ def _chunk_messages(
     messages = jax.vmap(one_client)(chunk_ids, keys)
     if not padded:
         return messages, jnp.ones(chunk_ids.shape, jnp.float32)
+    if valid is None:
+        valid = chunk_ids < n_clients
 
     def zero_padding(m: jax.Array) -> jax.Array:
         mask = valid.reshape(valid.shape + (1,) * (m.ndim - 1))

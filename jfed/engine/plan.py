@@ -88,8 +88,8 @@ class ExecutionPlan:
         chunk = min(self.chunk_size, -(-per_shard // 8) * 8)
         chunks = max(1, -(-per_shard // chunk))
         widest = min(self.block_size // chunk, chunks)
-        # the fewest chunks computed in blocks of at most `widest` chunks; of those, the widest
-        per_block = min(range(1, widest + 1), key=lambda m: (-(-chunks // m) * m, -m))
+        # exactly `chunks` chunks computed: the widest block that divides them (1 always does)
+        per_block = max(m for m in range(1, widest + 1) if chunks % m == 0)
         return ExecutionPlan(per_block * chunk, chunk, self.mesh)
 
 
