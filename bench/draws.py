@@ -5,7 +5,8 @@
 Every row draws ``--values`` standard normals for each of ``--clients`` clients, the way the
 engine runs a client function: a ``lax.scan`` over chunks of the default plan's width, each
 ``vmap``-ping one client's draw over the chunk's client keys (``client_key(round key, i)``), the
-chunk's draws summed (a statistic). Rows (best of ``--repeats``, the rows run in turns):
+chunk's draws summed (a statistic). Rows (best of ``--repeats``; the JAX rows run in turns, in an
+order that rotates every turn, and the numpy row after them):
 
 - ``jax.random.normal``: on the client's key;
 - ``jax.random.normal, split key``: on the first of ``jax.random.split(key)``;
@@ -25,12 +26,11 @@ x_jax_random}`` (``x_jax_random``: the first row's seconds over this row's); als
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import uptime, write_json  # bench/ is on the path when run
+from _common import best_in_turns, uptime, write_json  # bench/ is on the path when run
 
 import jfed.random as jr
 from jfed.engine import ExecutionPlan
@@ -87,23 +87,16 @@ def main() -> None:
     for name, total in sums.items():
         assert np.all(np.abs(total) < 6.0 * np.sqrt(clients)), f"{name}: {total}"
     timed = {name: (lambda run=run: run(root)) for name, run in runs.items()}
-    timed["numpy"] = lambda: numpy_sum(clients, values)
     load_before = uptime()
-    for run in timed.values():
-        jax.block_until_ready(run())
-    times: dict = {name: [] for name in timed}
-    for _ in range(args.repeats):
-        for name, run in timed.items():
-            tic = time.perf_counter()
-            jax.block_until_ready(run())
-            times[name].append(time.perf_counter() - tic)
+    times = best_in_turns(timed, args.repeats)
+    # after the JAX rows, not in their turns (see best_in_turns)
+    times.update(best_in_turns({"numpy": lambda: numpy_sum(clients, values)}, args.repeats))
     load_after = uptime()
-    first = min(times["jax.random.normal"])
+    first = times["jax.random.normal"]
     rows = []
     print(f"{clients:,} clients x {values} normals, chunks of {chunk}, {jax.devices()[0].platform}")
     print(f"{'implementation':>40} {'seconds':>9} {'normals/s':>10} {'x jax.random':>12}")
-    for name, seconds in times.items():
-        best = min(seconds)
+    for name, best in times.items():
         rows.append({"implementation": name, "clients": clients, "values": values,
                      "seconds": best, "normals_per_second": clients * values / best,
                      "x_jax_random": first / best})  # fmt: skip

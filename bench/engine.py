@@ -13,8 +13,10 @@ Workloads (``--workloads``, default both):
   to L2 norm ``C = 1`` and adds its own ``N(0, sigma^2 I)``, ``sigma = 1`` (local noise); the
   round's output is the mean of these noisy clipped gradients (f32[10]).
 
-Rows of each workload (best of ``--repeats`` after a warm-up that compiles; the rows run in turns,
-one repeat of each at a time, so that a change in the machine's load reaches every row alike):
+Rows of each workload (best of ``--repeats`` after a warm-up that compiles; the JAX rows run in
+turns, one repeat of each at a time, so that a change in the machine's load reaches every row
+alike, and the order rotates every turn; the numpy row is timed after them, since a JAX round run
+right after it was measured 5-25% slower):
 
 - ``jfed``: ``run_rounds`` with the backend's default plan (blocks, fixed-width chunks, masking of
   padded clients, the generic statistic); for W, :class:`jfed.algorithms.dpsgd.FedAvg` with
@@ -33,6 +35,8 @@ one repeat of each at a time, so that a change in the machine's load reaches eve
   as ``jfed`` reads them;
 - ``materialised``: every client's message at once in plain JAX, with the per-client keys of
   ``jfed`` (memory grows with n);
+- ``jfed, sweep of 4 runs (per run)``: the ``jfed`` round vmapped over 4 run keys in one program
+  (as :func:`jfed.sweep.run` compiles a sweep), its seconds divided by 4;
 - ``jfed, one core``: the ``jfed`` row again in a child process pinned to one core (what the
   second core adds; skipped with ``--no-one-core`` or where the OS cannot pin);
 - ``numpy``: the round vectorised over all clients with numpy (its own generator, so other
@@ -59,14 +63,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import tracemalloc
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import uptime, write_json  # bench/ is on the path when run
+from _common import best_in_turns, uptime, write_json  # bench/ is on the path when run
 from modulated_round import DIM, PARAMS, numpy_round
 
 from jfed._random import (
@@ -84,22 +87,22 @@ from jfed.engine.keys import client_key, round_key, run_streams
 from jfed.report import versions
 
 WORKLOADS = ("modulated", "W")
+SWEEP_RUNS = 4
+SWEEP = f"jfed, sweep of {SWEEP_RUNS} runs (per run)"
+
+
+def swept(round_):
+    """``round_`` over ``SWEEP_RUNS`` run keys split from ``key``, in one vmapped program."""
+
+    def sweep(population, hp, key):
+        keys = jax.random.split(key, SWEEP_RUNS)
+        return jax.vmap(round_, in_axes=(None, None, 0))(population, hp, keys)
+
+    return sweep
+
+
 PARAMS_W = dict(clip_norm=1.0, noise_std=1.0, response_noise=0.1)
 """W: gradient clip C, local noise sigma, and the noise of the responses y."""
-
-
-def best_in_turns(runs: dict, repeats: int) -> dict:
-    """``{name: seconds}``: the best of ``repeats`` timings of each ``runs[name]()`` (after a
-    warm-up), the runs taking turns, so that every row sees the same machine load."""
-    for run in runs.values():
-        jax.block_until_ready(run())
-    times: dict = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            tic = time.perf_counter()
-            jax.block_until_ready(run())
-            times[name].append(time.perf_counter() - tic)
-    return {name: min(seconds) for name, seconds in times.items()}
 
 
 def peak_mb(compiled) -> float:
@@ -211,6 +214,7 @@ def programs(n: int):
 
     return {
         "jfed": jfed_round,
+        SWEEP: swept(jfed_round),
         "hand-written chunked": chunked(messages),
         "hand-written, counter-addressed": chunked(counter_messages),
         "materialised": materialised_round,
@@ -302,6 +306,7 @@ def w_programs(n: int):
 
     return {
         "jfed": jfed_round,
+        SWEEP: swept(jfed_round),
         "hand-written chunked, same draws": chunked(messages),
         "hand-written, counter-addressed": chunked(counter_messages),
         "materialised": materialised_round,
@@ -310,20 +315,22 @@ def w_programs(n: int):
 
 def time_rounds(rounds: dict, numpy_run, repeats: int, *args) -> tuple[dict, dict]:
     """``{name: (seconds, peak_mb)}`` and ``{name: output}`` of the JAX rounds (compiled for
-    ``args``) and, where ``numpy_run`` is given, of the numpy row under ``"numpy"`` (peak:
-    tracemalloc's), all timed in turns."""
+    ``args``), timed in turns, and, where ``numpy_run`` is given, of the numpy row under
+    ``"numpy"`` (peak: tracemalloc's), timed after them."""
     compiled = {name: jax.jit(f).lower(*args).compile() for name, f in rounds.items()}
     runs = {name: partial(program, *args) for name, program in compiled.items()}
     outputs = {name: np.asarray(run()) for name, run in runs.items()}
     peaks = {name: peak_mb(program) for name, program in compiled.items()}
-    if numpy_run is not None:
+    seconds = best_in_turns(runs, repeats)
+    if SWEEP in seconds:
+        seconds[SWEEP] /= SWEEP_RUNS
+    if numpy_run is not None:  # after the JAX rows, not in their turns (see best_in_turns)
         tracemalloc.start()
         outputs["numpy"] = np.asarray(numpy_run())
         peaks["numpy"] = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()
-        runs["numpy"] = numpy_run
-    seconds = best_in_turns(runs, repeats)
-    return {name: (seconds[name], peaks[name]) for name in runs}, outputs
+        seconds.update(best_in_turns({"numpy": numpy_run}, repeats))
+    return {name: (seconds[name], peaks[name]) for name in seconds}, outputs
 
 
 def bench_modulated(
@@ -338,6 +345,7 @@ def bench_modulated(
     numpy_run = partial(numpy_round, n, theta_star, 0)
     results, thetas = time_rounds(rounds, numpy_run, repeats, population, hp, key)
     gap = float(np.abs(thetas["jfed"] - thetas["hand-written chunked"]).max())
+    assert len({theta.tobytes() for theta in thetas[SWEEP]}) == SWEEP_RUNS, "a sweep's runs differ"
     return results, [f"jfed and the hand-written chunked round agree within {gap:.1e}"]
 
 
@@ -360,6 +368,8 @@ def bench_w(
     scale = PARAMS_W["noise_std"] / np.sqrt(n)
     other = {name: float(np.abs(means[name] - reference).max()) / scale
              for name in ("hand-written, counter-addressed", "numpy")}  # fmt: skip
+    # the sweep's runs: other keys, so other noise on the same records
+    other[SWEEP] = float(np.abs(means[SWEEP] - reference).max()) / scale
     for name, distance in other.items():
         # other noise, the same records: each coordinate's gap is N(0, 2 sigma^2 / n)
         assert distance < 8.0, f"{name}: {distance:.1f} sigma/sqrt(n) from jfed"

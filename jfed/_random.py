@@ -71,8 +71,9 @@ def _threefry_blocks(
 
 def _stream_blocks(data: jax.Array, first_block: int, n: int) -> tuple[jax.Array, jax.Array]:
     """``(words, companions): u32[n, *batch]`` each: the two outputs of the blocks ``first_block
-    .. first_block + n - 1`` of the streams ``data: u32[4, *batch]`` (one stream: ``u32[4]``)."""
-    batch = data.shape[1:]
+    .. first_block + n - 1`` of the streams ``data``: their words ``(k0, k1, hi, lo)``, each
+    ``u32[*batch]`` or a scalar (one stream: ``u32[4]``)."""
+    batch = jnp.broadcast_shapes(*(jnp.shape(row) for row in data[2:]))
     counters = jnp.arange(n, dtype=jnp.uint32).reshape((n,) + (1,) * len(batch))
     low = data[3] + jnp.uint32(first_block) + counters
     return _threefry_blocks(data[0], data[1], jnp.broadcast_to(data[2], (n, *batch)), low)
@@ -84,12 +85,22 @@ def _stream_range(key: jax.Array, first_block: int, n: int) -> tuple[jax.Array, 
 
 
 def _stream_bits(data: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.Array:
+    """COUNTER's ``random_bits``: word j of the stream (with its companion, for 64 bits) is the
+    j-th value of ``shape``. Under ``vmap`` the batch's words are computed in the minor axis
+    (:func:`_client_minor`), then laid out as ``jax.random`` lays out a batch."""
+    core_static = (bit_width, tuple(int(size) for size in shape))
+    return _client_minor(_stream_bits_of_rows, core_static, _STREAM_GATE, 2)(data)
+
+
+def _stream_bits_of_rows(data: Any, bit_width: int, shape: tuple[int, ...]) -> jax.Array:
+    """``uint{bit_width}[*shape, *batch]``: the bits of the streams ``data`` (as
+    :func:`_stream_blocks`)."""
     words, companions = _stream_blocks(data, 0, int(np.prod(shape)))
     if bit_width == 64:
         words = words.astype(jnp.uint64) << jnp.uint64(32) | companions.astype(jnp.uint64)
     elif bit_width < 32:
         words = words.astype(jnp.dtype(f"uint{bit_width}"))
-    return words.reshape(shape)
+    return words.reshape(shape + words.shape[1:])
 
 
 def _stream_fold_in(data: jax.Array, value: Any) -> jax.Array:
@@ -132,7 +143,7 @@ def stream_key(root: jax.Array, stream: jax.Array | int) -> jax.Array:
 
 _STREAM_GATE = 2
 """The row of a stream's words that names it (``hi``, from the client id): what a conditional
-over a chunk's draws tests (:func:`_client_minor`); a sweep shares it across its runs."""
+over a chunk's draws reads (:func:`_client_minor`), a word XLA cannot know."""
 
 
 def _is_stream(key: jax.Array) -> bool:
@@ -159,7 +170,7 @@ def normals_and_uniforms(
     than the erfinv polynomial.)
     """
     if _is_stream(key):  # each range its own fused hash (a slice would stop the fusion)
-        return _client_minor(_stream_draws, (n_normal, n_uniform, False), _STREAM_GATE)(
+        return _client_minor(_stream_draws, (n_normal, n_uniform, False), _STREAM_GATE, 2)(
             jax.random.key_data(key)
         )
     if jax.random.key_impl(key) == jax.random.key_impl(jax.random.key(0)):
@@ -253,9 +264,32 @@ def _extreme_cells(words: jax.Array) -> jax.Array:
     return (cell == 0) | (cell == _LAST_CELL)
 
 
+def _across_batch(reduction: Callable[[jax.Array], jax.Array]) -> Callable[[jax.Array], jax.Array]:
+    """``flag: bool[] -> bool[]``, the flag itself; under ``vmap``, ``reduction`` (``jnp.all`` or
+    ``jnp.any``) of the batch's flags, unbatched. A conditional on it stays a conditional under
+    any enclosing ``vmap`` (a sweep over runs), where a batched predicate would turn it into a
+    select that computes both branches: for conditionals whose branches agree wherever the
+    predicate's reduction lets both run."""
+
+    @custom_vmap
+    def unbatched(flag: jax.Array) -> jax.Array:
+        return flag
+
+    @unbatched.def_vmap
+    def _batched(axis_size: int, in_batched: list[bool], flag: jax.Array) -> Any:
+        del axis_size
+        return (reduction(flag) if in_batched[0] else flag), False
+
+    return unbatched
+
+
+_everywhere = _across_batch(jnp.all)
+_anywhere = _across_batch(jnp.any)
+
+
 def _tails_when_drawn(words: jax.Array, refinements: jax.Array) -> jax.Array:
     return lax.cond(
-        jnp.any(_extreme_cells(words)),
+        _anywhere(jnp.any(_extreme_cells(words))),
         _normals_with_tails,
         lambda w, r: normals_from_words(w),
         words,
@@ -290,49 +324,83 @@ def _private_normals_batched(axis_size, in_batched, words, refinements):
 # vectorises an elementwise loop along the minor axis only: the hash and the transforms (erfinv,
 # log) then run n lanes wide with a remainder. Under vmap a draw is computed instead as [n, chunk]
 # (the clients minor) and transposed where it is read. Every word and every float is the same
-# (elementwise operations on the same inputs; tested).
+# (elementwise operations on the same inputs; tested). The bits that ``jax.random`` functions
+# draw from a stream key (COUNTER's random_bits) are computed the same way; jax's transforms of
+# them (e.g. normal's erfinv) then run in the client-major layout, as jax computes them.
 #
 # On CPU the draws of a chunk are also computed once, into memory, as the result of a
 # conditional: XLA copies a cheap producer (the hash, the last steps of erfinv) into every fusion
 # that reads it, so a client's draws read by its clipping, its message and its statistic would
 # be hashed again in each (lax.optimization_barrier does not stop that: XLA's CPU pipeline drops
-# barriers before fusion). The conditional's predicate is always true (x != ~x), which XLA
-# cannot fold. Measured on 2 CPU cores, a modulated round on 10^6 procedural clients: about 2.5x
-# faster than with the batched form (0.16 s against 0.40 s, runs alternated). Other backends
-# compute the same draws without the conditional (lax.platform_dependent chooses when the program
-# is lowered): a GPU would wait on its host for every predicate.
+# barriers before fusion). Measured on 2 CPU cores, a modulated round on 10^6 procedural clients:
+# about 2.5x faster than with the batched form (0.16 s against 0.40 s, runs alternated). For
+# threefry keys the conditional's predicate is one XLA cannot fold (x != ~x, always true). For
+# streams it is that the chunk's streams were opened from one root key (their address word
+# hi != 0, and equal root words: the engine's client keys of a round always are): that branch
+# hashes under the root as two scalars, so the key schedule is computed once per chunk instead of
+# once per client. Other batches of streams take the other branch, with the same words; a stream
+# derived by fold_in or split has hi = 0, so XLA folds its conditional away (its constant address
+# under a scalar root would send XLA's simplifier into a loop). The keys reach the draws row by
+# row (``u32[chunk]`` each, read in place). Measured on 2 CPU cores, runs alternated: 10 private
+# normals for each of 10^6 clients 0.036 s with the keys as rows against 0.043 s with a transposed
+# copy ``[4, chunk]``; the W round of bench/engine.py at 10^6 clients 0.0580 s with the root
+# test against 0.0612 s without.
+#
+# Under an enclosing vmap (a sweep over runs) these predicates would be batched, and a batched
+# predicate turns a conditional into a select that computes both branches (here: the tails of
+# every private normal, and no draws held in memory): each predicate is reduced over the sweep
+# instead (:func:`_across_batch`: the root test must hold in every run, a tail is computed if any
+# run drew one). Measured on 2 CPU cores, a sweep of 4 runs at 2 x 10^5 clients (one program):
+# 0.045 s against 0.290 s for W, 0.056 s against 0.294 s for the modulated round (separate
+# processes, ad hoc). Other backends compute the same draws without the conditional
+# (lax.platform_dependent chooses when the program is lowered): a GPU would wait on its host for
+# every predicate.
 
 
 @functools.cache
 def _client_minor(
-    core: Callable[..., Any], static: tuple[Any, ...], gate_row: int
+    core: Callable[..., Any], static: tuple[Any, ...], gate_row: int, root_rows: int = 0
 ) -> Callable[..., Any]:
-    """``core(data: u32[k, *batch], *static)`` (a pytree of arrays ``[n, *batch]``) as a function
-    of one key's ``data: u32[k]``, whose ``vmap`` computes the batch in the minor axis (on CPU,
-    into memory once). ``gate_row`` names the row of ``data`` the conditional's predicate reads:
-    one that an enclosing ``vmap`` (a sweep) is least likely to batch, since a batched predicate
-    turns the conditional into a select."""
+    """``core(rows, *static)`` (a pytree of arrays ``[n, *batch]``) as a function of one key's
+    ``data: u32[k]``, whose ``vmap`` computes the batch in the minor axis (on CPU, into memory
+    once). ``rows`` is a sequence of the ``k`` words of the keys, ``u32[*batch]`` each (one key:
+    ``data`` itself), and ``core`` broadcasts them.
 
-    def drawn(data: jax.Array) -> Any:
-        return core(data, *static)
+    ``gate_row`` names a row the conditional's predicate reads, one whose words XLA cannot know
+    (a client's id, not a constant). The first ``root_rows`` rows are the keys' root: where the
+    whole batch shares it (under an enclosing ``vmap``, where every batch does), ``core`` gets
+    those rows as scalars."""
+
+    def drawn(rows: Any) -> Any:
+        return core(rows, *static)
 
     @custom_vmap
     def draw(data: jax.Array) -> Any:
         return drawn(data)
 
-    def materialised(minor: jax.Array) -> Any:
-        row = minor[gate_row, 0]
+    def materialised(rows: tuple[jax.Array, ...]) -> Any:
+        gate = rows[gate_row][0]
+        if not root_rows:
+            return lax.cond(_everywhere(gate != ~gate), drawn, never, rows)
+        # a derived stream's gate word is 0: XLA then folds the conditional to its plain branch
+        # (under the shared root, its constant address would make every client's words equal,
+        # and XLA's simplifier loop over that broadcast)
+        shared = functools.reduce(
+            jnp.logical_and, (jnp.all(row == row[0]) for row in rows[:root_rows]), gate != 0
+        )
+        return lax.cond(_everywhere(shared), under_shared_root, drawn, rows)
 
-        def never(minor: jax.Array) -> Any:
-            return jax.tree.map(jnp.zeros_like, jax.eval_shape(drawn, minor))
+    def never(rows: tuple[jax.Array, ...]) -> Any:
+        return jax.tree.map(jnp.zeros_like, jax.eval_shape(drawn, rows))
 
-        return lax.cond(row != ~row, drawn, never, minor)
+    def under_shared_root(rows: tuple[jax.Array, ...]) -> Any:
+        return drawn(tuple(row[0] for row in rows[:root_rows]) + rows[root_rows:])
 
     @draw.def_vmap
     def _batched(axis_size: int, in_batched: list[bool], data: jax.Array) -> Any:
         del axis_size, in_batched  # the rule runs only when its one argument is batched
-        minor = jnp.moveaxis(data, 0, -1)
-        out = lax.platform_dependent(minor, cpu=materialised, default=drawn)
+        rows = tuple(data[:, word] for word in range(data.shape[1]))
+        out = lax.platform_dependent(rows, cpu=materialised, default=drawn)
         return jax.tree.map(lambda leaf: jnp.moveaxis(leaf, -1, 0), out), jax.tree.map(
             lambda _: True, out
         )
@@ -344,8 +412,9 @@ def _stream_draws(
     data: jax.Array, n_normal: int, n_uniform: int, private: bool
 ) -> tuple[jax.Array, jax.Array]:
     """``(normals: f32[n_normal, *batch], uniforms: f32[n_uniform, *batch])`` of the streams
-    ``data: u32[4, *batch]``: word j of the normals' range is normal j (refined by its companion
-    where ``private``), the uniforms' range follows it.
+    ``data`` (their words ``(k0, k1, hi, lo)``, as :func:`_stream_blocks`): word j of the
+    normals' range is normal j (refined by its companion where ``private``), the uniforms' range
+    follows it.
 
     Private normals are :func:`_normals_with_tails`, whose tails are computed only when some word
     of the batch fell in an extreme cell (probability 2^-22 per word): the branches rehash their
@@ -365,16 +434,17 @@ def _stream_draws(
         return _normals_with_tails(*_stream_blocks(data, 0, n_normal)), uniforms(data)
 
     extreme = jnp.any(_extreme_cells(_stream_blocks(data, 0, n_normal)[0]))
-    return lax.cond(extreme, tails, bulk, data)
+    return lax.cond(_anywhere(extreme), tails, bulk, data)
 
 
 def _threefry_words(data: jax.Array, n: int, start: int, count: int) -> jax.Array:
     """``u32[count, *batch]``: the words ``start .. start + count - 1`` of ``threefry_2x32(key,
-    arange(n))`` for the threefry keys ``data: u32[2, *batch]``. jax pairs the first half of the
-    counters with the second (an odd count padded with a zero) and returns the blocks' first
-    outputs, then their second: each word here hashes its own block and keeps its output, so no
-    concatenation or slice stands between the hash and the code that reads the words."""
-    batch = data.shape[1:]
+    arange(n))`` for the threefry keys ``data`` (their words ``(k0, k1)``, each
+    ``u32[*batch]``). jax pairs the first half of the counters with the second (an odd count
+    padded with a zero) and returns the blocks' first outputs, then their second: each word here
+    hashes its own block and keeps its output, so no concatenation or slice stands between the
+    hash and the code that reads the words."""
+    batch = jnp.broadcast_shapes(*(jnp.shape(row) for row in data[:2]))
     half = (n + 1) // 2
     index = np.arange(start, start + count)
     first = np.where(index < half, index, index - half)
@@ -389,7 +459,7 @@ def _threefry_words(data: jax.Array, n: int, start: int, count: int) -> jax.Arra
 
 
 def _threefry_draws(data: jax.Array, n_normal: int, n_uniform: int) -> tuple[jax.Array, jax.Array]:
-    """:func:`normals_and_uniforms` of the threefry keys ``data: u32[2, *batch]``."""
+    """:func:`normals_and_uniforms` of the threefry keys ``data`` (as :func:`_threefry_words`)."""
     n = n_normal + n_uniform
     normals = normals_from_words(_threefry_words(data, n, 0, n_normal))
     return normals, _unit_uniform(_threefry_words(data, n, n_normal, n_uniform))
@@ -407,7 +477,7 @@ def private_normals_and_uniforms(
     privacy guarantee. (As for any floating-point Gaussian, the f32 grid of the draws is not
     modelled.)"""
     if _is_stream(key):  # a normal's refinement is its block's companion
-        return _client_minor(_stream_draws, (n_normal, n_uniform, True), _STREAM_GATE)(
+        return _client_minor(_stream_draws, (n_normal, n_uniform, True), _STREAM_GATE, 2)(
             jax.random.key_data(key)
         )
     all_words = random_words(key, n_normal + n_uniform)

@@ -150,9 +150,15 @@ def _assert_same(batched, alone):
         lambda k: normals_and_uniforms(k, 3, 0),
         lambda k: private_normals_and_uniforms(k, 10, 1),
         lambda k: private_normals(k, (2, 5)),
+        lambda k: jax.random.normal(k, (3,)),
+        lambda k: jax.random.normal(k),
+        lambda k: jax.random.bits(k, (2, 3), jnp.uint8),
+        lambda k: jax.random.permutation(k, 5),
+        lambda k: jax.random.uniform(jax.random.split(k)[1], (4,)),
     ],
-    ids=["normals+uniform", "normals", "private+uniform", "private 2x5"],
-)
+    ids=["normals+uniform", "normals", "private+uniform", "private 2x5", "jax normal",
+         "jax normal scalar", "jax bits u8 2x3", "jax permutation", "jax uniform of split"],
+)  # fmt: skip
 def test_a_vmapped_chunk_of_streams_draws_what_each_client_draws_alone(draw):
     root = _round_key()
     ids = CHUNK_IDS[:40]  # the reference runs one client at a time
@@ -164,6 +170,67 @@ def test_a_vmapped_chunk_of_streams_draws_what_each_client_draws_alone(draw):
     # negative control: the chunk's neighbours' draws are not these
     shifted = jax.jit(jax.vmap(lambda i: draw(client_key(root, i + 1))))(ids)
     assert not np.array_equal(jax.tree.leaves(shifted)[0], jax.tree.leaves(batched)[0])
+
+
+def _root_with(root, word, flip):
+    """``root`` with its key word ``word`` (0 or 1) xor-ed with ``flip``."""
+    words = jax.random.key_data(root)
+    return jax.random.wrap_key_data(words.at[word].set(words[word] ^ flip.astype(jnp.uint32)))
+
+
+@pytest.mark.parametrize(
+    "make_key",
+    [
+        lambda root, i: client_key(jax.random.fold_in(root, i % 3), i),
+        lambda root, i: client_key(_root_with(root, 0, i % 2), i),
+        lambda root, i: client_key(_root_with(root, 1, i % 2), i),
+    ],
+    ids=["three roots", "first root word differs", "second root word differs"],
+)
+@pytest.mark.parametrize(
+    "draw",
+    [lambda k: private_normals_and_uniforms(k, 10, 1), lambda k: jax.random.normal(k, (3,))],
+    ids=["private+uniform", "jax normal"],
+)
+def test_a_vmapped_chunk_of_streams_from_different_roots_draws_each_clients_own(make_key, draw):
+    """A chunk whose streams do not share their root (a user vmapping over keys of their own)
+    takes the branch that reads every root word per client: the numbers are still each client's
+    alone. (On CPU a chunk sharing its root is hashed under the root as scalars; a test of only
+    one root word would send the last two cases there and fail here.)"""
+    root = _round_key()
+    ids = CHUNK_IDS[:24]
+    batched = jax.jit(jax.vmap(lambda i: draw(make_key(root, i))))(ids)
+    _assert_same(batched, _one_by_one(draw, partial(make_key, root), ids))
+    # negative control: the same ids under the shared root draw other numbers
+    shared = jax.jit(jax.vmap(lambda i: draw(client_key(root, i))))(ids)
+    assert not np.array_equal(jax.tree.leaves(shared)[0], jax.tree.leaves(batched)[0])
+    # a sweep of a chunk that shares its root beside one that does not: each keeps its draws
+    # (both take the branch for any roots; a test of any chunk instead of every one would not)
+    mixed = jnp.array([False, True])
+    swept = jax.jit(
+        jax.vmap(
+            lambda is_mixed: jax.vmap(
+                lambda i: draw(jax.lax.cond(is_mixed, make_key, client_key, root, i))
+            )(ids)
+        )
+    )(mixed)
+    _assert_same(jax.tree.map(lambda x: x[0], swept), shared)
+    _assert_same(jax.tree.map(lambda x: x[1], swept), batched)
+
+
+def test_a_sweep_over_roots_of_vmapped_chunks_draws_each_clients_own():
+    """A sweep (an outer vmap over runs' roots) of chunks that share their run's root: the root
+    test is batched, the conditional a select; each client still draws its own numbers."""
+    roots = jax.random.split(_round_key(), 3)
+    ids = CHUNK_IDS[:16]
+
+    def draw(key):
+        return normals_and_uniforms(key, 10, 1)
+
+    swept = jax.jit(jax.vmap(lambda r: jax.vmap(lambda i: draw(client_key(r, i)))(ids)))(roots)
+    for run in range(3):
+        alone = _one_by_one(draw, partial(client_key, roots[run]), ids)
+        _assert_same(jax.tree.map(lambda x, run=run: x[run], swept), alone)
 
 
 @pytest.mark.parametrize("n_normal, n_uniform", [(11, 0), (10, 0), (4, 3), (1, 0)])
@@ -233,3 +300,12 @@ def test_a_vmapped_chunk_with_an_extreme_cell_draws_its_tail():
     differs = tailed != np.asarray(plain)  # the refined words, and only those
     assert differs.sum() >= 1 and np.all(np.abs(tailed[differs]) > 5.0)
     assert np.array_equal(tailed[~differs], np.asarray(plain)[~differs])
+    # a sweep of two chunks, only one of which drew an extreme cell: each keeps its own draws
+    # (the tail branch runs for both; a test of every chunk instead of any would send the
+    # extreme chunk down the bulk branch)
+    chunks = jnp.stack([ids, jnp.arange(8, dtype=jnp.int32)])
+    swept = jax.jit(jax.vmap(jax.vmap(lambda i: draw(client_key(root, i)))))(chunks)
+    _assert_same(jax.tree.map(lambda x: x[0], swept), batched)
+    _assert_same(
+        jax.tree.map(lambda x: x[1], swept), _one_by_one(draw, partial(client_key, root), chunks[1])
+    )
