@@ -36,7 +36,8 @@ right after it was measured 5-25% slower):
 - ``materialised``: every client's message at once in plain JAX, with the per-client keys of
   ``jfed`` (memory grows with n);
 - ``jfed, sweep of 4 runs (per run)``: the ``jfed`` round vmapped over 4 run keys in one program
-  (as :func:`jfed.sweep.run` compiles a sweep), its seconds divided by 4;
+  (as :func:`jfed.sweep.run` compiles a sweep), its seconds divided by 4 (its peak MB is the
+  whole program's);
 - ``jfed, one core``: the ``jfed`` row again in a child process pinned to one core (what the
   second core adds; skipped with ``--no-one-core`` or where the OS cannot pin);
 - ``numpy``: the round vectorised over all clients with numpy (its own generator, so other

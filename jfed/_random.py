@@ -69,7 +69,7 @@ def _threefry_blocks(
     return x0, x1
 
 
-def _stream_blocks(data: jax.Array, first_block: int, n: int) -> tuple[jax.Array, jax.Array]:
+def _stream_blocks(data: Any, first_block: int, n: int) -> tuple[jax.Array, jax.Array]:
     """``(words, companions): u32[n, *batch]`` each: the two outputs of the blocks ``first_block
     .. first_block + n - 1`` of the streams ``data``: their words ``(k0, k1, hi, lo)``, each
     ``u32[*batch]`` or a scalar (one stream: ``u32[4]``)."""
@@ -409,7 +409,7 @@ def _client_minor(
 
 
 def _stream_draws(
-    data: jax.Array, n_normal: int, n_uniform: int, private: bool
+    data: Any, n_normal: int, n_uniform: int, private: bool
 ) -> tuple[jax.Array, jax.Array]:
     """``(normals: f32[n_normal, *batch], uniforms: f32[n_uniform, *batch])`` of the streams
     ``data`` (their words ``(k0, k1, hi, lo)``, as :func:`_stream_blocks`): word j of the
@@ -421,23 +421,23 @@ def _stream_draws(
     words from ``data``, so that the common branch hashes each word once more than the test and
     nothing else (a conditional's operands are held in memory)."""
 
-    def uniforms(data: jax.Array) -> jax.Array:
+    def uniforms(data: Any) -> jax.Array:
         return _unit_uniform(_stream_blocks(data, n_normal, n_uniform)[0])
 
-    def bulk(data: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def bulk(data: Any) -> tuple[jax.Array, jax.Array]:
         return normals_from_words(_stream_blocks(data, 0, n_normal)[0]), uniforms(data)
 
     if not private:
         return bulk(data)
 
-    def tails(data: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def tails(data: Any) -> tuple[jax.Array, jax.Array]:
         return _normals_with_tails(*_stream_blocks(data, 0, n_normal)), uniforms(data)
 
     extreme = jnp.any(_extreme_cells(_stream_blocks(data, 0, n_normal)[0]))
     return lax.cond(_anywhere(extreme), tails, bulk, data)
 
 
-def _threefry_words(data: jax.Array, n: int, start: int, count: int) -> jax.Array:
+def _threefry_words(data: Any, n: int, start: int, count: int) -> jax.Array:
     """``u32[count, *batch]``: the words ``start .. start + count - 1`` of ``threefry_2x32(key,
     arange(n))`` for the threefry keys ``data`` (their words ``(k0, k1)``, each
     ``u32[*batch]``). jax pairs the first half of the counters with the second (an odd count
@@ -458,7 +458,7 @@ def _threefry_words(data: jax.Array, n: int, start: int, count: int) -> jax.Arra
     return jnp.where((index >= half).reshape(shape), outputs[1], outputs[0])
 
 
-def _threefry_draws(data: jax.Array, n_normal: int, n_uniform: int) -> tuple[jax.Array, jax.Array]:
+def _threefry_draws(data: Any, n_normal: int, n_uniform: int) -> tuple[jax.Array, jax.Array]:
     """:func:`normals_and_uniforms` of the threefry keys ``data`` (as :func:`_threefry_words`)."""
     n = n_normal + n_uniform
     normals = normals_from_words(_threefry_words(data, n, 0, n_normal))
