@@ -287,17 +287,6 @@ _everywhere = _across_batch(jnp.all)
 _anywhere = _across_batch(jnp.any)
 
 
-def _tails_when_drawn(words: jax.Array, refinements: jax.Array) -> jax.Array:
-    return lax.cond(
-        _anywhere(jnp.any(_extreme_cells(words))),
-        _normals_with_tails,
-        lambda w, r: normals_from_words(w),
-        words,
-        refinements,
-    )
-
-
-@custom_vmap
 def _private_normals_from_words(words: jax.Array, refinements: jax.Array) -> jax.Array:
     """:func:`_normals_with_tails`, computing the tails only when some word of the batch fell in
     an extreme cell (probability 2^-22 per word): the same numbers, and a vmapped client pays for
@@ -305,17 +294,14 @@ def _private_normals_from_words(words: jax.Array, refinements: jax.Array) -> jax
     backend does not vectorise across a batch of short vectors) in about one chunk of 4,096
     clients x 10 normals in a hundred instead of on every word (measured side by side: private
     normals for 10^6 clients x 10 cost 2.4x the bare normals when every word paid, 1.07x so).
-    Under ``vmap`` the condition is the whole batch's."""
-    return _tails_when_drawn(words, refinements)
-
-
-@_private_normals_from_words.def_vmap
-def _private_normals_batched(axis_size, in_batched, words, refinements):
-    words, refinements = (
-        x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
-        for x, batched in zip((words, refinements), in_batched, strict=True)
+    Under ``vmap`` the condition is the whole batch's (:func:`_across_batch`)."""
+    return lax.cond(
+        _anywhere(jnp.any(_extreme_cells(words))),
+        _normals_with_tails,
+        lambda w, r: normals_from_words(w),
+        words,
+        refinements,
     )
-    return _tails_when_drawn(words, refinements), True
 
 
 # ------------------------------------------------------------------ clients in the minor axis
