@@ -354,8 +354,8 @@ def _client_minor(
 
     ``gate_row`` names a row the conditional's predicate reads, one whose words XLA cannot know
     (a client's id, not a constant). The first ``root_rows`` rows are the keys' root: where the
-    whole batch shares it (under an enclosing ``vmap``, where every batch does), ``core`` gets
-    those rows as scalars."""
+    whole batch shares it (under an enclosing ``vmap``: where every run's batch shares its own),
+    ``core`` gets those rows as scalars (one per run)."""
 
     def drawn(rows: Any) -> Any:
         return core(rows, *static)

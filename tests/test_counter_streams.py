@@ -220,7 +220,8 @@ def test_a_vmapped_chunk_of_streams_from_different_roots_draws_each_clients_own(
 
 def test_a_sweep_over_roots_of_vmapped_chunks_draws_each_clients_own():
     """A sweep (an outer vmap over runs' roots) of chunks that share their run's root: the root
-    test is batched, the conditional a select; each client still draws its own numbers."""
+    test is reduced over the runs and the chunk is hashed under each run's own root; each client
+    still draws its own numbers (negative control: another run's draws are not these)."""
     roots = jax.random.split(_round_key(), 3)
     ids = CHUNK_IDS[:16]
 
@@ -231,6 +232,7 @@ def test_a_sweep_over_roots_of_vmapped_chunks_draws_each_clients_own():
     for run in range(3):
         alone = _one_by_one(draw, partial(client_key, roots[run]), ids)
         _assert_same(jax.tree.map(lambda x, run=run: x[run], swept), alone)
+    assert not np.array_equal(np.asarray(swept[0][1]), np.asarray(swept[0][0]))
 
 
 @pytest.mark.parametrize("n_normal, n_uniform", [(11, 0), (10, 0), (4, 3), (1, 0)])
