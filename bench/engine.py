@@ -1,7 +1,11 @@
 """The engine against hand-written rounds, two workloads at d = 10, side by side in one process.
 
     python bench/engine.py --json bench/results/engine_cpu.json [--sizes 1e4,1e5,1e6,1e7]
-                           [--workloads modulated,W]
+                           [--workloads modulated,W] [--numpy-max 1e7]
+
+    # on a GPU (engine_gpu.json): the accelerator's sizes, numpy only where it takes seconds
+    python bench/engine.py --json bench/results/engine_gpu.json --sizes 1e6,1e7,1e8 \
+                           --numpy-max 1e7 --no-one-core
 
 Workloads (``--workloads``, default both):
 
@@ -42,7 +46,8 @@ right after it was measured 5-25% slower):
   second core adds; skipped with ``--no-one-core`` or where the OS cannot pin);
 - ``numpy``: the round vectorised over all clients with numpy (its own generator, so other
   draws; modulated: ``bench/modulated_round.py``, which also generates the records; W: from
-  host copies of the same record arrays).
+  host copies of the same record arrays); only up to ``--numpy-max`` clients (default: every
+  size).
 
 For W the rows are checked at every n: the same-draws and the materialised rows equal ``jfed``
 (allclose), and the counter-addressed and numpy means lie within 8 ``sigma / sqrt(n)`` of it
@@ -335,7 +340,7 @@ def time_rounds(rounds: dict, numpy_run, repeats: int, *args) -> tuple[dict, dic
 
 
 def bench_modulated(
-    n: int, repeats: int, key: jax.Array, only_jfed: bool = False
+    n: int, repeats: int, key: jax.Array, only_jfed: bool = False, with_numpy: bool = True
 ) -> tuple[dict, list[str]]:
     hp = modulated.hyperparams(**PARAMS)
     population = SyntheticLinear.create(jax.random.key(0), n, DIM)
@@ -343,7 +348,7 @@ def bench_modulated(
     if only_jfed:
         return time_rounds({"jfed": rounds["jfed"]}, None, repeats, population, hp, key)[0], []
     theta_star = np.asarray(population.theta_star, np.float32)
-    numpy_run = partial(numpy_round, n, theta_star, 0)
+    numpy_run = partial(numpy_round, n, theta_star, 0) if with_numpy else None
     results, thetas = time_rounds(rounds, numpy_run, repeats, population, hp, key)
     gap = float(np.abs(thetas["jfed"] - thetas["hand-written chunked"]).max())
     assert len({theta.tobytes() for theta in thetas[SWEEP]}) == SWEEP_RUNS, "a sweep's runs differ"
@@ -351,7 +356,7 @@ def bench_modulated(
 
 
 def bench_w(
-    n: int, repeats: int, key: jax.Array, only_jfed: bool = False
+    n: int, repeats: int, key: jax.Array, only_jfed: bool = False, with_numpy: bool = True
 ) -> tuple[dict, list[str]]:
     hp = w_hyperparams()
     X, y = w_records(n)
@@ -359,7 +364,7 @@ def bench_w(
     rounds, _ = w_programs(n)
     if only_jfed:
         return time_rounds({"jfed": rounds["jfed"]}, None, repeats, population, hp, key)[0], []
-    numpy_run = partial(numpy_w_round, X, y, 0)
+    numpy_run = partial(numpy_w_round, X, y, 0) if with_numpy else None
     results, means = time_rounds(rounds, numpy_run, repeats, population, hp, key)
     reference = means["jfed"]
     same = {name: float(np.abs(means[name] - reference).max())
@@ -368,7 +373,7 @@ def bench_w(
         np.testing.assert_allclose(means[name], reference, rtol=1e-5, atol=1e-6, err_msg=name)
     scale = PARAMS_W["noise_std"] / np.sqrt(n)
     other = {name: float(np.abs(means[name] - reference).max()) / scale
-             for name in ("hand-written, counter-addressed", "numpy")}  # fmt: skip
+             for name in ("hand-written, counter-addressed", "numpy") if name in means}  # fmt: skip
     # the sweep's runs: other keys, so other noise on the same records
     other[SWEEP] = float(np.abs(means[SWEEP] - reference).max()) / scale
     for name, distance in other.items():
@@ -378,9 +383,16 @@ def bench_w(
         "jfed and the same-draws chunked round agree within "
         f"{same['hand-written chunked, same draws']:.1e}, the materialised within "
         f"{same['materialised']:.1e}",
-        f"counter-addressed and numpy within {other['hand-written, counter-addressed']:.1f} and "
-        f"{other['numpy']:.1f} sigma/sqrt(n) of jfed (max over d; mean "
-        f"{float(np.linalg.norm(reference)):.3f} in norm)",
+        "counter-addressed"
+        + (" and numpy" if "numpy" in other else "")
+        + " within "
+        + " and ".join(
+            f"{other[name]:.1f}"
+            for name in ("hand-written, counter-addressed", "numpy")
+            if name in other
+        )
+        + f" sigma/sqrt(n) of jfed (max over d; mean {float(np.linalg.norm(reference)):.3f} in "
+        "norm)",
     ]
 
 
@@ -410,6 +422,8 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help="comma-separated, of: " + ", ".join(WORKLOADS))  # fmt: skip
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--numpy-max", type=float, default=float("inf"),
+                        help="time the numpy row only up to this many clients")  # fmt: skip
     parser.add_argument("--no-one-core", dest="one_core", action="store_false",
                         help="skip the jfed row pinned to one core")  # fmt: skip
     parser.add_argument("--only-jfed", action="store_true", help=argparse.SUPPRESS)
@@ -433,7 +447,9 @@ def main() -> None:
           f"{'peak MB':>9} {'x jfed':>7}")  # fmt: skip
     for workload in workloads:
         for n in [int(float(s)) for s in args.sizes.split(",")]:
-            results, checks = benches[workload](n, args.repeats, key, args.only_jfed)
+            results, checks = benches[workload](
+                n, args.repeats, key, args.only_jfed, n <= args.numpy_max
+            )
             if args.one_core and not args.only_jfed:
                 pinned = one_core(workload, n, args.repeats)
                 if pinned is not None:
@@ -451,6 +467,7 @@ def main() -> None:
     if args.json:
         payload = {"benchmark": "engine", "dim": DIM, "params": PARAMS, "params_w": PARAMS_W,
                    "repeats": args.repeats, "rows": rows,
+                   "numpy_max": None if np.isinf(args.numpy_max) else args.numpy_max,
                    "uptime": {"before": load_before, "after": load_after},
                    "device": str(jax.devices()[0]), "versions": versions()}  # fmt: skip
         write_json(args.json, payload)

@@ -26,6 +26,8 @@ Rows (best of ``--repeats`` timed runs after a warm-up that compiles):
   model loaded from the round's start weights, one epoch of ``torch.optim.SGD`` minibatches in a
   shuffled order, every core to torch's threads. Its ``seconds_per_round`` adds the loops'
   server side (the same two-point perturbation and mean, run by jfed's code) to its training.
+  Where JAX runs on a GPU and torch sees CUDA, the loop runs on the GPU (``--torch-device``:
+  ``auto``, ``cpu`` or ``cuda``), as a per-client framework runs its clients on one GPU.
 
 The loops run the model as a per-client framework would write it, with ``flax.linen.Conv``
 (faster than jfed's matrix-product convolution when called outside a compiled loop; the same
@@ -102,9 +104,16 @@ class FrameworkLDPFL(ldp_fl.LDPFL):
 
 
 def torch_client_loop(
-    start: dict[str, np.ndarray], X: np.ndarray, y: np.ndarray, batch: int, learning_rate: float
+    start: dict[str, np.ndarray],
+    X: np.ndarray,
+    y: np.ndarray,
+    batch: int,
+    learning_rate: float,
+    device: str = "auto",
 ):
     """A function training every client one after another in PyTorch, or None without torch.
+    ``device``: ``cpu``, ``cuda``, or ``auto`` (``cuda`` where JAX runs on a GPU and torch sees
+    CUDA, else ``cpu``).
 
     ``start``: flax's parameter tree of :class:`ConvCNN` as numpy (converted to PyTorch's
     layouts once); ``X: f32[n, m, 784]``, ``y: i32[n, m]``. The function returns the trained
@@ -114,6 +123,9 @@ def torch_client_loop(
     except ImportError:
         return None
 
+    if device == "auto":
+        on_gpu = jax.default_backend() == "gpu" and torch.cuda.is_available()
+        device = "cuda" if on_gpu else "cpu"
     side = math.isqrt(X.shape[-1])
     classes = int(start["params"]["Dense_1"]["bias"].shape[0])
 
@@ -134,19 +146,21 @@ def torch_client_loop(
         hidden.T, params["Dense_0"]["bias"],
         params["Dense_1"]["kernel"].T, params["Dense_1"]["bias"],
     ]  # fmt: skip
-    tensors = [torch.tensor(np.ascontiguousarray(t)) for t in tensors]
+    tensors = [torch.tensor(np.ascontiguousarray(t), device=device) for t in tensors]
     state = dict(zip(net().state_dict().keys(), tensors, strict=True))
-    features = torch.tensor(np.asarray(X)).reshape(X.shape[0], X.shape[1], 1, side, side)
-    labels = torch.tensor(np.asarray(y)).long()
+    features = torch.tensor(np.asarray(X), device=device).reshape(
+        X.shape[0], X.shape[1], 1, side, side
+    )
+    labels = torch.tensor(np.asarray(y), device=device).long()
     generator = torch.Generator().manual_seed(0)
 
     def train_all():
         reports = []
         for i in range(features.shape[0]):
-            model = net()
+            model = net().to(device)
             model.load_state_dict(state)
             optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate)
-            order = torch.randperm(features.shape[1], generator=generator)
+            order = torch.randperm(features.shape[1], generator=generator).to(device)
             for s in range(features.shape[1] // batch):
                 ids = order[s * batch : (s + 1) * batch]
                 optimizer.zero_grad()
@@ -154,9 +168,9 @@ def torch_client_loop(
                 loss.backward()
                 optimizer.step()
             reports.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
-        return np.asarray(torch.stack(reports))
+        return torch.stack(reports).cpu().numpy()  # waits for the device
 
-    return train_all, torch.__version__, torch.get_num_threads()
+    return train_all, torch.__version__, torch.get_num_threads(), device
 
 
 def matmul_gflops(size: int = 2048) -> float:
@@ -173,6 +187,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=60_000)
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--torch-device", default="auto", choices=("auto", "cpu", "cuda"))
     args = parser.parse_args()
     load_before = uptime()
     task = procedural_clients(args.clients, n_images=args.images)
@@ -297,14 +312,14 @@ def main() -> None:
     }
     server_seconds = best(server_side, args.repeats)
     torch_loop = torch_client_loop(jax.tree.map(np.asarray, unravel(start)), np.asarray(X),
-                                   np.asarray(y), args.batch, 0.03)  # fmt: skip
+                                   np.asarray(y), args.batch, 0.03, args.torch_device)  # fmt: skip
     torch_info = None
     if torch_loop is not None:
-        train_all, torch_version, torch_threads = torch_loop
+        train_all, torch_version, torch_threads, torch_device = torch_loop
         torch_training = best(train_all, args.repeats)
         seconds["PyTorch loop, per client"] = torch_training + server_seconds
         training["PyTorch loop, per client"] = torch_training
-        torch_info = {"version": torch_version, "threads": torch_threads}
+        torch_info = {"version": torch_version, "threads": torch_threads, "device": torch_device}
     # XLA counts a loop's body once, so count one SGD step (no loop) and multiply
     step_cost = (
         jax.jit(lambda flat, x, labels: jax.grad(jfed_loss)(flat, x, labels))
@@ -366,7 +381,8 @@ def main() -> None:
         pytorch = training["PyTorch loop, per client"]
         result["round_vs_pytorch_training"] = pytorch / seconds["jfed"]
         print(
-            f"  PyTorch {torch_info['version']} ({torch_info['threads']} threads) trains the "
+            f"  PyTorch {torch_info['version']} ({torch_info['device']}, {torch_info['threads']} "
+            "threads) trains the "
             f"clients one after another in {pytorch:.2f} s: jfed's whole round is "
             f"{result['round_vs_pytorch_training']:.2f}x that (above 1: faster)"
         )

@@ -1,6 +1,6 @@
 """Where a silo sweep's time goes, and what two of its savings are worth, side by side.
 
-    python bench/silo_sweep_costs.py [--json PATH]
+    python bench/silo_sweep_costs.py --json bench/results/silo_sweep_costs.json
 
 On the seed's digits-evenodd task (25 silos, R = 25, K = 10, Noisy MB-SGD, exact calibration):
 
@@ -12,17 +12,18 @@ On the seed's digits-evenodd task (25 silos, R = 25, K = 10, Noisy MB-SGD, exact
    shared PLD grid per distinct silo size, every answer verified). The largest relative noise
    difference is reported too.
 
-Prints a table and writes JSON with ``rows`` (one per measurement).
+Prints a table and writes JSON with ``rows`` (one per measurement), ``uptime`` before and after,
+``device`` and ``versions``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import numpy as np
+from _common import uptime, write_json  # bench/ is on the path when run
 
 from jfed.algorithms import silo_sgd
 from jfed.data.silos import load_silos
@@ -46,6 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
+    load_before = uptime()
     task = load_silos("digits-evenodd")
     settings = NoisyMBSGD(batch=10, rounds=25)
     runner = build_experiment(settings, task=task)
@@ -99,9 +101,10 @@ def main() -> None:
           f"one at a time {one_at_a_time:.1f} s, shared grid {shared_grid:.1f} s -> "
           f"{rows[1]['ratio']:.1f}x (largest noise difference {gap:.1e})")  # fmt: skip
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"benchmark": "silo_sweep_costs", "rows": rows, "versions": versions()},
-                      handle, indent=2)  # fmt: skip
+        payload = {"benchmark": "silo_sweep_costs", "rows": rows,
+                   "uptime": {"before": load_before, "after": uptime()},
+                   "device": str(jax.devices()[0]), "versions": versions()}  # fmt: skip
+        write_json(args.json, payload)
         print(f"wrote {args.json}")
 
 

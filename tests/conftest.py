@@ -12,6 +12,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["JFED_COMPILATION_CACHE"] = "off"
 
 import jax
+import numpy as np
 import pytest
 
 # One compilation cache for the whole test session when CI names a fresh folder for it: many
@@ -29,6 +30,39 @@ def fair_task():
     from jfed.data import load_regression
 
     return load_regression("fair")
+
+
+@pytest.fixture
+def on_cpu():
+    """The test's computations on the host CPU whatever JAX's default backend is: for claims of
+    bit-for-bit equality that are the CPU's (against the 8 forced CPU devices, or between vector
+    widths), which a GPU meets only up to float rounding (seen: 2e-7 relative)."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
+@pytest.fixture
+def both_branches(monkeypatch):
+    """``both_branches(compute) -> (on_cpu, elsewhere)``: ``compute()`` (as numpy) with the
+    branches ``lax.platform_dependent`` lowers on the CPU, then with those of every other backend
+    (its ``default``), forced here on the CPU; ``jax.clear_caches`` around each, so no program
+    traced the other way is reused."""
+
+    def default_branch(*args, default, **per_platform):
+        del per_platform
+        return default(*args)
+
+    def both(compute):
+        jax.clear_caches()
+        on_cpu = jax.tree.map(np.asarray, compute())
+        with monkeypatch.context() as patched:
+            patched.setattr(jax.lax, "platform_dependent", default_branch)
+            jax.clear_caches()
+            elsewhere = jax.tree.map(np.asarray, compute())
+        jax.clear_caches()
+        return on_cpu, elsewhere
+
+    return both
 
 
 def pytest_report_header(config):

@@ -311,3 +311,21 @@ def test_a_vmapped_chunk_with_an_extreme_cell_draws_its_tail():
     _assert_same(
         jax.tree.map(lambda x: x[1], swept), _one_by_one(draw, partial(client_key, root), chunks[1])
     )
+
+
+def test_private_normals_are_the_same_on_every_backend(both_branches):
+    """The branches other backends than the CPU lower (no draws held in memory by a conditional),
+    forced here: a chunk with an extreme cell (its tail computed) and the chunk beside it, vmapped
+    and swept, draw the same words."""
+    root = _round_key()
+    extreme = _client_with_an_extreme_cell(root, 10)
+    ids = jnp.stack([extreme - 3 + jnp.arange(8, dtype=jnp.int32), jnp.arange(8, dtype=jnp.int32)])
+
+    def compute():
+        draw = jax.vmap(lambda i: private_normals_and_uniforms(client_key(root, i), 10, 1))
+        return jax.jit(jax.vmap(draw))(ids), jax.jit(draw)(ids[0])
+
+    on_cpu, elsewhere = both_branches(compute)
+    _assert_same(elsewhere, on_cpu)
+    # negative control: the extreme client's tail was drawn (a bulk-only branch would miss it)
+    assert np.abs(elsewhere[1][0][3]).max() > 5.0

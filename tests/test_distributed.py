@@ -25,6 +25,7 @@ def _launch(argv: list[str]) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.usefixtures("on_cpu")  # the processes run on CPU devices: so does the reference
 def test_two_processes_equal_one_process_on_two_devices(tmp_path):
     import jfed
     from jfed.engine import ExecutionPlan, client_mesh

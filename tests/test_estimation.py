@@ -220,6 +220,7 @@ def test_slope_fit_recovers_a_known_power_and_its_error():
 # ----------------------------------------------------------------------------- the sweep
 
 
+@pytest.mark.usefixtures("on_cpu")  # the same bits at another vector width: the CPU's claim
 def test_a_grid_of_sites_units_and_eps_is_one_program_and_padding_changes_no_draw():
     """Every point of an (S, n, eps) grid runs in one compiled program, and a point's row is the
     same bits as the point run alone (its draws are addressed by replication, site and unit)."""

@@ -85,6 +85,15 @@ def test_split_and_shuffle_average_equals_the_unshuffled_mean():
     assert not bool(jnp.all(order[0] == order[1]))
 
 
+@pytest.fixture
+def full_precision():
+    """float32 products and convolutions on every backend (a GPU's default, tf32, differs from
+    the CPU's float32 by about 1e-3: these tests compare two ways of computing the same thing)."""
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
+@pytest.mark.usefixtures("full_precision")
 def test_vmapped_round_equals_clients_trained_one_by_one(task):
     """The engine runs local training written for one client, vmapped in chunks; a Python loop
     over the clients with the same keys gives the same noise-free round."""
@@ -176,6 +185,7 @@ def test_procedural_images_are_mnist_shaped_and_learnable():
     assert np.mean(predicted == y[1000:]) > 0.5
 
 
+@pytest.mark.usefixtures("full_precision")
 @pytest.mark.parametrize("kernel, channels", [((5, 5), 3), ((3, 3), 1), ((4, 2), 2)])
 def test_matmul_convolution_equals_flax_conv(kernel, channels):
     """The CNN's matrix-product convolution has nn.Conv's parameters and gives its outputs and

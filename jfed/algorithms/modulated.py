@@ -38,6 +38,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from jfed import privacy
 from jfed._random import PRIVATE_NORMAL_REACH, normal_reach_mass, private_normals_and_uniforms
@@ -348,8 +349,14 @@ def modulated_signal(broadcast: Broadcast, x: jax.Array, phases: jax.Array) -> j
     client map, for ``x: f32[d]`` and ``phases: f32[k]`` in [0, 2 pi)."""
     V = broadcast.directions
     k = V.shape[1]
-    modulation = jnp.cos(broadcast.omega * (V.T @ x) + phases)
-    return broadcast.alpha * x + (broadcast.beta / math.sqrt(k)) * (V @ modulation)
+    # HIGHEST: f32 products on every backend. The map's Lipschitz constant, hence the noise's
+    # calibration, is the exact map's; a GPU's default (tf32) moved messages by about 1e-3 of
+    # their scale, which broke the bound between close inputs (tests/test_modulated_privacy.py).
+    highest = lax.Precision.HIGHEST
+    modulation = jnp.cos(broadcast.omega * jnp.matmul(V.T, x, precision=highest) + phases)
+    return broadcast.alpha * x + (broadcast.beta / math.sqrt(k)) * jnp.matmul(
+        V, modulation, precision=highest
+    )
 
 
 def encode(broadcast: Broadcast, x: jax.Array, phases: jax.Array, noise: jax.Array) -> jax.Array:

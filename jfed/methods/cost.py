@@ -43,7 +43,7 @@ PER_UNIT_BYTES = 2 * KEY + 4 * FLOAT32  # a unit's data and noise keys, value, n
 TRUTH_TERMS = 64  # basis terms of the functional model (jfed.algorithms.functional.TRUTH_TERMS)
 LARGEST_REAL_TASK = 20_190  # records of randhie, the largest regression task (`jfed datasets`)
 # scalar operations a run may take: about a day at the ~10^9 per second of a few CPU cores, or
-# at the ~10^12 of an accelerator (an H100 ran 1.4e9 modulated client-updates/s at d = 10)
+# at the ~10^12 of an accelerator (an H100 ran 2.2e9 modulated client-updates/s at d = 10)
 MAX_WORK = {"cpu": 10**14, "accelerator": 10**17}
 
 
