@@ -1,6 +1,6 @@
 """Where a silo sweep's time goes, and what two of its savings are worth, side by side.
 
-    python bench/silo_sweep_costs.py --json bench/results/silo_sweep_costs.json
+    python bench/silo_sweep_costs.py --json bench/results/silo_sweep_costs_cpu.json
 
 On the seed's digits-evenodd task (25 silos, R = 25, K = 10, Noisy MB-SGD, exact calibration):
 

@@ -24,6 +24,8 @@ SOURCES = {
                                   "sims/reference/estimation_bias*"],
     "docs/papers/last_iterate.md": ["sims/reference/last_iterate_figure2*"],
     "docs/guide/dp_fedavg.md": ["sims/reference/dp_fedavg_population*", "bench/results/*"],
+    "docs/concepts/engine.md": ["bench/results/*"],
+    "docs/guide/own_algorithm.md": ["bench/results/*"],
 }  # fmt: skip
 NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d+(?:e[+-]?\d+)?(?![\w.])")
 
