@@ -185,7 +185,10 @@ class FunctionalMean:
         iterate = quiet = jnp.zeros(MAX_TERMS, jnp.float32)
         for t in range(self.iterations):
             member = (present & (index % self.iterations == t)).astype(jnp.float32)
-            batch = member @ projections / jnp.maximum(jnp.sum(member), 1.0)
+            # float32 on every backend: the noise is calibrated to the clip, which a GPU's
+            # default product (tf32 operands) could exceed by up to 2^-11
+            batch = jnp.matmul(member, projections, precision=jax.lax.Precision.HIGHEST)
+            batch = batch / jnp.maximum(jnp.sum(member), 1.0)
             noise = hp.noise_std * private_normals(jax.random.fold_in(noise_key, t), (MAX_TERMS,))
             iterate = iterate - (iterate - batch - noise) / (t + 1.0)
             quiet = quiet - (quiet - batch) / (t + 1.0)

@@ -153,7 +153,10 @@ def noisy_minibatch_gradient(
     noise = hp.noise_std[silo.silo_id] * private_normals(noise_key, w.shape)
     used = weights > 0
     clipped_fraction = jnp.sum(clipped * used) / jnp.maximum(jnp.sum(used), 1)
-    return weights @ gradients + noise, clipped_fraction
+    # float32 on every backend: the noise is calibrated to the clipped gradients' norms, which a
+    # GPU's default product (tf32 operands) could raise by up to 2^-11
+    weighted = jnp.matmul(weights, gradients, precision=jax.lax.Precision.HIGHEST)
+    return weighted + noise, clipped_fraction
 
 
 def _available_sum(messages, weights):
