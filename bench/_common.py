@@ -23,6 +23,12 @@ def uptime() -> str:
         return "load average: {:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg())
 
 
+def device_name() -> str:
+    """``platform: device kind`` of JAX's first device (e.g. ``gpu: NVIDIA H100 80GB HBM3``)."""
+    device = jax.devices()[0]
+    return f"{device.platform}: {device.device_kind}"
+
+
 def write_json(path: str, payload: dict) -> None:
     """``payload`` to ``path`` as indented JSON: a temporary file beside it, then ``os.replace``,
     so an interrupted benchmark never leaves a half-written result."""

@@ -30,7 +30,7 @@ import argparse
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_in_turns, uptime, write_json  # bench/ is on the path when run
+from _common import best_in_turns, device_name, uptime, write_json  # bench/ is on the path
 
 import jfed.random as jr
 from jfed.engine import ExecutionPlan
@@ -105,7 +105,7 @@ def main() -> None:
     if args.json:
         payload = {"benchmark": "draws", "chunk": chunk, "repeats": args.repeats, "rows": rows,
                    "uptime": {"before": load_before, "after": load_after},
-                   "device": str(jax.devices()[0]), "versions": versions()}  # fmt: skip
+                   "device": device_name(), "versions": versions()}  # fmt: skip
         write_json(args.json, payload)
 
 

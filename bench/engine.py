@@ -75,7 +75,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_in_turns, uptime, write_json  # bench/ is on the path when run
+from _common import best_in_turns, device_name, uptime, write_json  # bench/ is on the path
 from modulated_round import DIM, PARAMS, numpy_round
 
 from jfed._random import (
@@ -469,7 +469,7 @@ def main() -> None:
                    "repeats": args.repeats, "rows": rows,
                    "numpy_max": None if np.isinf(args.numpy_max) else args.numpy_max,
                    "uptime": {"before": load_before, "after": load_after},
-                   "device": str(jax.devices()[0]), "versions": versions()}  # fmt: skip
+                   "device": device_name(), "versions": versions()}  # fmt: skip
         write_json(args.json, payload)
 
 

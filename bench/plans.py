@@ -28,7 +28,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_in_turns, uptime, write_json  # bench/ is on the path when run
+from _common import best_in_turns, device_name, uptime, write_json  # bench/ is on the path
 from engine import DIM, PARAMS, peak_mb, w_hyperparams, w_records
 
 from jfed.algorithms import dpsgd, modulated
@@ -123,7 +123,7 @@ def main() -> None:
         write_json(args.json, {"benchmark": "plans", "dim": DIM, "repeats": args.repeats,
                                "rows": rows, "uptime": {"before": load_before,
                                                         "after": load_after},
-                               "device": str(jax.devices()[0]),
+                               "device": device_name(),
                                "versions": versions()})  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 
 from jfed._io import write_atomic
@@ -110,8 +111,17 @@ def _machine(result: dict) -> str:
     versions = result.get("versions", {})
     load = result.get("uptime", {}).get("before", "")
     load = load.split("load average:")[-1].split(",")[0].strip() if "load average" in load else "?"
-    return (f"{versions.get('backend', '?')}, {versions.get('devices', '?')} device(s), "
+    backend = versions.get("backend", "?")
+    if ": " in result.get("device", ""):  # "gpu: NVIDIA H100 80GB HBM3"
+        backend = f"{backend} ({result['device'].split(': ', 1)[1]})"
+    return (f"{backend}, {versions.get('devices', '?')} device(s), "
             f"jax {versions.get('jax', '?')}, load {load} before the run")  # fmt: skip
+
+
+def _scientific(value: float) -> str:
+    """``2.2e9`` for 2.228e9 (two significant digits)."""
+    mantissa, exponent = f"{value:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def _load(name: str) -> dict:
@@ -119,20 +129,45 @@ def _load(name: str) -> dict:
         return json.load(handle)
 
 
+ENGINE_WORKLOADS = {
+    "modulated": "one modulated round, 10^{exponent} procedural clients, d = 10",
+    "W": "one DP-SGD round, 10^{exponent} one-sample clients in arrays, d = 10",
+}
+
+
 def headline_markdown() -> str:
     """The README's headline numbers, each from a committed ``bench/results`` file."""
     lines = ["| benchmark | result | machine |", "|---|---|---|"]
-    result = _load("engine_cpu")
-    what = {"modulated": "one modulated round, 10^6 procedural clients, d = 10",
-            "W": "one DP-SGD round, 10^6 one-sample clients in arrays, d = 10"}  # fmt: skip
-    for workload, label in what.items():
-        rows = {r["implementation"]: r["seconds"] for r in result["rows"]
-                if r["workload"] == workload and r["n"] == 10**6}  # fmt: skip
-        if "jfed" in rows and "numpy" in rows:
-            lines.append(
-                f"| {label} (`bench/engine.py`) | {rows['jfed']:.3f} s, "
-                f"{rows['numpy'] / rows['jfed']:.2f}x numpy vectorised | {_machine(result)} |"
-            )
+    for name, n in (("engine_cpu", 10**6), ("engine_gpu", None)):
+        if not os.path.exists(os.path.join(ROOT, "bench", "results", f"{name}.json")):
+            continue
+        result = _load(name)
+        n = n or max(r["n"] for r in result["rows"])
+        for workload, label in ENGINE_WORKLOADS.items():
+            rows = {r["implementation"]: r for r in result["rows"]
+                    if r["workload"] == workload and r["n"] == n}  # fmt: skip
+            if "jfed" not in rows:
+                continue
+            jfed_row = rows["jfed"]
+            if "numpy" in rows:  # where numpy ran, the ratio; else the throughput
+                ratio = rows["numpy"]["seconds"] / jfed_row["seconds"]
+                value = f"{jfed_row['seconds']:.3f} s, {ratio:.2f}x numpy vectorised"
+            else:
+                value = f"{_scientific(jfed_row['updates_per_second'])} client-updates/s"
+            label = label.format(exponent=round(math.log10(n)))
+            lines.append(f"| {label} (`bench/engine.py`) | {value} | {_machine(result)} |")
+    ldp = os.path.join(ROOT, "bench", "results", "ldp_fl_gpu.json")
+    if os.path.exists(ldp) and _load("ldp_fl_gpu").get("round_vs_pytorch_training"):
+        result = _load("ldp_fl_gpu")
+        jfed_row = next(r for r in result["rows"] if r["implementation"] == "jfed")
+        lines.append(
+            f"| one LDP-FL round, {jfed_row['clients']} clients x "
+            f"{jfed_row['images'] // jfed_row['clients']} images, CNN of {jfed_row['weights']:,} "
+            f"weights (`bench/ldp_fl.py`) | {jfed_row['seconds_per_round']:.3f} s, "
+            f"{result['round_vs_pytorch_training']:.1f}x PyTorch's per-client loop on the same "
+            f"{'GPU' if result['torch']['device'] == 'cuda' else 'CPU'} "
+            f"| {_machine(result)} |"
+        )
     result = _load("dp_fedavg")
     for row in result["rows"]:
         if row["implementation"] == "jfed":
