@@ -121,7 +121,9 @@ def test_two_point_reports_the_high_point_exactly_below_the_threshold():
     # the points as this backend computes them (exactly -+1 on the CPU; a GPU's exp and expm1
     # gave 1 - 2^-24)
     low_point, high_point = map(float, jax.jit(two_point.output_points)(0.0, 1.0, epsilon))
-    assert high_point == pytest.approx(1.0, abs=1e-6) and low_point == -high_point
+    on_cpu = jax.default_backend() == "cpu"
+    assert high_point == (1.0 if on_cpu else pytest.approx(1.0, abs=1e-6))
+    assert low_point == -high_point
     assert float(report(below, jnp.float32(-1.0), 0.0, 1.0, epsilon)) == high_point
     assert float(report(at, jnp.float32(-1.0), 0.0, 1.0, epsilon)) == low_point
     draws = _reference_perturb(jax.random.key(0), jnp.full(1_000_000, -1.0), 0.0, 1.0, epsilon)
@@ -150,11 +152,12 @@ def test_two_point_draws_are_unchanged_at_moderate_eps():
     key = jax.random.key(5)
     new = np.asarray(two_point.perturb(key, w, 0.0, 0.2, 1.3))
     old = np.asarray(_reference_perturb(key, w, 0.0, 0.2, 1.3))
-    # the points agree; the decisions differ only in p's cell, a draw in 2^23 (none on the CPU
-    # with this key; one on a GPU, whose transcendentals move p by an ulp), never in bulk
+    # the points agree; the decisions differ only in p's cell, a draw in 2^23: none on the CPU
+    # with this key, one in 10^6 on a GPU (whose transcendentals move p by an ulp), never in bulk
     high = old.max()
     np.testing.assert_allclose(np.abs(new), high, rtol=1e-6)
-    assert np.sum(np.sign(new) != np.sign(old)) <= 3
+    allowed = 0 if jax.default_backend() == "cpu" else 3
+    assert np.sum(np.sign(new) != np.sign(old)) <= allowed
 
 
 def test_two_point_is_finite_at_huge_eps():
