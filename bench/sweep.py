@@ -1,6 +1,6 @@
 """A whole eps x seed sweep in one program vs the same runs as separate jitted calls.
 
-    python bench/sweep.py [--json PATH]
+    python bench/sweep.py --json bench/results/sweep_cpu.json
 
 The modulated one-shot estimator on the Fair task: 20 eps x 10 seeds = 200 runs, all in this
 process: (a) one program over all 200 as ``jfed.sweep`` runs it: 10 units (one per seed), each
@@ -18,7 +18,6 @@ the persistent compilation cache off, filling it, and loading from it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import time
 
 import jax
 import numpy as np
+from _common import device_name, uptime, write_json  # bench/ is on the path when run
 
 from jfed.data import load_regression
 from jfed.engine import ExecutionPlan, run_rounds, simulate
@@ -71,6 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
+    load_before = uptime()
     task = load_regression("fair")
     base = ModulatedOneShot(dataset="fair")
     adapter = build_experiment(base, task=task)
@@ -200,10 +201,9 @@ def main() -> None:
           f"compilation cache, {fresh['cold']:.2f} s filling it, {fresh['warm']:.2f} s "
           "loading from it")  # fmt: skip
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(
-                {"benchmark": "sweep", "rows": [row], "versions": versions()}, handle, indent=2
-            )
+        payload = {"benchmark": "sweep", "rows": [row], "uptime": {"before": load_before,
+                   "after": uptime()}, "device": device_name(), "versions": versions()}  # fmt: skip
+        write_json(args.json, payload)
         print(f"wrote {args.json}")
 
 

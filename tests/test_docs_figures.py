@@ -26,6 +26,7 @@ SOURCES = {
     "docs/guide/dp_fedavg.md": ["sims/reference/dp_fedavg_population*", "bench/results/*"],
     "docs/concepts/engine.md": ["bench/results/*"],
     "docs/guide/own_algorithm.md": ["bench/results/*"],
+    "docs/guide/sweeps.md": ["bench/results/*"],
 }  # fmt: skip
 NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d+(?:e[+-]?\d+)?(?![\w.])")
 
