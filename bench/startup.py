@@ -12,13 +12,14 @@ a fresh machine), imports included.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from _common import uptime, write_json  # bench/ is on the path when run
 
 HELP = ["--help"]
 REFUSED = ["run", "modulated", "--epsilon", "-1"]
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--json", default="bench/results/startup_cpu.json")
     parser.add_argument("--no-demo", action="store_true")
     args = parser.parse_args()
+    load_before = uptime()
     trees = {"current": None, **({"baseline": args.baseline} if args.baseline else {})}
     rows = []
     for name, argv in (("jfed --help", HELP), ("refused argument", REFUSED)):
@@ -67,10 +69,9 @@ def main() -> None:
             f"{base['seconds'] / row['seconds']:.1f}x" if base and row["tree"] == "current" else ""
         )
         print(f"{row['command']:24s} {row['tree']:9s} {row['seconds']:9.3f} {ratio:>19s}")
-    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-    with open(args.json, "w", encoding="utf-8") as handle:
-        json.dump({"rows": rows, "repeats": args.repeats, "python": sys.version.split()[0]},
-                  handle, indent=2)  # fmt: skip
+    write_json(args.json, {"benchmark": "startup", "rows": rows, "repeats": args.repeats,
+                           "python": sys.version.split()[0],
+                           "uptime": {"before": load_before, "after": uptime()}})  # fmt: skip
     print(f"wrote {args.json}")
 
 
