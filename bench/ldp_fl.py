@@ -224,13 +224,16 @@ def main() -> None:
     @jax.jit
     def finish(reports, finish_key):
         # each client's two-point report, then their mean (a shuffle does not change a sum, so
-        # none is simulated to compute it, as in jfed's round)
-        noisy = jax.vmap(
-            lambda i, w: two_point.perturb(
-                stream_key(finish_key, i), w, 0.0, 0.075, jnp.float32(1.0)
-            )
-        )(jnp.arange(reports.shape[0]), reports)
-        return noisy.mean(0)
+        # none is simulated to compute it, as in jfed's round); client after client, as jfed's
+        # round on CPU (vmapped over 100 reports of 454,922 weights it took 6x longer on CPU)
+        def add(total, client):
+            i, w = client
+            noisy = two_point.perturb(stream_key(finish_key, i), w, 0.0, 0.075, jnp.float32(1.0))
+            return total + noisy, None
+
+        ids = jnp.arange(reports.shape[0])
+        total, _ = jax.lax.scan(add, jnp.zeros(reports.shape[1:], reports.dtype), (ids, reports))
+        return total / reports.shape[0]
 
     train_client = jax.jit(
         lambda w, features, labels, k: framework.local_training(w, features, labels, 0.03, k)
