@@ -107,6 +107,9 @@ def swept(round_):
     return sweep
 
 
+OTHER_DRAWS = {"hand-written, counter-addressed": "counter-addressed", "numpy": "numpy"}
+"""W's rows with other draws than jfed's (checked against it statistically), and their labels."""
+
 PARAMS_W = dict(clip_norm=1.0, noise_std=1.0, response_noise=0.1)
 """W: gradient clip C, local noise sigma, and the noise of the responses y."""
 
@@ -372,8 +375,8 @@ def bench_w(
     for name in same:
         np.testing.assert_allclose(means[name], reference, rtol=1e-5, atol=1e-6, err_msg=name)
     scale = PARAMS_W["noise_std"] / np.sqrt(n)
-    other = {name: float(np.abs(means[name] - reference).max()) / scale
-             for name in ("hand-written, counter-addressed", "numpy") if name in means}  # fmt: skip
+    compared = [name for name in OTHER_DRAWS if name in means]
+    other = {name: float(np.abs(means[name] - reference).max()) / scale for name in compared}
     # the sweep's runs: other keys, so other noise on the same records
     other[SWEEP] = float(np.abs(means[SWEEP] - reference).max()) / scale
     for name, distance in other.items():
@@ -383,16 +386,9 @@ def bench_w(
         "jfed and the same-draws chunked round agree within "
         f"{same['hand-written chunked, same draws']:.1e}, the materialised within "
         f"{same['materialised']:.1e}",
-        "counter-addressed"
-        + (" and numpy" if "numpy" in other else "")
-        + " within "
-        + " and ".join(
-            f"{other[name]:.1f}"
-            for name in ("hand-written, counter-addressed", "numpy")
-            if name in other
-        )
-        + f" sigma/sqrt(n) of jfed (max over d; mean {float(np.linalg.norm(reference)):.3f} in "
-        "norm)",
+        f"{' and '.join(OTHER_DRAWS[name] for name in compared)} within "
+        f"{' and '.join(f'{other[name]:.1f}' for name in compared)} sigma/sqrt(n) of jfed (max "
+        f"over d; mean {float(np.linalg.norm(reference)):.3f} in norm)",
     ]
 
 
