@@ -118,6 +118,12 @@ def _machine(result: dict) -> str:
             f"jax {versions.get('jax', '?')}, load {load} before the run")  # fmt: skip
 
 
+def _committed(name: str) -> dict | None:
+    """``bench/results/<name>.json`` loaded, or None where no such result is committed."""
+    path = os.path.join(ROOT, "bench", "results", f"{name}.json")
+    return _load(name) if os.path.exists(path) else None
+
+
 def _scientific(value: float) -> str:
     """``2.2e9`` for 2.228e9 (two significant digits)."""
     mantissa, exponent = f"{value:.1e}".split("e")
@@ -139,9 +145,9 @@ def headline_markdown() -> str:
     """The README's headline numbers, each from a committed ``bench/results`` file."""
     lines = ["| benchmark | result | machine |", "|---|---|---|"]
     for name, n in (("engine_cpu", 10**6), ("engine_gpu", None)):
-        if not os.path.exists(os.path.join(ROOT, "bench", "results", f"{name}.json")):
+        result = _committed(name)
+        if result is None:
             continue
-        result = _load(name)
         n = n or max(r["n"] for r in result["rows"])
         for workload, label in ENGINE_WORKLOADS.items():
             rows = {r["implementation"]: r for r in result["rows"]
@@ -156,9 +162,8 @@ def headline_markdown() -> str:
                 value = f"{_scientific(jfed_row['updates_per_second'])} client-updates/s"
             label = label.format(exponent=round(math.log10(n)))
             lines.append(f"| {label} (`bench/engine.py`) | {value} | {_machine(result)} |")
-    ldp = os.path.join(ROOT, "bench", "results", "ldp_fl_gpu.json")
-    if os.path.exists(ldp) and _load("ldp_fl_gpu").get("round_vs_pytorch_training"):
-        result = _load("ldp_fl_gpu")
+    result = _committed("ldp_fl_gpu")
+    if result is not None and result.get("round_vs_pytorch_training"):
         jfed_row = next(r for r in result["rows"] if r["implementation"] == "jfed")
         lines.append(
             f"| one LDP-FL round, {jfed_row['clients']} clients x "
