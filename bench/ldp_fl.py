@@ -7,7 +7,9 @@ The data are the procedural MNIST-shaped images (28x28, 10 classes; :mod:`jfed.d
 shared equally among the clients; the model is the paper's two-layer CNN; one local epoch of
 minibatches of 10 (the paper's MNIST setting), every client selected, eps = 1, fixed range.
 
-Rows (best of ``--repeats`` timed runs after a warm-up that compiles):
+Rows (best of ``--repeats`` timed runs after a warm-up that compiles; the rows of each table take
+turns in every repeat, PyTorch's training among the whole rounds, so that the ratios compare
+times taken under the same machine load):
 
 - ``jfed``: ``simulate`` of one round with the method's default plan (on CPU one client at a time
   inside the compiled program; each client trains and perturbs its own report by the two-point
@@ -48,14 +50,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import time
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from _common import uptime, write_json  # bench/ is on the path when run
+from _common import best_in_turns, uptime, write_json  # bench/ is on the path when run
 
 from jfed._random import stream_key
 from jfed.algorithms import ldp_fl
@@ -65,15 +66,7 @@ from jfed.engine.keys import client_key, round_key, run_streams
 from jfed.privacy import two_point
 from jfed.report import versions
 
-
-def best(function, repeats: int) -> float:
-    jax.block_until_ready(function())
-    times = []
-    for _ in range(repeats):
-        tic = time.perf_counter()
-        jax.block_until_ready(function())
-        times.append(time.perf_counter() - tic)
-    return min(times)
+PYTORCH_TRAINING = "PyTorch training"
 
 
 class ConvCNN(nn.Module):
@@ -177,7 +170,7 @@ def matmul_gflops(size: int = 2048) -> float:
     """The float32 matrix-product rate of this machine, best of 3 (GFLOP/s)."""
     a = jax.random.normal(jax.random.key(0), (size, size))
     product = jax.jit(lambda a: a @ a)
-    return 2 * size**3 / best(lambda: product(a), 3) / 1e9
+    return 2 * size**3 / best_in_turns({"product": lambda: product(a)}, 3)["product"] / 1e9
 
 
 def main() -> None:
@@ -186,7 +179,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--images", type=int, default=60_000)
     parser.add_argument("--batch", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--torch-device", default="auto", choices=("auto", "cpu", "cuda"))
     args = parser.parse_args()
     load_before = uptime()
@@ -301,28 +294,28 @@ def main() -> None:
     def step_loop():
         return finish(step_loop_training(), server_root)
 
-    seconds = {
-        "jfed": best(jfed_round, args.repeats),
-        "jfed, clients vmapped": best(jfed_vmapped, args.repeats),
-        "loop, per client": best(client_loop, args.repeats),
-        "loop, per step": best(step_loop, max(1, args.repeats - 1)),
-    }
-    training = {
-        "jfed": best(engine_training(plan), args.repeats),
-        "jfed, clients vmapped": best(engine_training(vmapped), args.repeats),
-        "loop, per client": best(client_loop_training, args.repeats),
-        "loop, per step": best(step_loop_training, max(1, args.repeats - 1)),
-    }
-    server_seconds = best(server_side, args.repeats)
     torch_loop = torch_client_loop(jax.tree.map(np.asarray, unravel(start)), np.asarray(X),
                                    np.asarray(y), args.batch, 0.03, args.torch_device)  # fmt: skip
+    # every row of a table takes its turn in every repeat, so that all see the same machine load
+    # (PyTorch's training sits with the whole rounds: jfed's round is compared with it)
+    round_runs = {"jfed": jfed_round, "jfed, clients vmapped": jfed_vmapped,
+                  "loop, per client": client_loop, "loop, per step": step_loop}  # fmt: skip
     torch_info = None
     if torch_loop is not None:
         train_all, torch_version, torch_threads, torch_device = torch_loop
-        torch_training = best(train_all, args.repeats)
+        round_runs[PYTORCH_TRAINING] = train_all
+        torch_info = {"version": torch_version, "threads": torch_threads, "device": torch_device}
+    seconds = best_in_turns(round_runs, args.repeats)
+    training = best_in_turns(
+        {"jfed": engine_training(plan), "jfed, clients vmapped": engine_training(vmapped),
+         "loop, per client": client_loop_training, "loop, per step": step_loop_training},
+        args.repeats,
+    )  # fmt: skip
+    server_seconds = best_in_turns({"server": server_side}, args.repeats)["server"]
+    if torch_loop is not None:
+        torch_training = seconds.pop(PYTORCH_TRAINING)
         seconds["PyTorch loop, per client"] = torch_training + server_seconds
         training["PyTorch loop, per client"] = torch_training
-        torch_info = {"version": torch_version, "threads": torch_threads, "device": torch_device}
     # XLA counts a loop's body once, so count one SGD step (no loop) and multiply
     step_cost = (
         jax.jit(lambda flat, x, labels: jax.grad(jfed_loss)(flat, x, labels))

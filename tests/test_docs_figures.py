@@ -18,7 +18,7 @@ SOURCES = {
     "docs/papers/modulated.md": ["sims/reference/modulated_*", "sims/reference/population_study*",
                                  "sims/reference/one_shot_ridge*"],
     "docs/papers/ldp_fl.md": ["sims/reference/ldp_fl_table1*", "bench/results/ldp_fl_fraction*",
-                              "bench/results/ldp_fl_gpu*"],
+                              "bench/results/ldp_fl_gpu*", "bench/results/ldp_fl_cpu*"],
     "docs/papers/silos.md": ["sims/reference/silo_*"],
     "docs/papers/estimation.md": ["sims/reference/estimation_rates_*",
                                   "sims/reference/estimation_bias*"],

@@ -112,8 +112,9 @@ def _machine(result: dict) -> str:
     load = result.get("uptime", {}).get("before", "")
     load = load.split("load average:")[-1].split(",")[0].strip() if "load average" in load else "?"
     backend = versions.get("backend", "?")
-    if ": " in result.get("device", ""):  # "gpu: NVIDIA H100 80GB HBM3"
-        backend = f"{backend} ({result['device'].split(': ', 1)[1]})"
+    kind = result.get("device", "").partition(": ")[2]  # "gpu: NVIDIA H100 80GB HBM3"
+    if kind and kind != backend:
+        backend = f"{backend} ({kind})"
     return (f"{backend}, {versions.get('devices', '?')} device(s), "
             f"jax {versions.get('jax', '?')}, load {load} before the run")  # fmt: skip
 
@@ -162,14 +163,17 @@ def headline_markdown() -> str:
                 value = f"{_scientific(jfed_row['updates_per_second'])} client-updates/s"
             label = label.format(exponent=round(math.log10(n)))
             lines.append(f"| {label} (`bench/engine.py`) | {value} | {_machine(result)} |")
-    result = _committed("ldp_fl_gpu")
-    if result is not None and result.get("round_vs_pytorch_training"):
+    for name in ("ldp_fl_cpu", "ldp_fl_gpu"):
+        result = _committed(name)
+        if result is None or not result.get("round_vs_pytorch_training"):
+            continue
         jfed_row = next(r for r in result["rows"] if r["implementation"] == "jfed")
+        ratio = result["round_vs_pytorch_training"]
         lines.append(
             f"| one LDP-FL round, {jfed_row['clients']} clients x "
             f"{jfed_row['images'] // jfed_row['clients']} images, CNN of {jfed_row['weights']:,} "
             f"weights (`bench/ldp_fl.py`) | {jfed_row['seconds_per_round']:.3f} s, "
-            f"{result['round_vs_pytorch_training']:.1f}x PyTorch's per-client loop on the same "
+            f"{ratio:.{2 if ratio < 10 else 1}f}x PyTorch's per-client loop on the same "
             f"{'GPU' if result['torch']['device'] == 'cuda' else 'CPU'} "
             f"| {_machine(result)} |"
         )

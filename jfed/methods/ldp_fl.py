@@ -121,8 +121,8 @@ class LDPFLExperiment(Experiment):
 
     def default_plan(self):
         """One client at a time on CPU, where it trained a round's 100 clients faster than all
-        of them vmapped (1.6 s against 2.3 s for the paper's CNN on 30 procedural 28x28 images
-        each; ``bench/ldp_fl.py``). Accelerators keep the backend's plan."""
+        of them vmapped (1.84 s against 2.56 s for the paper's CNN on 30 procedural 28x28 images
+        each; ``bench/results/ldp_fl_cpu.json``). Accelerators keep the backend's plan."""
         from jfed.engine import ExecutionPlan
 
         if jax.default_backend() == "cpu":
