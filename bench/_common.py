@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 
 
 def uptime() -> str:
@@ -45,16 +46,21 @@ def best_in_turns(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str,
     """``{name: seconds}``: the best of ``repeats`` timings of each ``runs[name]()`` (after one
     warm-up call each), the rows taking turns so that every row sees the same machine load.
 
-    The order rotates every turn, so that no row always runs right after the same one. (Time a
-    numpy row in a call of its own: a JAX round timed right after a numpy round that allocated
-    and freed ~100 MB ran 5-25% slower, measured on 2 CPU cores, bench/engine.py's W at 10^6.)"""
+    Each turn runs the rows in a new order (a seeded shuffle, so a run is repeatable), so that no
+    row always runs right after the same one: what a row leaves behind slows the next one. A
+    rotation of one order does not do that (every row keeps its predecessor): bench/engine.py's
+    W at 10^6 on 2 CPU cores, where jfed's round always ran right after the materialised one
+    (164 MB allocated and freed), took 0.062-0.074 s in 4 runs against 0.059-0.060 s in 3 runs
+    shuffled, while the hand-written rounds took 0.059-0.063 s in all 7. (Time a numpy row in a
+    call of its own: a JAX round run right after one of ~100 MB was 5-25% slower.)"""
     for run in runs.values():
         jax.block_until_ready(run())
     names = list(runs)
+    order = np.random.default_rng(0)
     times: dict[str, list[float]] = {name: [] for name in names}
-    for turn in range(repeats):
-        start = turn % len(names)
-        for name in names[start:] + names[:start]:
+    for _ in range(repeats):
+        for index in order.permutation(len(names)):
+            name = names[index]
             tic = time.perf_counter()
             jax.block_until_ready(runs[name]())
             times[name].append(time.perf_counter() - tic)

@@ -121,7 +121,7 @@ class LDPFLExperiment(Experiment):
 
     def default_plan(self):
         """One client at a time on CPU, where it trained a round's 100 clients faster than all
-        of them vmapped (1.84 s against 2.56 s for the paper's CNN on 30 procedural 28x28 images
+        of them vmapped (2.04 s against 2.85 s for the paper's CNN on 30 procedural 28x28 images
         each; ``bench/results/ldp_fl_cpu.json``). Accelerators keep the backend's plan."""
         from jfed.engine import ExecutionPlan
 
