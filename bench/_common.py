@@ -43,7 +43,12 @@ def write_json(path: str, payload: dict) -> None:
 
 
 def best_in_turns(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """``{name: seconds}``: the best of ``repeats`` timings of each ``runs[name]()`` (after one
+    """``{name: seconds}``: the best of :func:`times_in_turns`."""
+    return {name: min(seconds) for name, seconds in times_in_turns(runs, repeats).items()}
+
+
+def times_in_turns(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """``{name: [seconds, ...]}``: ``repeats`` timings of each ``runs[name]()`` (after one
     warm-up call each), the rows taking turns so that every row sees the same machine load.
 
     Each turn runs the rows in a new order (a seeded shuffle, so a run is repeatable), so that no
@@ -64,4 +69,4 @@ def best_in_turns(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str,
             tic = time.perf_counter()
             jax.block_until_ready(runs[name]())
             times[name].append(time.perf_counter() - tic)
-    return {name: min(seconds) for name, seconds in times.items()}
+    return times

@@ -79,9 +79,9 @@ def _chunk_messages(
 
     # vmapped even when a chunk holds one client: on XLA:CPU (jax 0.10.2, 2 cores) a CNN's local
     # training scanned client after client WITHOUT the vmap ran about ten times slower in most
-    # runs (100 clients of the LDP-FL CNN: 20-28 s against about 2 s; its YNNPACK fusions, gone
-    # with --xla_cpu_experimental_ynn_fusion_type=-LIBRARY_FUSION_TYPE_REDUCE), while with it
-    # every run took about 2 s
+    # runs (100 clients of the LDP-FL CNN: 27.2 s against 2.1 s, bench/vmap_one.py; its YNNPACK
+    # fusions, gone with --xla_cpu_experimental_ynn_fusion_type=-LIBRARY_FUSION_TYPE_REDUCE),
+    # while with it every run took about 2 s
     messages = jax.vmap(one_client)(chunk_ids, keys)
     if not padded:
         return messages, jnp.ones(chunk_ids.shape, jnp.float32)
