@@ -1,5 +1,5 @@
 """Why the engine vmaps even a chunk of one client: the LDP-FL CNN's local training of 100
-clients, scanned client after client, with and without ``vmap``, side by side in one process.
+clients, scanned client after client, with and without ``vmap``, each in a process of its own.
 
     python bench/vmap_one.py --json bench/results/vmap_one_cpu.json [--repeats 3]
 
