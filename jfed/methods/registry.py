@@ -50,6 +50,10 @@ class Method:
         before JAX loads).
       paper: the source, where there is one; ``algorithm``: the algorithm's name there.
       private: whether it has an eps (then its configuration declares ``epsilon``).
+      cost: what a run of a configuration will cost, estimated without JAX:
+        ``cost(config, plan) -> Cost`` (:mod:`jfed.methods.cost`; ``plan.chunk`` clients are
+        vmapped at once). The command line refuses a run that cannot fit before anything
+        compiles, naming the flag and the largest value that fits; ``None``: no estimate.
     """
 
     name: str
@@ -62,6 +66,7 @@ class Method:
     paper: str = ""
     algorithm: str = ""
     private: bool = True
+    cost: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.algorithm:  # the algorithm's name in its source: the method's, if none
@@ -185,6 +190,7 @@ def register_method(
     paper: str = "",
     algorithm: str = "",
     private: bool | None = None,
+    cost: Callable[..., Any] | None = None,
     replace: bool = False,
 ) -> Callable[[type], type]:
     """Register the decorated experiment class as method ``name`` (see :class:`Method`);
@@ -205,7 +211,7 @@ def register_method(
                 name=name, config=config, summary=summary, notion=notion, protected=protected,
                 trust_model=trust_model, experiment=experiment, paper=paper,
                 algorithm=algorithm,
-                private=notion != "none" if private is None else private,
+                private=notion != "none" if private is None else private, cost=cost,
             ),
             replace=replace,
         )  # fmt: skip
@@ -264,6 +270,8 @@ def check_method(method: Method) -> None:
         problems.append("experiment must be an Experiment subclass or 'module:Class'")
     elif isinstance(method.experiment, str) and ":" not in method.experiment:
         problems.append(f"experiment {method.experiment!r}: expected 'module:Class'")
+    if method.cost is not None and not callable(method.cost):
+        problems.append("cost must be a function cost(config, plan) -> jfed.methods.cost.Cost")
     if problems:
         raise ValueError(f"method {name}: " + "; ".join(problems))
     if isinstance(method.experiment, type):
