@@ -3,8 +3,14 @@
 A crash (``kill -9``, a full disk, a power cut) in the middle of a write must never leave half a
 table, a truncated manifest or an empty figure behind. :func:`replacing` writes into a temporary
 file beside the target, syncs it and renames it over the target (``os.replace`` is atomic on
-POSIX and Windows), then syncs the folder so that the rename itself survives a power cut. A
-symbolic link at the target is replaced by the new regular file, never followed.
+POSIX and Windows), then syncs the folder so that the rename itself survives a power cut.
+
+What is not a regular file is never replaced: a device (``/dev/null``, ``/dev/full``), a FIFO, a
+socket or a symbolic link at the target is refused with one line naming it
+(:func:`check_replaceable`), and stays exactly as it was. The standard streams are written
+through instead, where writing to them is the user's intent: ``-`` and ``/dev/stdout`` (standard
+output), ``/dev/stderr``, and an open descriptor named ``/dev/fd/N`` or ``/proc/self/fd/N`` (a
+shell's ``>(command)``) (:func:`descriptor_of`).
 
 :func:`open_regular` opens a file for reading only if it is a regular file: a FIFO or a device
 named like a results file would block a reader, or feed it endless bytes.
@@ -14,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from typing import IO
@@ -42,13 +50,83 @@ def sync_folder(folder: str) -> None:
         os.close(descriptor)
 
 
+_DESCRIPTOR = re.compile(r"^/(?:dev|proc/self)/fd/(\d+)$")
+_STREAMS = {"-": 1, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def descriptor_of(path: str) -> int | None:
+    """The descriptor of this process that ``path`` names, if it names one: 1 for ``-`` and
+    ``/dev/stdout``, 2 for ``/dev/stderr``, N for ``/dev/fd/N`` and ``/proc/self/fd/N``;
+    ``None`` for any other path. Writing to it writes through (nothing is replaced).
+
+    Raises:
+      UsageError: the path names a descriptor that is not open.
+    """
+    named = _STREAMS.get(path)
+    match = _DESCRIPTOR.match(path) if named is None else None
+    descriptor = named if match is None else int(match.group(1))
+    if descriptor is None:
+        return None
+    try:
+        os.fstat(descriptor)
+    except OSError:
+        raise UsageError(f"{path} names descriptor {descriptor}, which is not open") from None
+    return descriptor
+
+
+def special_kind(path: str) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (``"a character device"``,
+    ``"a FIFO"``, ``"a symbolic link"``, ...); ``None`` for a regular file or a missing path. A
+    link is not followed: it is what it is, whatever it points to."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return "a symbolic link" if stat.S_ISLNK(mode) else _kind(mode)
+
+
+def check_replaceable(path: str, flag: str = "") -> None:
+    """Refuse (:class:`UsageError`, one line naming the path) to replace ``path`` when it is not
+    a regular file: jfed never renames over a device, a FIFO, a socket or a link."""
+    kind = special_kind(path)
+    if kind is not None:
+        where = f"{flag} {path}" if flag else path
+        raise UsageError(
+            f"{where} is {kind}, not a regular file: jfed writes only regular files and "
+            "never replaces anything else (give another path, or - for standard output)"
+        )
+
+
+@contextlib.contextmanager
+def _through(descriptor: int, mode: str) -> Iterator[IO]:
+    """A handle writing through the open ``descriptor`` (standard output and error: Python's
+    own streams, so that what was printed before stays in order)."""
+    stream = {1: sys.stdout, 2: sys.stderr}.get(descriptor)
+    if stream is not None:
+        handle = stream.buffer if mode == "wb" else stream
+        yield handle
+        handle.flush()
+        return
+    text = mode == "w"
+    encoding, newline = ("utf-8", "\n") if text else (None, None)
+    with os.fdopen(os.dup(descriptor), mode, encoding=encoding, newline=newline) as handle:
+        yield handle
+
+
 @contextlib.contextmanager
 def replacing(path: str, mode: str = "w") -> Iterator[IO]:
     """A handle on a temporary file that becomes ``path`` when the ``with`` block ends normally.
 
     The temporary file lies in ``path``'s folder (a rename across file systems is not atomic),
     is synced before the rename, and is removed if the block raises: ``path`` then keeps its
-    old content. A symbolic link at ``path`` is replaced by a regular file, not followed.
+    old content. A standard stream or an open descriptor (:func:`descriptor_of`) is written
+    through; any other path that is not a regular file is refused before anything is written.
+
+    Raises:
+      UsageError: ``path`` is a device, a FIFO, a socket or a symbolic link
+        (:func:`check_replaceable`), or names a descriptor that is not open.
 
     Args:
       path: the file to write.
@@ -60,6 +138,12 @@ def replacing(path: str, mode: str = "w") -> Iterator[IO]:
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"expected mode 'w' or 'wb', got {mode!r}")
+    descriptor = descriptor_of(path)
+    if descriptor is not None:
+        with _through(descriptor, mode) as handle:
+            yield handle
+        return
+    check_replaceable(path)
     folder = os.path.dirname(os.path.abspath(path))
     descriptor, temporary = tempfile.mkstemp(
         dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp"

@@ -154,14 +154,14 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask  # as open() would have made it
 
 
-def test_writes_replace_a_symbolic_link_and_never_write_through_it(tmp_path):
+def test_writes_refuse_a_symbolic_link_and_never_write_through_it(tmp_path):
     target = tmp_path / "elsewhere.csv"
     target.write_text("keep me\n")
     link = tmp_path / "runs.csv"
     link.symlink_to(target)
-    write_atomic(str(link), "table\n")
-    assert not link.is_symlink() and link.read_text() == "table\n"
-    assert target.read_text() == "keep me\n"
+    with pytest.raises(ValueError, match=r"runs\.csv is a symbolic link, not a regular file"):
+        write_atomic(str(link), "table\n")
+    assert link.is_symlink() and target.read_text() == "keep me\n"
     rows = tmp_path / "runs.jsonl"
     rows.symlink_to(target)
     with pytest.raises(ValueError, match="symbolic link"):

@@ -13,6 +13,7 @@ import os
 import tempfile
 from collections.abc import Callable
 
+from jfed._io import check_replaceable, descriptor_of
 from jfed._validation import UsageError, check_int_range, check_open_unit, check_positive
 from jfed.methods.fields import EPSILON, MAX_CLIENTS
 
@@ -100,14 +101,17 @@ def check_no_repeated_flag(argv: list[str]) -> None:
 
 
 def check_output_file(flag: str, path: str) -> None:
-    """``path`` (or ``-`` for stdout) can be written as a file: not a folder, not under a file,
-    in a writable place. Missing parent folders are allowed (they are created)."""
-    if path == "-":
-        return
+    """``path`` can be written as a file: not a folder, not under a file, in a writable place,
+    and not a device, FIFO, socket or link (jfed replaces none of them); ``-``, ``/dev/stdout``
+    and other open descriptors are written through (:func:`jfed._io.descriptor_of`). Missing
+    parent folders are allowed (they are created)."""
     if not path.strip():
         raise UsageError(f"expected {flag} PATH (or - for standard output), got an empty path")
+    if descriptor_of(path) is not None:
+        return
     if os.path.isdir(path):
         raise UsageError(f"expected {flag} to name a file, got the folder {path}")
+    check_replaceable(path, flag)
     _check_writable_under(flag, path, os.path.dirname(os.path.abspath(path)))
 
 

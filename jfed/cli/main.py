@@ -169,6 +169,14 @@ def _answer_account(args: argparse.Namespace) -> tuple[dict, str]:
         raise UsageError(str(error)) from error
 
 
+def to_stdout(path: str | None) -> bool:
+    """Whether ``--json path`` writes the record to standard output (``-``, ``/dev/stdout``,
+    ``/dev/fd/1``): the human line is then left out, so that stdout holds the JSON alone."""
+    from jfed._io import descriptor_of
+
+    return path is not None and descriptor_of(path) == 1
+
+
 def _write_record(record: dict, path: str | None) -> int:
     """Write the JSON record to ``path``; if that fails, say so and print it to stdout (exit 1)."""
     if not path:
@@ -309,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             return audit.run(args)
         if args.command == "account":
             record, line = _answer_account(args)
-            if args.json != "-":
+            if not to_stdout(args.json):
                 print(line)
             return _write_record(record, args.json)
         record = _run(args, config)
@@ -332,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     warning = options.certification_warning(record)
     if warning:
         print(f"jfed: warning: {warning} (both are in the record)", file=sys.stderr)
-    if args.json != "-":
+    if not to_stdout(args.json):
         print(generate.chosen_method(args).load().summary(record))
     return _write_record(record, args.json)
 

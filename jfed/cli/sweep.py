@@ -159,6 +159,7 @@ def finish(
 ) -> tuple[list[dict], tuple]:
     """Write runs.csv, runs.parquet, tuned.csv and the plots of a finished (or partial) sweep;
     returns the tuned table and the swept names it chose among."""
+    from jfed._io import check_replaceable
     from jfed.report.plots import plot_convergence, plot_utility
     from jfed.report.results import PARQUET, write_parquet
 
@@ -172,6 +173,7 @@ def finish(
     plot_utility(table, os.path.join(out, "utility"), report, hyper)
     stale = [os.path.join(out, f"convergence.{e}") for e in ("png", "pdf")]
     for path in stale:  # a re-run must not leave the curves of an earlier sweep behind
+        check_replaceable(path)  # ... nor remove what is not a file jfed wrote
         if os.path.exists(path):
             os.remove(path)
     plot_convergence(rows, table, hyper, os.path.join(out, "convergence"), f"{report}_per_round")
