@@ -14,7 +14,7 @@ It imports only jfed's public names: jfed, jfed.methods, jfed.privacy, jfed.data
 """
 
 from dataclasses import dataclass
-from functools import partial
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -50,18 +50,17 @@ class DPFedProxConfig(Config):
 
 
 @dataclass(frozen=True)
-class FedProx:  # the algorithm: static shapes here, traced numbers in `hyper`
+class FedProx:  # the algorithm: static shapes here, traced numbers in `h`
     dim: int
     classes: int
     n_clients: int
     local_steps: int
+    aggregator: ClassVar = privacy.GaussianSum()  # clip + sum + noise; it states its own event
 
-    def init(self, hyper, key):
-        return jnp.zeros((self.dim, self.classes)), hyper
+    def init(self, h, key):
+        return jnp.zeros((self.dim, self.classes))
 
-    def round(self, state, key, clients):
-        w_server, h = state
-
+    def round(self, w_server, h, key, clients):
         def client(w_server, silo, key):  # ONE client; the engine vmaps and streams them
             def loss(w, rows):
                 X, y = silo.rows(rows)
@@ -73,11 +72,11 @@ class FedProx:  # the algorithm: static shapes here, traced numbers in `hyper`
                 return w - h["learning_rate"] * jax.grad(loss)(w, rows), None
 
             w, _ = jax.lax.scan(step, w_server, jax.random.split(key, self.local_steps))
-            return privacy.clip_tree(w - w_server, h["clip"])  # (update, 1.0 if clipped)
+            return w - w_server  # the update; the aggregator clips it
 
-        total, clipped = clients(client, w_server)
-        noisy = total + privacy.gaussian_noise_tree(key, total, h["noise_std"])
-        return (w_server + noisy / self.n_clients, h), {"clipped": clipped / self.n_clients}
+        total, _, info = clients.aggregate(self.aggregator, h["privacy"], (), client, w_server, key)
+        clipped = info["clipped_count"] / self.n_clients
+        return w_server + total / self.n_clients, {"clipped": clipped}
 
 
 @register_method(
@@ -89,8 +88,9 @@ class FedProx:  # the algorithm: static shapes here, traced numbers in `hyper`
     trust_model="trusted server adds the noise",
 )
 class DPFedProx(Experiment):
-    outputs = (Output("w", "state.0"), Output("clipped", "infos.clipped", reduce="mean"))
+    outputs = (Output("w", "state"), Output("clipped", "infos.clipped", reduce="mean"))
     report_metric, selection_metric, selection_maximize = "test_error", "train_error", False
+    default_accountant = privacy.Analytic()  # exact for Gaussian releases without sampling
 
     def __init__(self, config):
         super().__init__(config)
@@ -98,17 +98,10 @@ class DPFedProx(Experiment):
         classes = max(self.task.classes, 2)
         self.algorithm = FedProx(self.task.dim, classes, self.task.n_silos, config.local_steps)
 
-    def calibrate(self, config):
-        # R releases of a sum that one client moves by at most C
-        rounds = partial(privacy.gaussian_rounds_event, rounds=config.rounds)
-        exact = privacy.Analytic()  # exact for Gaussian releases without sampling
-        z = privacy.calibrate(rounds, config.epsilon, config.delta, accountant=exact)
-        guarantee = privacy.certify(rounds(z), config.delta, accountant=exact,
-                                    notion=self.method.notion, protected=self.method.protected,
-                                    trust_model=self.method.trust_model)  # fmt: skip
-        hyper = {"clip": config.clip, "noise_std": z * config.clip, "mu": config.mu,
-                 "learning_rate": config.learning_rate}  # fmt: skip
-        return jax.tree.map(jnp.float32, hyper), guarantee
+    def hyperparams(self, config, noise_multiplier):  # jfed calibrates z to eps and certifies
+        h = {"privacy": privacy.GaussianSumParams(config.clip, noise_multiplier),
+             "mu": config.mu, "learning_rate": config.learning_rate}  # fmt: skip
+        return jax.tree.map(jnp.float32, h)
 
     def evaluate(self, outputs, config):  # tuned on the training records, reported on the test
         def error(X, y):

@@ -7,53 +7,51 @@ import numpy as np
 import pytest
 
 from jfed import privacy
-from jfed.privacy import accountants, calibration, last_iterate, shuffle
+from jfed.privacy import calibration, last_iterate, shuffle
 
 
 def test_zcdp_accountant_matches_closed_form_and_bounds_rdp():
     acc = privacy.ZcdpAccountant().compose(dp_accounting.GaussianDpEvent(3.0), 20)
     rho = 20 / (2 * 9.0)
     assert acc.rho == pytest.approx(rho)
-    assert acc.epsilon(1e-6) == pytest.approx(rho + 2 * math.sqrt(rho * math.log(1e6)))
-    assert acc.delta(acc.epsilon(1e-6)) == pytest.approx(1e-6, rel=1e-9)
+    assert acc.get_epsilon(1e-6) == pytest.approx(rho + 2 * math.sqrt(rho * math.log(1e6)))
+    assert acc.get_delta(acc.get_epsilon(1e-6)) == pytest.approx(1e-6, rel=1e-9)
     # dp-accounting's RDP converts the same Renyi curve more tightly: never above zCDP's eps
-    rdp = privacy.make_accountant("rdp").compose(dp_accounting.GaussianDpEvent(3.0), 20)
-    assert rdp.epsilon(1e-6) <= acc.epsilon(1e-6)
-    assert rdp.epsilon(1e-6) > 0.8 * acc.epsilon(1e-6)
+    rdp = privacy.Rdp().make().compose(dp_accounting.GaussianDpEvent(3.0), 20)
+    assert rdp.get_epsilon(1e-6) <= acc.get_epsilon(1e-6)
+    assert rdp.get_epsilon(1e-6) > 0.8 * acc.get_epsilon(1e-6)
 
 
 def test_pld_of_one_gaussian_matches_the_analytic_gaussian():
     for sigma in (0.7, 1.5, 4.0):
         exact = float(privacy.analytic_gaussian_epsilon(1.0, sigma, 1e-6))
-        pld = privacy.make_accountant("pld").compose(dp_accounting.GaussianDpEvent(sigma))
+        pld = privacy.Pld().make().compose(dp_accounting.GaussianDpEvent(sigma))
         # the PLD accountant is pessimistic by at most its discretization (1e-4 per loss unit)
-        assert exact <= pld.epsilon(1e-6) <= exact + 2e-3
+        assert exact <= pld.get_epsilon(1e-6) <= exact + 2e-3
 
 
 def test_advanced_composition_closed_form_and_basic_cap():
     k, eps0 = 50, 0.1
-    acc = privacy.make_accountant("advanced").compose(dp_accounting.LaplaceDpEvent(1 / eps0), k)
+    acc = privacy.Advanced().make().compose(dp_accounting.LaplaceDpEvent(1 / eps0), k)
     expected = eps0 * math.sqrt(2 * k * math.log(1 / 1e-6)) + k * eps0 * math.expm1(eps0)
-    assert acc.epsilon(1e-6) == pytest.approx(min(expected, k * eps0))
-    few = privacy.make_accountant("advanced").compose(dp_accounting.LaplaceDpEvent(1.0), 2)
-    assert few.epsilon(1e-6) == pytest.approx(2.0)  # basic composition wins for 2 releases
-    mixed = privacy.make_accountant("advanced").compose(privacy.ApproximateDpEvent(0.05, 1e-9), 200)
+    assert acc.get_epsilon(1e-6) == pytest.approx(min(expected, k * eps0))
+    few = privacy.Advanced().make().compose(dp_accounting.LaplaceDpEvent(1.0), 2)
+    assert few.get_epsilon(1e-6) == pytest.approx(2.0)  # basic composition wins for 2 releases
+    mixed = privacy.Advanced().make().compose(privacy.ApproximateDpEvent(0.05, 1e-9), 200)
     with pytest.raises(ValueError, match="sum of the composed deltas"):
-        mixed.epsilon(1e-7)
-    assert mixed.epsilon(2e-6) < 200 * 0.05  # the advanced bound wins for many releases
-    assert mixed.delta(mixed.epsilon(2e-6)) == pytest.approx(2e-6, rel=1e-6)
+        mixed.get_epsilon(1e-7)
+    assert mixed.get_epsilon(2e-6) < 200 * 0.05  # the advanced bound wins for many releases
+    assert mixed.get_delta(mixed.get_epsilon(2e-6)) == pytest.approx(2e-6, rel=1e-6)
 
 
 def test_parallel_composition_is_the_maximum():
-    branches = [
-        privacy.make_accountant("zcdp").compose(dp_accounting.GaussianDpEvent(s)) for s in (1, 2, 4)
-    ]
+    branches = [privacy.Zcdp().make().compose(dp_accounting.GaussianDpEvent(s)) for s in (1, 2, 4)]
     parallel = privacy.ParallelComposition(branches)
-    assert parallel.epsilon(1e-5) == pytest.approx(branches[0].epsilon(1e-5))
-    sequential = privacy.make_accountant("zcdp")
+    assert parallel.get_epsilon(1e-5) == pytest.approx(branches[0].get_epsilon(1e-5))
+    sequential = privacy.Zcdp().make()
     for s in (1, 2, 4):
         sequential.compose(dp_accounting.GaussianDpEvent(s))
-    assert parallel.epsilon(1e-5) < sequential.epsilon(1e-5)
+    assert parallel.get_epsilon(1e-5) < sequential.get_epsilon(1e-5)
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
@@ -258,10 +256,10 @@ def test_when_the_last_iterate_bound_wins():
         (lambda: calibration.calibrate_noise_multiplier(1.0, 2.0), "delta in \\(0, 1\\)"),
         (lambda: calibration.calibrate_noise_multiplier(1.0, 1e-5, 0.1, 10, "zcdp"),
          "no subsampling"),
-        (lambda: privacy.make_accountant("moments"), "unknown accountant"),
-        (lambda: privacy.make_accountant("zcdp").compose(
-            privacy.subsampled_gaussian_event(1.0, 0.1)), "cannot compose"),
-        (lambda: privacy.make_accountant("zcdp").epsilon(0.0), "delta in \\(0, 1\\)"),
+        (lambda: privacy.accountant_named("moments"), "unknown accountant"),
+        (lambda: privacy.spent(privacy.subsampled_gaussian_event(1.0, 0.1), 1e-5,
+                               accountant=privacy.Zcdp()), "cannot compose"),
+        (lambda: privacy.Zcdp().make().get_epsilon(0.0), "delta in \\(0, 1\\)"),
         (lambda: last_iterate.LastIterateSetting(0.5, 1, 1, -1.5, 100, 0.1), "sigma > 0"),
         (lambda: shuffle.shuffle_epsilon(-1.0, 100, 1e-6), "epsilon0 > 0"),
     ],
@@ -272,5 +270,21 @@ def test_bad_input(call, message):
 
 
 def test_every_accountant_name_constructs():
-    for name in accountants.ACCOUNTANTS:
-        assert privacy.make_accountant(name).name == name
+    """Every key of the one table makes a ``dp_accounting.PrivacyAccountant``."""
+    assert set(privacy.ACCOUNTANTS) >= {"pld", "rdp", "zcdp", "analytic", "classic"}
+    for name in privacy.ACCOUNTANTS:
+        spec = privacy.accountant_named(name)
+        assert spec.key == name
+        assert isinstance(spec.make(), dp_accounting.PrivacyAccountant)
+
+
+def test_calibration_takes_accountant_objects_and_keys_alike():
+    """``calibrate_noise_multiplier(..., accountant=Classic())`` calibrates as ``"classic"``
+    does (an accountant object was refused as "unknown accountant"), and the answer's eps meets
+    the target under that accountant."""
+    by_object = calibration.calibrate_noise_multiplier(0.5, 1e-5, accountant=privacy.Classic())
+    by_key = calibration.calibrate_noise_multiplier(0.5, 1e-5, accountant="classic")
+    assert by_object == by_key
+    event = privacy.gaussian_rounds_event(by_object)
+    spent = privacy.spent(event, 1e-5, accountant=privacy.Classic(), adjacency="bounded")
+    assert spent <= 0.5 + 1e-9

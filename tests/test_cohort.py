@@ -19,10 +19,12 @@ from scipy import stats
 from jfed.data import SyntheticLinear
 from jfed.engine import (
     All,
+    Clients,
     ExecutionPlan,
     Poisson,
     Uniform,
     aggregate,
+    aggregate_cohort,
     client_mesh,
     cohort_key,
     draw_cohort,
@@ -30,7 +32,7 @@ from jfed.engine import (
     run_rounds,
     run_streams,
     simulate,
-    stack_messages,
+    stack_cohort,
     sum_messages,
 )
 from jfed.engine.cohort import (
@@ -46,16 +48,29 @@ REJECT = 1e-6  # a negative control must be this far out
 
 @dataclass(frozen=True)
 class Probe:
-    """A one-line algorithm: each round runs ``client`` on a cohort and keeps what came back."""
+    """A one-line algorithm: each round runs ``client`` on a cohort and keeps what came back
+    (every member's message, or with ``summed`` their sum) with the cohort's info."""
 
     cohort: Any
-    statistic: Any = stack_messages
+    summed: bool = False
 
     def init(self, hyperparams, key):
         return jnp.zeros(())
 
-    def round(self, state, key, clients):
-        return state, clients(_client, jnp.float32(2.0), self.statistic, cohort=self.cohort)
+    def round(self, state, hyperparams, key, clients):
+        cohort = clients.sample(self.cohort)
+        if self.summed:
+            return state, (cohort.sum(_client, jnp.float32(2.0)), cohort.info)
+        return state, (cohort.stack(_client, jnp.float32(2.0)), cohort.info)
+
+
+def _sampled(client, broadcast, population, key, plan, cohort, summed=True):
+    """The statistic (or the stack) of round key ``key``'s cohort of kind ``cohort``, and its
+    info: what ``clients.sample(cohort).sum(...)`` computes, through the engine's functions."""
+    info = draw_cohort(cohort, population.n_clients, cohort_key(key))
+    if summed:
+        return aggregate_cohort(client, broadcast, population, key, plan, info), info
+    return stack_cohort(client, broadcast, population, key, plan, info), info
 
 
 def _client(broadcast, record, key):
@@ -141,7 +156,7 @@ def test_poisson_cohort_sizes_follow_the_binomial_through_the_engine():
     n, rate, rounds = 10**8, 1e-6, 2_000
     population = SyntheticLinear.create(jax.random.key(0), n, 2)
     _, infos = simulate(
-        Probe(Poisson(rate), sum_messages), population, None, jax.random.key(11), rounds
+        Probe(Poisson(rate), summed=True), population, None, jax.random.key(11), rounds
     )
     _, info = infos
     sizes = np.asarray(info.size)
@@ -154,8 +169,9 @@ def test_poisson_cohort_sizes_follow_the_binomial_through_the_engine():
     np.testing.assert_array_equal(np.asarray(totals["one"]), sizes)
     # the ids are spread uniformly over [0, n): 100 equal bins (negative control: halved ids)
     ids = np.asarray(info.ids)
-    ids = ids[ids >= 0]
-    assert ids.size == sizes.sum() and ids.max() < n
+    assert np.all(ids >= 0) and np.all(ids <= n)  # padding is n: no client's id
+    ids = ids[ids < n]
+    assert ids.size == sizes.sum()
     bins = np.linspace(0, n, 101)
     assert stats.chisquare(np.histogram(ids, bins)[0]).pvalue > ACCEPT
     assert stats.chisquare(np.histogram(ids // 2, bins)[0]).pvalue < REJECT
@@ -185,7 +201,7 @@ def test_poisson_ids_are_distinct_and_each_included_with_probability_q():
     counts = np.zeros(n)
     for row, size in zip(ids, sizes, strict=True):
         chosen = row[:size]
-        assert np.all(row[size:] == -1)
+        assert np.all(row[size:] == n)  # padding: an id no client has
         assert np.unique(chosen).size == size and chosen.min() >= 0 and chosen.max() < n
         counts[chosen] += 1
     assert _binomial_pvalue(sizes, n, rate) > ACCEPT
@@ -234,7 +250,7 @@ def test_overflow_is_counted_and_the_kept_clients_are_the_cohorts_first():
     population = SyntheticLinear.create(jax.random.key(0), n, 3)
     plan = ExecutionPlan.for_backend().fitted(n)
     total, info = jax.jit(
-        lambda key: aggregate(_client, 1.0, population, key, plan, cohort=Poisson(0.5, capacity=10))
+        lambda key: _sampled(_client, 1.0, population, key, plan, Poisson(0.5, capacity=10))
     )(jax.random.key(2))
     assert float(total["one"]) == 10 and int(info.overflow) > 400
 
@@ -252,21 +268,23 @@ PLANS = {
 
 @dataclass(frozen=True)
 class Cohorts:
-    """Every round, the stacked messages of each of several cohorts (and, with ``None``, of
-    every client): one program per plan serves every cohort."""
+    """Every round, the stacked messages and the info of each of several cohorts, then every
+    client's messages: one program per plan serves every cohort."""
 
     cohorts: tuple
 
     def init(self, hyperparams, key):
         return jnp.zeros(())
 
-    def round(self, state, key, clients):
-        return state, [clients(_client, jnp.float32(2.0), stack_messages, c) for c in self.cohorts]
+    def round(self, state, hyperparams, key, clients):
+        views = [clients.sample(c) for c in self.cohorts]
+        sampled = [(v.stack(_client, jnp.float32(2.0)), v.info) for v in views]
+        return state, [*sampled, clients.stack(_client, jnp.float32(2.0))]
 
 
 def _stacked_runs(plan, seed=4, rounds=2):
     population = SyntheticLinear.create(jax.random.key(1), 1_000, 4)
-    algorithm = Cohorts((*COHORTS, None))
+    algorithm = Cohorts(COHORTS)
     return simulate(algorithm, population, None, jax.random.key(seed), rounds, plan)[1]
 
 
@@ -322,8 +340,10 @@ def test_sums_over_a_cohort_match_the_stack_and_eight_devices():
 
     def run(plan):
         def both():
-            stack = aggregate(_client, 2.0, population, key, plan, stack_messages, Poisson(0.3))
-            return stack, aggregate(_client, 2.0, population, key, plan, cohort=Poisson(0.3))
+            return (
+                _sampled(_client, 2.0, population, key, plan, Poisson(0.3), summed=False),
+                _sampled(_client, 2.0, population, key, plan, Poisson(0.3)),
+            )
 
         return jax.jit(both)()
 
@@ -342,7 +362,12 @@ def test_all_is_the_round_without_a_cohort_bit_for_bit():
     population = SyntheticLinear.create(jax.random.key(1), 1_000, 4)
     plan, key = ExecutionPlan(block_size=128, chunk_size=64), jax.random.key(3)
     plain = jax.jit(lambda: aggregate(_client, 2.0, population, key, plan))()
-    total, info = jax.jit(lambda: aggregate(_client, 2.0, population, key, plan, cohort=All()))()
+
+    def over_all():
+        view = Clients(population, key, plan, jnp.int32(0)).sample(All())
+        return view.sum(_client, 2.0), view.info
+
+    total, info = jax.jit(over_all)()
     for name in plain:
         np.testing.assert_array_equal(np.asarray(total[name]), np.asarray(plain[name]))
     assert (int(info.size), int(info.overflow), int(info.capacity)) == (1_000, 0, 1_000)
@@ -363,7 +388,15 @@ def test_the_plan_is_fitted_to_the_cohort_not_the_population():
     mesh_plan = ExecutionPlan(chunk_size=4096, block_size=4096, mesh=client_mesh(8, backend="cpu"))
     for p in (plan, mesh_plan):
         jax.eval_shape(
-            lambda key, p=p: aggregate(_client, 1.0, population, key, p, statistic, Uniform(100)),
+            lambda key, p=p: aggregate_cohort(
+                _client,
+                1.0,
+                population,
+                key,
+                p,
+                draw_cohort(Uniform(100), population.n_clients, key),
+                statistic,
+            ),
             jax.random.key(0),
         )
     assert set(widths) == {104, 16}
@@ -382,9 +415,28 @@ def test_bad_cohorts_are_refused_with_the_parameter_named():
     plan = ExecutionPlan.for_backend().fitted(100)
     for cohort, name in ((Uniform(101), "size"), (Poisson(0.1, capacity=101), "capacity")):
         with pytest.raises(ValueError, match=f"{name} <= n_clients=100"):
-            aggregate(_client, 1.0, population, jax.random.key(0), plan, cohort=cohort)
+            Clients(population, jax.random.key(0), plan, jnp.int32(0)).sample(cohort)
     with pytest.raises(TypeError, match="cohort"):
-        aggregate(_client, 1.0, population, jax.random.key(0), plan, cohort=0.1)
+        Clients(population, jax.random.key(0), plan, jnp.int32(0)).sample(0.1)
+
+
+def test_cohort_padding_never_aliases_a_real_client():
+    """The padding ids of a drawn cohort are ``n``, so a scatter of per-member rows into a table
+    of every client (``mode="drop"``, as per-client state is written back) leaves every row
+    that is not a member untouched. Negative control: -1 padding, as before, overwrites the
+    LAST client's row (JAX wraps negative indices)."""
+    n = 50
+    info = draw_cohort(Poisson(0.1, capacity=20), n, jax.random.key(3))
+    size = int(info.size)
+    assert size < 20  # some padding to write
+    table = jnp.zeros(n)
+    written = table.at[info.ids].set(1.0, mode="drop")
+    members = np.zeros(n)
+    members[np.asarray(info.ids)[:size]] = 1.0
+    np.testing.assert_array_equal(np.asarray(written), members)
+    legacy = jnp.where(jnp.arange(20) < size, info.ids, -1)
+    aliased = table.at[legacy].set(1.0, mode="drop")
+    assert float(aliased[n - 1]) == 1.0 and members[n - 1] == 0.0
 
 
 # -- cost ----------------------------------------------------------------------------------------
@@ -409,12 +461,12 @@ def test_a_round_on_a_cohort_of_a_hundred_million_clients_is_small_and_fast():
         def init(self, hyperparams, key):
             return jnp.zeros(dim)
 
-        def round(self, theta, key, clients):
+        def round(self, theta, hyperparams, key, clients):
             sizes = []
             for cohort in (Uniform(100), Poisson(1e-6)):
-                total, info = clients(gradient, theta, cohort=cohort)
-                theta = theta - 0.1 * total / 100
-                sizes.append(info.size)
+                view = clients.sample(cohort)
+                theta = theta - 0.1 * view.sum(gradient, theta) / 100
+                sizes.append(view.info.size)
             return theta, jnp.stack(sizes)
 
     plan = ExecutionPlan.for_backend().fitted(n)

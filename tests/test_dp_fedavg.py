@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import jfed
-from jfed.algorithms.dp_fedavg import DPFedAvg, Hyperparams, tree_norm
+from jfed import privacy
+from jfed.algorithms.dp_fedavg import DPFedAvg, Hyperparams, aggregator_of, tree_norm
 from jfed.data import SyntheticFederated
-from jfed.engine import ExecutionPlan, Uniform, aggregate, simulate, stack_messages
+from jfed.engine import Clients, ExecutionPlan, Uniform, simulate
 from jfed.methods import build_experiment, declared
 from jfed.methods.dp_fedavg import OVERFLOW_SHARE
 
@@ -29,27 +30,48 @@ def population():
                                      shared_model=True).materialize()  # fmt: skip
 
 
-def hyper(**changes) -> Hyperparams:
+def hyper(adaptive: bool = False, private: bool = True, **changes) -> Hyperparams:
+    """A run's numbers: the optimizers', and the aggregator's (fixed or adaptive clip)."""
     values = dict(client_learning_rate=0.5, server_learning_rate=1.0, server_momentum=0.0,
                   clip=0.3, update_noise=1.0, count_noise=5.0, target_quantile=0.5,
                   clip_learning_rate=0.2)  # fmt: skip
     values.update(changes)
-    return Hyperparams(**{k: jnp.float32(v) for k, v in values.items()})
+    if not private:
+        params = privacy.NoParams()
+    elif adaptive:
+        params = privacy.AdaptiveClipParams(values["clip"], values["update_noise"],
+                                            values["count_noise"], values["target_quantile"],
+                                            values["clip_learning_rate"])  # fmt: skip
+    else:
+        params = privacy.GaussianSumParams(values["clip"], values["update_noise"])
+    optimizers = {k: jnp.float32(values[k]) for k in
+                  ("client_learning_rate", "server_learning_rate", "server_momentum")}  # fmt: skip
+    return Hyperparams(**optimizers, privacy=jax.tree.map(jnp.float32, params))
 
 
-def program(**changes) -> DPFedAvg:
+def program(private: bool = True, per_layer: bool = False, adaptive: bool = False,
+            **changes) -> DPFedAvg:  # fmt: skip
+    aggregator = aggregator_of(private, 40.0, per_layer, adaptive)
     return DPFedAvg(**{"dim": 60, "classes": 10, "n_max": RECORDS, "cohort": Uniform(40),
-                       "denominator": 40.0, "batch": 4, **changes})  # fmt: skip
+                       "aggregator": aggregator, "batch": 4, **changes})  # fmt: skip
 
 
 def messages(algorithm, population, cohort, h, chunk=8):
-    """Every cohort client's message, stacked in cohort order, and the cohort's ids."""
+    """Every cohort client's contribution (its update as the aggregator preprocessed it: clipped
+    under DP-FedAvg), stacked in cohort order, and the cohort's ids."""
     state = algorithm.init(h, jax.random.key(0))
-    broadcast = (state.params, state.clip, h.client_learning_rate)
+    broadcast = (state.params, h.client_learning_rate)
     plan = ExecutionPlan(block_size=chunk, chunk_size=chunk)
-    stacked, info = aggregate(algorithm.client, broadcast, population, jax.random.key(3), plan,
-                              stack_messages, cohort)  # fmt: skip
-    return stacked, np.asarray(info.ids)
+
+    def contribution(broadcast, record, key):
+        update = algorithm.client(broadcast, record, key)
+        return algorithm.aggregator.preprocess(h.privacy, state.aggregator, update, key)
+
+    view = Clients(population, jax.random.key(3), plan, jnp.int32(0)).sample(cohort)
+    stacked = view.stack(contribution, broadcast)
+    return {"update": stacked["value"], "clipped": stacked.get("clipped")}, np.asarray(
+        view.info.ids
+    )
 
 
 @pytest.mark.parametrize("per_layer, hidden", [(False, 0), (True, 8)])
@@ -61,7 +83,8 @@ def test_clipping_bounds_every_clients_update(population, per_layer, hidden):
     assert norms.max() <= 0.05 * (1 + 1e-5)
     assert np.asarray(stacked["clipped"]).mean() > 0.5  # the bound was binding
     # negative control: without the clip the same updates exceed it
-    raw, _ = messages(dataclasses.replace(algorithm, private=False), population, Uniform(40), h)
+    plain = program(private=False, hidden=hidden)
+    raw, _ = messages(plain, population, Uniform(40), hyper(private=False, clip=0.05))
     assert np.asarray(jax.vmap(tree_norm)(raw["update"])).max() > 0.05 * 2
 
 
@@ -96,14 +119,14 @@ def test_noise_is_exactly_proportional_to_its_scale(population):
 def test_adaptive_clipping_moves_the_clip_towards_the_quantile(population):
     # every update is far above C = 1e-3: almost none unclipped, so C grows each round
     _, infos = simulate(program(adaptive=True), population,
-                        hyper(clip=1e-3, count_noise=0.1), jax.random.key(2), 6)  # fmt: skip
+                        hyper(True, clip=1e-3, count_noise=0.1), jax.random.key(2), 6)  # fmt: skip
     clip = np.asarray(infos["clip"])
     assert np.all(np.diff(clip) > 0)
     # the geometric step: C_{t+1} / C_t = exp(-eta_C (b_bar - gamma)) with b_bar ~ 0
     np.testing.assert_allclose(clip[1] / clip[0], math.exp(0.2 * 0.5), rtol=0.05)
     # negative control: with everything unclipped (huge C) the clip shrinks
     _, infos = simulate(program(adaptive=True), population,
-                        hyper(clip=1e3, count_noise=0.1), jax.random.key(2), 3)  # fmt: skip
+                        hyper(True, clip=1e3, count_noise=0.1), jax.random.key(2), 3)  # fmt: skip
     assert np.all(np.diff(np.asarray(infos["clip"])) < 0)
 
 
@@ -183,7 +206,7 @@ def test_adaptive_clipping_splits_the_noise_as_andrew_et_al():
                            fields["count_noise_std"])  # fmt: skip
     assert sigma_b == pytest.approx(30 / 20)
     assert (z_delta**-2 + (2 * sigma_b) ** -2) ** -0.5 == pytest.approx(z, rel=1e-9)
-    assert float(hp.update_noise) == pytest.approx(z_delta, rel=1e-6)
+    assert float(hp.privacy.noise_multiplier) == pytest.approx(z_delta, rel=1e-6)
     with pytest.raises(ValueError, match="2 sigma_b > z"):
         tiny = config.replace(count_noise=0.05)
         experiment(tiny).calibrated(tiny)

@@ -174,10 +174,10 @@ def test_timed_simulation_separates_compile_from_run_and_changes_nothing(populat
 
 @pytest.mark.usefixtures("on_cpu")  # bit for bit against the 8-device mesh: the CPU's claim
 def test_stacked_messages_are_every_client_in_order_for_every_plan():
-    """``stack_messages`` returns each client's own message, in client order, the same bits for
-    every block size and on an 8-device mesh (padding dropped). Negative control: a sum over the
-    same clients is not the stack (and the stack's row sum is that sum)."""
-    from jfed.engine import stack_messages
+    """``stack`` returns each client's own message, in client order, the same bits for every
+    block size and on an 8-device mesh (padding dropped). Negative control: a sum over the same
+    clients is not the stack (and the stack's row sum is that sum)."""
+    from jfed.engine import stack
 
     population = SyntheticLinear.create(jax.random.key(3), 1_000, 4)
 
@@ -192,8 +192,9 @@ def test_stacked_messages_are_every_client_in_order_for_every_plan():
         ExecutionPlan(block_size=32, chunk_size=32, mesh=client_mesh(8, backend="cpu")),
     ]
     stacks = [
-        jax.jit(lambda b, plan=plan: aggregate(client, b, population, key, plan.fitted(1_000),
-                                               stack_messages))(jnp.float32(2.0))
+        jax.jit(lambda b, plan=plan: stack(client, b, population, key, plan.fitted(1_000)))(
+            jnp.float32(2.0)
+        )
         for plan in plans
     ]  # fmt: skip
     X, _ = population.records(jnp.arange(1_000))

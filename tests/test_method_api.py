@@ -158,7 +158,7 @@ def test_an_experiment_without_calibrate_or_outputs_is_refused():
         def calibrate(self, config):
             return 0.0, {}
 
-    with pytest.raises(ValueError, match=r"calibrate\(config\).*is not defined"):
+    with pytest.raises(ValueError, match=r"calibrate\(config\).*is defined"):
         check_experiment("test-x", NoCalibrate)
     with pytest.raises(ValueError, match="outputs is not declared"):
         check_experiment("test-x", NoOutputs)

@@ -143,7 +143,7 @@ def test_two_point_likelihood_ratio_is_e_eps():
         (lambda: GaussianMechanism(1.0, -2.0), "noise_std > 0"),
         (lambda: LaplaceMechanism.calibrate(1.0, -1.0), "epsilon > 0"),
         (lambda: TwoPointMechanism(0.0, 1.0, 0.0), "epsilon > 0"),
-        (lambda: GaussianMechanism.calibrate(1.0, 1.0, 1e-5, "magic"), "unknown method"),
+        (lambda: GaussianMechanism.calibrate(1.0, 1.0, 1e-5, "magic"), "unknown accountant"),
     ],
 )
 def test_bad_input(call, message):

@@ -26,8 +26,8 @@ from jfed.privacy.accounting import (
     fixed_cohort_rounds_event,
     poisson_rounds_event,
 )
+from jfed.privacy.aggregators import GaussianSum, GaussianSumParams
 from jfed.privacy.privatizers import (
-    GaussianSumQuery,
     LocalRandomizer,
     clip_tree,
     clip_tree_per_layer,
@@ -150,15 +150,20 @@ def test_noise_has_the_stated_standard_deviation():
 
 
 @pytest.mark.parametrize("per_layer", [False, True])
-def test_gaussian_sum_query_under_jit_and_vmap(per_layer):
-    query = GaussianSumQuery(per_layer=per_layer)
+def test_gaussian_sum_aggregator_under_jit_and_vmap(per_layer):
+    """The aggregator clips each client as a float64 computation by hand does, releases the sum
+    plus exactly ``z C`` times its key's noise, compiles once for every traced clip and z, and
+    states ``GaussianDpEvent(z)`` from the parameters it ran with."""
+    aggregator = GaussianSum(per_layer=per_layer)
     traces = []
 
-    def aggregate(query, key, updates, clip_norm, noise_multiplier):
+    def aggregate(aggregator, key, updates, clip_norm, noise_multiplier):
         traces.append(None)
-        clipped, flags = jax.vmap(query.preprocess, in_axes=(0, None))(updates, clip_norm)
-        summed = jax.tree.map(lambda x: x.sum(0), clipped)
-        return query.noised_sum(key, summed, clip_norm, noise_multiplier), summed, flags
+        params = GaussianSumParams(clip_norm, noise_multiplier)
+        records = jax.vmap(lambda u: aggregator.preprocess(params, (), u, key))(updates)
+        summed = jax.tree.map(lambda x: x.sum(0), records)
+        released, _, diagnostics = aggregator.release(params, (), summed, key)
+        return released, summed["value"], records["clipped"], diagnostics
 
     aggregate = jax.jit(aggregate, static_argnums=0)
     rng = np.random.default_rng(1)
@@ -185,25 +190,28 @@ def test_gaussian_sum_query_under_jit_and_vmap(per_layer):
         for name in client:
             expected_sum[name] += scale[name] * client[name]
 
-    released, summed, flags = aggregate(query, key, updates, clip_norm, 0.0)
+    released, summed, flags, diagnostics = aggregate(aggregator, key, updates, clip_norm, 0.0)
     np.testing.assert_array_equal(flags, expected_flags)
     assert 0 < sum(expected_flags) < n
+    assert float(diagnostics["clipped_count"]) == sum(expected_flags)
     for name in expected_sum:
         np.testing.assert_allclose(summed[name], expected_sum[name], rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(released[name], summed[name])  # z = 0: no noise
 
-    noisy, summed, _ = aggregate(query, key, updates, clip_norm, 1.3)
-    noise = jax.jit(gaussian_noise_tree)(key, summed, 1.3 * clip_norm)
+    noisy, summed, _, _ = aggregate(aggregator, key, updates, clip_norm, 1.3)
+    value_key, _ = jax.random.split(key)  # a release's value noise: the first half of its key
+    noise = jax.jit(gaussian_noise_tree)(value_key, summed, 1.3 * clip_norm)
     for name in expected_sum:
         np.testing.assert_allclose(noisy[name], summed[name] + noise[name], rtol=1e-6, atol=1e-6)
         assert not np.allclose(noisy[name], summed[name])
-    aggregate(query, key, updates, 2.0, 0.5)  # other traced scalars: no retrace
+    aggregate(aggregator, key, updates, 2.0, 0.5)  # other traced scalars: no retrace
     assert len(traces) == 1
 
-    assert query.dp_event(1.3) == dp_accounting.GaussianDpEvent(1.3)
-    assert hash(query) == hash(GaussianSumQuery(per_layer=per_layer))
+    event = aggregator.event(GaussianSumParams(1.0, 1.3))
+    assert event == dp_accounting.GaussianDpEvent(1.3)
+    assert hash(aggregator) == hash(GaussianSum(per_layer=per_layer))
     with pytest.raises(ValueError, match="noise_multiplier >= 0"):
-        query.dp_event(-1.0)
+        aggregator.event(GaussianSumParams(1.0, -1.0))
 
 
 def test_the_mechanisms_are_local_randomizers():
@@ -218,8 +226,8 @@ def test_the_mechanisms_are_local_randomizers():
         assert isinstance(mechanism, LocalRandomizer)
         assert jax.jit(mechanism.randomize)(jax.random.key(0), x).shape == x.shape
         assert isinstance(mechanism.dp_event(), dp_accounting.DpEvent)
-    # negative control: a sum query states an event but randomizes nothing on its own
-    assert not isinstance(GaussianSumQuery(), LocalRandomizer)
+    # negative control: a sum aggregator states an event but randomizes nothing on its own
+    assert not isinstance(GaussianSum(), LocalRandomizer)
 
 
 @pytest.mark.parametrize("accountant", [Pld(1e-3), Rdp()], ids=["pld", "rdp"])
@@ -281,7 +289,11 @@ def test_the_fixed_cohort_event_charges_twice_the_clip_norm():
     assert exact <= certified < 1.3 * exact
     # PLD under replace-one doubles the sensitivity itself: the query's own event is exact there
     pld = certify(
-        GaussianSumQuery().dp_event(z), DELTA, accountant=Pld(), adjacency="replace-one", **LABELS
+        GaussianSum().event(GaussianSumParams(1.0, z)),
+        DELTA,
+        accountant=Pld(),
+        adjacency="replace-one",
+        **LABELS,
     ).epsilon
     assert exact <= pld <= exact + 2e-3
     # negative control: without the halving, RDP would claim less than the exact privacy loss
@@ -358,7 +370,7 @@ def test_calibrate_rejects_bad_targets(epsilon, delta, match):
 
 
 def test_the_new_names_are_exported():
-    for name in ("GaussianSumQuery", "LocalRandomizer", "clip_tree", "clip_tree_per_layer",
+    for name in ("GaussianSum", "LocalRandomizer", "clip_tree", "clip_tree_per_layer",
                  "gaussian_noise_tree", "tree_norm", "Pld", "Rdp", "Zcdp", "certify", "calibrate",
                  "poisson_rounds_event", "fixed_cohort_rounds_event"):  # fmt: skip
         assert getattr(privacy, name) is not None

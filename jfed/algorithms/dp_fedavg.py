@@ -1,6 +1,8 @@
 """DP-FedAvg with user-level privacy: a cohort per round, local epochs of minibatch SGD, each
 client's update clipped (flat or per layer), Gaussian noise on the sum, a fixed-denominator
 average, an optax server optimizer, and optional adaptive clipping (docs/specs/dp_fedavg.md).
+The privacy is the round's aggregator (:mod:`jfed.privacy.aggregators`): FedAvg and DP-FedAvg
+are the same round with a different aggregator.
 
 References: McMahan, Ramage, Talwar, Zhang 2018 (DP-FedAvg); Andrew, Thakkar, McMahan,
 Ramaswamy 2021 (adaptive clipping); Reddi et al. 2021 (server optimizers: FedAdam, FedYogi,
@@ -24,7 +26,13 @@ import jax.numpy as jnp
 import optax
 
 from jfed.engine.cohort import Poisson, Uniform
-from jfed.privacy.privatizers import GaussianSumQuery, gaussian_noise_tree, tree_norm
+from jfed.privacy.aggregators import (
+    CohortMean,
+    FixedDenominatorMean,
+    GaussianSum,
+    QuantileAdaptiveGaussianSum,
+)
+from jfed.privacy.privatizers import tree_norm
 
 PyTree = Any
 
@@ -44,21 +52,16 @@ class Hyperparams(NamedTuple):
       server_learning_rate: eta_s.
       server_momentum: beta_1 of the server optimizer (SGD's momentum; Adam's and Yogi's first
         moment decay; unused by Adagrad).
-      clip: C_0, the clip norm of round 0 (fixed unless adaptive clipping is on).
-      update_noise: z_delta, the noise std on the sum of updates is ``z_delta * C_t``.
-      count_noise: sigma_b, the noise std on the count of unclipped clients.
-      target_quantile: gamma, the fraction of clients adaptive clipping aims to leave unclipped.
-      clip_learning_rate: eta_C of the geometric clip update.
+      privacy: the parameters of the round's aggregator, read by it unchanged:
+        :class:`~jfed.privacy.GaussianSumParams` (clip C, noise multiplier z),
+        :class:`~jfed.privacy.AdaptiveClipParams` (C_0, z_delta, sigma_b, gamma, eta_C) or
+        :class:`~jfed.privacy.NoParams` (FedAvg).
     """
 
     client_learning_rate: jax.Array
     server_learning_rate: jax.Array
     server_momentum: jax.Array
-    clip: jax.Array
-    update_noise: jax.Array
-    count_noise: jax.Array
-    target_quantile: jax.Array
-    clip_learning_rate: jax.Array
+    privacy: Any
 
 
 class ServerState(NamedTuple):
@@ -67,14 +70,12 @@ class ServerState(NamedTuple):
     Attributes:
       params: the global model, ``{"layer": {"w": f32[in, out], "b": f32[out]}}``.
       optimizer: the server optimizer's state (optax, hyper-parameters injected).
-      clip: ``f32[]``, C_t, the clip norm the next round uses.
-      hyper: the run's :class:`Hyperparams`.
+      aggregator: the aggregator's state (the adaptive clip norm C_t; empty otherwise).
     """
 
     params: PyTree
     optimizer: PyTree
-    clip: jax.Array
-    hyper: Hyperparams
+    aggregator: PyTree
 
 
 def model_shapes(dim: int, classes: int, hidden: int) -> dict:
@@ -140,32 +141,44 @@ def server_optimizer(name: str, hyper: Hyperparams) -> optax.GradientTransformat
     )
 
 
+def aggregator_of(
+    private: bool, denominator: float, per_layer: bool = False, adaptive: bool = False
+) -> Any:
+    """DP-FedAvg's aggregator: the mean of clipped updates plus Gaussian noise over the fixed
+    denominator (``private``; quantile-adaptive clipping with ``adaptive``), or FedAvg's plain
+    mean over the cohort."""
+    if not private:
+        return CohortMean()
+    inner = (
+        QuantileAdaptiveGaussianSum(denominator, per_layer) if adaptive else GaussianSum(per_layer)
+    )
+    return FixedDenominatorMean(inner, denominator)
+
+
 @dataclass(frozen=True)
 class DPFedAvg:
-    """DP-FedAvg (``private=True``) or FedAvg with a cohort (``private=False``), one round:
+    """DP-FedAvg or FedAvg with a cohort, one round (the aggregator decides which):
 
     1. each cohort client runs ``local_epochs`` epochs of minibatch SGD (``batch`` records a step,
        its records in a fresh random order each epoch) from the server model w_t, and reports
        ``delta_k = w_k - w_t``;
-    2. private: ``delta_k`` is clipped to ``C_t`` (whole, or each tensor to ``C_t / sqrt(L)``),
-       ``b_k = 1[||delta_k|| <= C_t]``; the server adds ``N(0, (z_delta C_t)^2)`` to the sum and
-       divides by the fixed denominator (``q N`` for a Poisson cohort, ``K`` for a uniform one);
-       non-private: the plain mean over the cohort;
-    3. the server optimizer takes ``-Delta`` as its gradient;
-    4. adaptive clipping: ``b_bar = (sum_k (b_k - 1/2) + N(0, sigma_b^2)) / denominator + 1/2``
-       and ``C_{t+1} = C_t exp(-eta_C (b_bar - gamma))``.
+    2. the aggregator (:func:`aggregator_of`) releases the average: DP-FedAvg clips ``delta_k``
+       to ``C_t`` (whole, or each tensor to ``C_t / sqrt(L)``), adds ``N(0, (z_delta C_t)^2)`` to
+       the sum and divides by the fixed denominator (``q N`` for a Poisson cohort, ``K`` for a
+       uniform one), and with adaptive clipping moves ``C_t`` towards the target quantile
+       (:class:`~jfed.privacy.QuantileAdaptiveGaussianSum`); FedAvg takes the plain mean over
+       the cohort (:class:`~jfed.privacy.CohortMean`);
+    3. the server optimizer takes ``-Delta`` as its gradient.
 
     Attributes (static):
       dim, classes, hidden: the model (``hidden = 0``: logistic regression).
       n_max: the most records a client holds (the local epoch's static number of steps is
         ``ceil(n_max / batch)``; steps past a client's own records do nothing).
       cohort: :class:`~jfed.engine.Uniform` or :class:`~jfed.engine.Poisson`.
-      denominator: ``q N`` (Poisson) or ``K`` (uniform): the fixed denominator.
+      aggregator: a static aggregator whose release is the round's average
+        (:func:`aggregator_of`).
       local_epochs: E >= 1.
       batch: B >= 1 records per local step.
-      private: clip, noise and the fixed denominator (else FedAvg's plain cohort mean).
-      per_layer: clip each tensor to ``C / sqrt(L)`` instead of the whole update to C.
-      adaptive: update the clip norm towards the target quantile.
       optimizer: one of :data:`SERVER_OPTIMIZERS`.
     """
 
@@ -173,19 +186,16 @@ class DPFedAvg:
     classes: int
     n_max: int
     cohort: Uniform | Poisson
-    denominator: float
+    aggregator: Any
     local_epochs: int = 1
     batch: int = 10
-    private: bool = True
-    per_layer: bool = False
-    adaptive: bool = False
     optimizer: str = "sgd"
     hidden: int = 0
 
     def init(self, hyper: Hyperparams, key: jax.Array) -> ServerState:
         params = init_params(key, self.dim, self.classes, self.hidden)
         opt_state = server_optimizer(self.optimizer, hyper).init(params)
-        return ServerState(params, opt_state, jnp.asarray(hyper.clip, jnp.float32), hyper)
+        return ServerState(params, opt_state, self.aggregator.init(hyper.privacy, params))
 
     # -- one client
     def local_update(self, params: PyTree, records: Any, key: jax.Array, learning_rate) -> PyTree:
@@ -215,54 +225,34 @@ class DPFedAvg:
         local, _ = jax.lax.scan(epoch, params, jax.random.split(key, self.local_epochs))
         return jax.tree.map(jnp.subtract, local, params)
 
-    def client(self, broadcast: tuple, records: Any, key: jax.Array) -> dict:
-        """One client's message: its (clipped) update, ``b_k - 1/2``, whether it was clipped,
-        and its update's norm before clipping."""
-        params, clip, learning_rate = broadcast
-        delta = self.local_update(params, records, key, learning_rate)
-        norm = tree_norm(delta)
-        if self.private:
-            delta, clipped = GaussianSumQuery(self.per_layer).preprocess(delta, clip)
-        else:
-            clipped = (norm > clip).astype(jnp.float32)
-        below = (norm <= clip).astype(jnp.float32)
-        return {"update": delta, "below": below - 0.5, "clipped": clipped, "norm": norm}
+    def client(self, broadcast: tuple, records: Any, key: jax.Array) -> PyTree:
+        """One client's update ``delta_k`` (the aggregator clips it)."""
+        params, learning_rate = broadcast
+        return self.local_update(params, records, key, learning_rate)
 
     # -- one round
-    def round(self, state: ServerState, key: jax.Array, clients) -> tuple[ServerState, dict]:
-        params, opt_state, clip, hyper = state
-        sums, info = clients(
-            self.client, (params, clip, hyper.client_learning_rate), cohort=self.cohort
-        )
-        size = info.size.astype(jnp.float32)
-        update_key, count_key = jax.random.split(key)
-        if self.private:
-            total = GaussianSumQuery(self.per_layer).noised_sum(
-                update_key, sums["update"], clip, hyper.update_noise
-            )
-            average = jax.tree.map(lambda s: s / self.denominator, total)
-        else:
-            average = jax.tree.map(lambda s: s / jnp.maximum(size, 1.0), sums["update"])
+    def round(
+        self, state: ServerState, hyper: Hyperparams, key: jax.Array, clients: Any
+    ) -> tuple[ServerState, dict]:
+        cohort = clients.sample(self.cohort)
+        average, aggregator_state, diagnostics = cohort.aggregate(
+            self.aggregator, hyper.privacy, state.aggregator, self.client,
+            (state.params, hyper.client_learning_rate), key,
+        )  # fmt: skip
         pseudo_gradient = jax.tree.map(jnp.negative, average)
         tx = server_optimizer(self.optimizer, hyper)
-        updates, opt_state = tx.update(pseudo_gradient, opt_state, params)
-        new_params = optax.apply_updates(params, updates)
-        next_clip = clip
-        if self.adaptive:
-            noise = gaussian_noise_tree(count_key, sums["below"], hyper.count_noise)
-            unclipped = (sums["below"] + noise) / self.denominator + 0.5
-            next_clip = clip * jnp.exp(
-                -hyper.clip_learning_rate * (unclipped - hyper.target_quantile)
-            )
+        updates, opt_state = tx.update(pseudo_gradient, state.optimizer, state.params)
+        new_params = optax.apply_updates(state.params, updates)
+        size = jnp.maximum(cohort.info.size.astype(jnp.float32), 1.0)
         infos = {
-            "clip": clip,
-            "clipped_fraction": sums["clipped"] / jnp.maximum(size, 1.0),
-            "mean_update_norm": sums["norm"] / jnp.maximum(size, 1.0),
-            "cohort_size": info.size,
-            "overflow": info.overflow,
+            "clip": diagnostics["clip"],
+            "clipped_fraction": diagnostics["clipped_count"] / size,
+            "mean_update_norm": diagnostics["norm_sum"] / size,
+            "cohort_size": cohort.info.size,
+            "overflow": cohort.info.overflow,
             "server_update_norm": tree_norm(average),
         }
-        return ServerState(new_params, opt_state, next_clip, hyper), infos
+        return ServerState(new_params, opt_state, aggregator_state), infos
 
 
 def accuracy(params: PyTree, X: jax.Array, y: jax.Array) -> jax.Array:

@@ -102,12 +102,11 @@ def plan(
 
 
 class State(NamedTuple):
-    """``theta: f32[d]``, ``theta_sum: f32[d]``, ``rounds_done: i32[]``, hyper-parameters."""
+    """``theta: f32[d]``, ``theta_sum: f32[d]``, ``rounds_done: i32[]``."""
 
     theta: jax.Array
     theta_sum: jax.Array
     rounds_done: jax.Array
-    hyperparams: Hyperparams
 
 
 class RoundInfo(NamedTuple):
@@ -143,20 +142,21 @@ class FedAvg:
         check_int_range("dim", self.dim, 1, 10**6)
 
     def init(self, hp: Hyperparams, key: jax.Array) -> State:
-        del key
+        del hp, key
         zeros = jnp.zeros(self.dim, jnp.float32)
-        return State(zeros, zeros, jnp.int32(0), hp)
+        return State(zeros, zeros, jnp.int32(0))
 
-    def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
+    def round(
+        self, state: State, hp: Hyperparams, key: jax.Array, clients
+    ) -> tuple[State, RoundInfo]:
         del key
-        hp = state.hyperparams
 
         def statistic(messages, weights):
             gradients, clipped = messages
             return jnp.sum(gradients, 0), jnp.sum(clipped), jnp.sum(weights)
 
         message = partial(client_message, randomizer=self.randomizer)
-        gradient_sum, clipped, count = clients(message, (state.theta, hp), statistic)
+        gradient_sum, clipped, count = clients.sum(message, (state.theta, hp), statistic)
         theta = project_to_ball(state.theta - hp.learning_rate * gradient_sum / count, hp.radius)
-        new_state = State(theta, state.theta_sum + theta, state.rounds_done + 1, hp)
+        new_state = State(theta, state.theta_sum + theta, state.rounds_done + 1)
         return new_state, RoundInfo(theta, clipped / count)

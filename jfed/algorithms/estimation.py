@@ -171,9 +171,10 @@ class MeanEstimation:
             return True
         return self.model == "gaussian" and self.setting in ("central-item", "federated")
 
-    def init(self, hp: Hyperparams, key: jax.Array) -> Hyperparams:
-        del key
-        return hp
+    def init(self, hp: Hyperparams, key: jax.Array) -> tuple:
+        """No server state: every round reads the run's hyper-parameters."""
+        del hp, key
+        return ()
 
     # -- the site side: written for one site --------------------------------------------------
 
@@ -216,9 +217,11 @@ class MeanEstimation:
 
     # -- the server side ----------------------------------------------------------------------
 
-    def round(self, hp: Hyperparams, key: jax.Array, clients) -> tuple[Hyperparams, Info]:
+    def round(
+        self, state: tuple, hp: Hyperparams, key: jax.Array, clients
+    ) -> tuple[tuple, Info]:
         estimate, clipped = getattr(self, "_" + self.setting.replace("-", "_"))(hp, key, clients)
-        return hp, Info(estimate - hp.mean, clipped)
+        return state, Info(estimate - hp.mean, clipped)
 
     def _present(self, hp, site_id):
         return (site_id < hp.sites).astype(jnp.float32)
@@ -229,7 +232,7 @@ class MeanEstimation:
             present = self._present(hp, site_id)
             return present * total, present * clipped
 
-        total, clipped = clients(site, hp)
+        total, clipped = clients.sum(site, hp)
         count = (hp.sites * hp.units).astype(jnp.float32)
         return total / count, clipped / count
 
@@ -250,7 +253,7 @@ class MeanEstimation:
             present = self._present(hp, site_id)
             return present * release, present * clipped / hp.units
 
-        total, clipped = clients(site, hp)
+        total, clipped = clients.sum(site, hp)
         sites = hp.sites.astype(jnp.float32)
         return total / sites, clipped / sites
 
@@ -268,7 +271,7 @@ class MeanEstimation:
             inside = member(hp, site_id).astype(jnp.float32)
             return inside * value, inside * clipped, inside
 
-        return clients(site, (hp, low, high))
+        return clients.sum(site, (hp, low, high))
 
     def _local_user_small(self, hp, key, clients):
         locating = hp.sites // 2  # sites [0, S/2) locate, the rest estimate
@@ -278,7 +281,7 @@ class MeanEstimation:
             inside = (site_id < locating).astype(jnp.float32)
             return inside * (value + self.site_noise(hp, key, 0, hp.first_noise)), inside * clipped
 
-        total, clipped_first = clients(first, hp)
+        total, clipped_first = clients.sum(first, hp)
         center = total / jnp.maximum(locating, 1).astype(jnp.float32)
         total, clipped, count = self._clipped_means(
             clients, hp, center - hp.width, center + hp.width,
@@ -292,7 +295,7 @@ class MeanEstimation:
             present = self._present(hp, site_id)
             return present * value, present * clipped
 
-        total, clipped_first = clients(first, hp)
+        total, clipped_first = clients.sum(first, hp)
         sites = hp.sites.astype(jnp.float32)
         first_key, second_key = jax.random.split(key)
         center = total / sites + noise(first_key, self.mechanism, hp.first_noise)
@@ -323,7 +326,7 @@ class MeanEstimation:
         def search(stage, interval):
             low, high = interval
             middle = (low + high) / 2.0
-            above, voters = clients(vote, (hp, middle, stage))
+            above, voters = clients.sum(vote, (hp, middle, stage))
             quarter = (high - low) / 4.0
             # either half keeps a mean near the middle; a tie is settled by a fair public coin
             # (the server's key, no privacy cost): "ties go up" drifted the search upward, a

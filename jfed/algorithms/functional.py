@@ -149,9 +149,10 @@ class FunctionalMean:
     max_observations: int
     iterations: int
 
-    def init(self, hp: Hyperparams, key: jax.Array) -> Hyperparams:
-        del key
-        return hp
+    def init(self, hp: Hyperparams, key: jax.Array) -> tuple:
+        """No server state: every round reads the run's hyper-parameters."""
+        del hp, key
+        return ()
 
     def function_projection(self, hp: Hyperparams, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         """One function's clipped projection ``h: f32[MAX_TERMS]`` and how many coordinates were
@@ -207,9 +208,11 @@ class FunctionalMean:
         )
         return inside + outside
 
-    def round(self, hp: Hyperparams, key: jax.Array, clients) -> tuple[Hyperparams, Info]:
+    def round(
+        self, state: tuple, hp: Hyperparams, key: jax.Array, clients
+    ) -> tuple[tuple, Info]:
         del key
-        total, quiet, clipped, servers = clients(self.server, hp)
+        total, quiet, clipped, servers = clients.sum(self.server, hp)
         coordinates = servers * hp.functions.astype(jnp.float32) * hp.terms.astype(jnp.float32)
-        return hp, Info(self.squared_error(hp, total / servers),
+        return state, Info(self.squared_error(hp, total / servers),
                         self.squared_error(hp, quiet / servers), clipped / coordinates)  # fmt: skip

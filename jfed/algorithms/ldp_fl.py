@@ -40,7 +40,6 @@ from jax.flatten_util import ravel_pytree
 
 from jfed import catalog
 from jfed._random import stream_key
-from jfed.engine.aggregate import sum_messages
 from jfed.engine.cohort import Uniform
 from jfed.privacy import two_point
 from jfed.privacy.shuffle import split_and_shuffle
@@ -190,10 +189,9 @@ def hyperparams(
 
 
 class State(NamedTuple):
-    """``weights: f32[P]``, the global model flattened; ``hyperparams``."""
+    """``weights: f32[P]``, the global model flattened."""
 
     weights: jax.Array
-    hyperparams: Hyperparams
 
 
 class RoundInfo(NamedTuple):
@@ -313,8 +311,9 @@ class LDPFL:
         return unravel, tensors, int(sum(sizes))
 
     def init(self, hp: Hyperparams, key: jax.Array) -> State:
+        del hp
         flat, _ = ravel_pytree(self.initial_params(key))
-        return State(flat.astype(jnp.float32), hp)
+        return State(flat.astype(jnp.float32))
 
     def local_training(self, weights: jax.Array, features, targets, learning_rate, key):
         """E epochs of minibatch SGD from ``weights: f32[P]`` on one client's ``features:
@@ -344,8 +343,9 @@ class LDPFL:
             carry, _ = epoch(carry, epoch_key)
         return carry[0]
 
-    def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
-        hp = state.hyperparams
+    def round(
+        self, state: State, hp: Hyperparams, key: jax.Array, clients
+    ) -> tuple[State, RoundInfo]:
         _, randomizer_key, _ = jax.random.split(key, 3)
         randomizer = None
         if self.private:
@@ -363,12 +363,12 @@ class LDPFL:
             return perturbed_report(broadcast.randomizer, view.silo_id, trained)
 
         # summed over the cohort: the mean a split-and-shuffled transcript gives
-        total, _ = clients(client, broadcast, sum_messages, cohort=Uniform(self.selected))
+        total = clients.sample(Uniform(self.selected)).sum(client, broadcast)
         weights = total.weights / self.selected
         positions = self.unravel()[2]
         clipped = total.clipped / (self.selected * positions)
         radius = hp.radius if self.private else jnp.float32(0.0)
-        return State(weights, hp), RoundInfo(weights, radius, clipped)
+        return State(weights), RoundInfo(weights, radius, clipped)
 
     def center(self, weights: jax.Array, hp: Hyperparams) -> jax.Array:
         """The range's center: the declared c (``fixed``), or the global ``weights: f32[P]``

@@ -256,12 +256,8 @@ def largest_reachable_epsilon(delta: float, rounds: int, accountant: AccountantS
     largest_shift = PRIVATE_NORMAL_REACH - NormalDist().inv_cdf(1.0 - tail)
     if largest_shift <= 0:
         return 0.0
-    composer = getattr(accountant, "gaussian_composer", None)
-    if composer is not None:
-        epsilon = composer("bounded").add_gaussian(1.0 / largest_shift, rounds).epsilon(delta)
-    else:
-        event = gaussian_rounds_event(1.0 / largest_shift, rounds)
-        epsilon = spent(event, delta, accountant=accountant, adjacency="bounded")
+    event = gaussian_rounds_event(1.0 / largest_shift, rounds)
+    epsilon = spent(event, delta, accountant=accountant, adjacency="bounded")
     digits = 10 ** (3 - math.floor(math.log10(epsilon)))
     return math.floor(epsilon * digits * (1 - 1e-9)) / digits
 
@@ -441,13 +437,11 @@ class State(NamedTuple):
       theta: ``f32[d]``, the current (last) iterate.
       theta_sum: ``f32[d]``, sum of the iterates after each round (for the average).
       rounds_done: ``i32[]``.
-      hyperparams: the run's :class:`Hyperparams` (carried, unchanged).
     """
 
     theta: jax.Array
     theta_sum: jax.Array
     rounds_done: jax.Array
-    hyperparams: Hyperparams
 
     @property
     def theta_average(self) -> jax.Array:
@@ -502,27 +496,28 @@ class Iterative(_Config):
     """
 
     def init(self, hp: Hyperparams, key: jax.Array) -> State:
-        del key
+        del hp, key
         zeros = jnp.zeros(self.dim, jnp.float32)
-        return State(zeros, zeros, jnp.int32(0), hp)
+        return State(zeros, zeros, jnp.int32(0))
 
-    def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
-        broadcast = _broadcast(state.hyperparams, key, self.dim, self.directions)
-        stats = clients(client_message, broadcast, second_moments)
-        return self.server_step(state, broadcast, stats)
+    def round(
+        self, state: State, hp: Hyperparams, key: jax.Array, clients
+    ) -> tuple[State, RoundInfo]:
+        broadcast = _broadcast(hp, key, self.dim, self.directions)
+        stats = clients.sum(client_message, broadcast, second_moments)
+        return self.server_step(state, hp, broadcast, stats)
 
     def server_step(
-        self, state: State, broadcast: Broadcast, stats: SecondMoments
+        self, state: State, hp: Hyperparams, broadcast: Broadcast, stats: SecondMoments
     ) -> tuple[State, RoundInfo]:
         """The server's update from the summed messages of one round."""
-        hp = state.hyperparams
         S_hat, b_hat = debias(stats, broadcast)
         lambda_max = jnp.maximum(jnp.linalg.eigvalsh(S_hat)[-1], 0.0)
         step_size = hp.step_scale / jnp.maximum(lambda_max, hp.step_floor)
         theta = project_to_ball(
             state.theta - step_size * gradient_estimate(S_hat, b_hat, state.theta), hp.radius
         )
-        new_state = State(theta, state.theta_sum + theta, state.rounds_done + 1, hp)
+        new_state = State(theta, state.theta_sum + theta, state.rounds_done + 1)
         info = RoundInfo(theta, step_size, lambda_max, stats.clipped / stats.count)
         return new_state, info
 
@@ -533,12 +528,10 @@ class OneShotState(NamedTuple):
     Attributes:
       theta: ``f32[d]``, ``(S_hat + lambda I)^{-1} b_hat``.
       theta_psd: ``f32[d]``, the same with ``S_hat`` replaced by its PSD part.
-      hyperparams: the run's :class:`Hyperparams`.
     """
 
     theta: jax.Array
     theta_psd: jax.Array
-    hyperparams: Hyperparams
 
 
 @dataclass(frozen=True)
@@ -551,20 +544,19 @@ class OneShot(_Config):
     """
 
     def init(self, hp: Hyperparams, key: jax.Array) -> OneShotState:
-        del key
+        del hp, key
         zeros = jnp.zeros(self.dim, jnp.float32)
-        return OneShotState(zeros, zeros, hp)
+        return OneShotState(zeros, zeros)
 
-    def round(self, state: OneShotState, key: jax.Array, clients):
-        broadcast = _broadcast(state.hyperparams, key, self.dim, self.directions)
-        stats = clients(client_message, broadcast, second_moments)
-        return self.server_step(state, broadcast, stats)
+    def round(self, state: OneShotState, hp: Hyperparams, key: jax.Array, clients):
+        broadcast = _broadcast(hp, key, self.dim, self.directions)
+        stats = clients.sum(client_message, broadcast, second_moments)
+        return self.server_step(state, hp, broadcast, stats)
 
     def server_step(
-        self, state: OneShotState, broadcast: Broadcast, stats: SecondMoments
+        self, state: OneShotState, hp: Hyperparams, broadcast: Broadcast, stats: SecondMoments
     ) -> tuple[OneShotState, RoundInfo]:
         """The ridge solves from the summed messages of the single round."""
-        hp = state.hyperparams
         S_hat, b_hat = debias(stats, broadcast)
         ridge = hp.ridge * jnp.eye(self.dim, dtype=S_hat.dtype)
         theta = jnp.linalg.solve(S_hat + ridge, b_hat)
@@ -572,7 +564,7 @@ class OneShot(_Config):
         theta_psd = jnp.linalg.solve(S_psd + ridge, b_hat)
         lambda_max = jnp.linalg.eigvalsh(S_psd)[-1]
         info = RoundInfo(theta, jnp.float32(0.0), lambda_max, stats.clipped / stats.count)
-        return OneShotState(theta, theta_psd, hp), info
+        return OneShotState(theta, theta_psd), info
 
 
 @dataclass(frozen=True)
@@ -616,19 +608,19 @@ class SharedNoise:
     def init(self, hp: Hyperparams, key: jax.Array):
         return jax.vmap(lambda h: self.estimator.init(h, key))(hp)
 
-    def round(self, states, key: jax.Array, clients):
-        shared = jax.tree.map(lambda leaf: leaf[0], states.hyperparams)
+    def round(self, states, hp: Hyperparams, key: jax.Array, clients):
+        shared = jax.tree.map(lambda leaf: leaf[0], hp)
         estimator = self.estimator
         broadcast = _broadcast(shared, key, estimator.dim, estimator.directions)
-        joint = clients(signal_and_noise_message, broadcast, second_moments)
+        joint = clients.sum(signal_and_noise_message, broadcast, second_moments)
 
-        def step(state):
-            sigma = state.hyperparams.noise_std
+        def step(state, level):
+            sigma = level.noise_std
             return estimator.server_step(
-                state, broadcast._replace(noise_std=sigma), moments_at_noise(joint, sigma)
+                state, level, broadcast._replace(noise_std=sigma), moments_at_noise(joint, sigma)
             )
 
-        return jax.vmap(step)(states)
+        return jax.vmap(step)(states, hp)
 
 
 # ----------------------------------------------------------------------------- audit

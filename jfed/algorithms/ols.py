@@ -43,9 +43,9 @@ class LeastSquares:
         del key
         return State(jnp.zeros(self.dim, jnp.float32), jnp.asarray(ridge, jnp.float32))
 
-    def round(self, state: State, key: jax.Array, clients):
-        del key
-        stats = clients(client_message, None, second_moments)
+    def round(self, state: State, hyper: jax.Array, key: jax.Array, clients):
+        del hyper, key
+        stats = clients.sum(client_message, None, second_moments)
         S = stats.zz / stats.count + state.ridge * jnp.eye(self.dim, dtype=stats.zz.dtype)
         theta = jnp.linalg.solve(S, stats.zy / stats.count)
         return State(theta, state.ridge), theta

@@ -32,7 +32,7 @@ import numpy as np
 from jfed import catalog
 from jfed._validation import check_int_range, check_open_unit, check_positive
 from jfed.privacy import (
-    AdvancedCompositionAccountant,
+    AdvancedComposition,
     ApproximateDpEvent,
     Pld,
     analytic_gaussian_noise,
@@ -225,10 +225,10 @@ def shuffle_noise(
     def chain(epsilon0: float):
         delta0 = delta / (3 * rounds * messages * (math.exp(epsilon0) + 1) * 1.5)
         eps_round, delta_round = shuffle_epsilon(epsilon0, messages, delta_shuffle, delta0)
-        composition = AdvancedCompositionAccountant().compose(
+        composition = AdvancedComposition().compose(
             ApproximateDpEvent(eps_round, delta_round), rounds
         )
-        return composition.epsilon(delta), delta0, eps_round
+        return composition.get_epsilon(delta), delta0, eps_round
 
     candidates = np.array(limit)
     if chain(limit)[0] > epsilon:

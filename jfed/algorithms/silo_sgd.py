@@ -175,7 +175,6 @@ class State(NamedTuple):
       averaged: ``f32[]``, how many iterates are in ``w_sum``.
       round: ``i32[]``, rounds done.
       batch_key: key of the one-pass batch permutations (fixed for the run).
-      hyperparams: the run's :class:`Hyperparams`.
     """
 
     w: jax.Array
@@ -184,7 +183,6 @@ class State(NamedTuple):
     averaged: jax.Array
     round: jax.Array
     batch_key: jax.Array
-    hyperparams: Hyperparams
 
     @property
     def w_average(self) -> jax.Array:
@@ -244,7 +242,8 @@ class _SiloConfig:
 
     def init(self, hp: Hyperparams, key: jax.Array) -> State:
         zeros = jnp.zeros(self.param_dim, jnp.float32)
-        return State(zeros, zeros, zeros, jnp.float32(0), jnp.int32(0), key, hp)
+        del hp
+        return State(zeros, zeros, zeros, jnp.float32(0), jnp.int32(0), key)
 
     def _mask(self, key: jax.Array) -> jax.Array:
         return availability_mask(key, self.n_silos, self.availability, self.available)
@@ -259,7 +258,6 @@ class _SiloConfig:
             state.averaged + in_window,
             state.round + 1,
             state.batch_key,
-            state.hyperparams,
         )
         return new_state, RoundInfo(w_ag, available, clipped / jnp.maximum(available, 1.0))
 
@@ -298,10 +296,11 @@ class NoisyMBSGD(_SiloConfig):
 
     sampling: str = "with-replacement"
 
-    def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
-        hp = state.hyperparams
+    def round(
+        self, state: State, hp: Hyperparams, key: jax.Array, clients
+    ) -> tuple[State, RoundInfo]:
         client = partial(_mbsgd_client, self.loss, self.batch, self.sampling)
-        gradient_sum, available, clipped = clients(
+        gradient_sum, available, clipped = clients.sum(
             client, (state.w, self._mask(key), hp), _available_sum
         )
         w = _server_step(state.w, gradient_sum, available, hp.step_size, hp.radius)
@@ -387,8 +386,9 @@ class AcceleratedMBSGD(_SiloConfig):
         stage = jnp.sum(round_index >= starts) - 1
         return round_index - starts[stage]
 
-    def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
-        hp = state.hyperparams
+    def round(
+        self, state: State, hp: Hyperparams, key: jax.Array, clients
+    ) -> tuple[State, RoundInfo]:
         t_local = self._stage_round(state.round)
         restart = (t_local == 0) & (state.round > 0)
         w = jnp.where(restart, state.w_ag, state.w)
@@ -404,7 +404,7 @@ class AcceleratedMBSGD(_SiloConfig):
         else:
             client = partial(_mbsgd_client, self.loss, self.batch, self.sampling)
             broadcast = (w_md, mask, hp)
-        gradient_sum, available, clipped = clients(client, broadcast, _available_sum)
+        gradient_sum, available, clipped = clients.sum(client, broadcast, _available_sum)
         gradient_sum = gradient_sum + hp.ridge * w_md * available
         w_new = _server_step(w, gradient_sum, available, gamma, hp.radius)
         w_ag_new = w_new / beta + (1.0 - 1.0 / beta) * w_ag
@@ -432,10 +432,11 @@ class ShuffleMBSGD(_SiloConfig):
     so the simulation averages directly. ``noise_std`` is per record (sigma0).
     """
 
-    def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
-        hp = state.hyperparams
+    def round(
+        self, state: State, hp: Hyperparams, key: jax.Array, clients
+    ) -> tuple[State, RoundInfo]:
         client = partial(_shuffle_client, self.loss, self.batch)
-        gradient_sum, available, clipped = clients(
+        gradient_sum, available, clipped = clients.sum(
             client, (state.w, self._mask(key), hp), _available_sum
         )
         w = _server_step(state.w, gradient_sum / self.batch, available, hp.step_size, hp.radius)
@@ -490,10 +491,11 @@ class LocalSGD(_SiloConfig):
                 "'poisson'"
             )
 
-    def round(self, state: State, key: jax.Array, clients) -> tuple[State, RoundInfo]:
-        hp = state.hyperparams
+    def round(
+        self, state: State, hp: Hyperparams, key: jax.Array, clients
+    ) -> tuple[State, RoundInfo]:
         client = partial(_local_sgd_client, self.loss, self.batch, self.sampling)
-        iterate_sum, available, clipped = clients(
+        iterate_sum, available, clipped = clients.sum(
             client, (state.w, self._mask(key), hp), _available_sum
         )
         average = project_to_ball(iterate_sum / jnp.maximum(available, 1.0), hp.radius)

@@ -1,10 +1,11 @@
 """Engine: the only place that knows how clients are batched, streamed, reduced and sharded."""
 
 from jfed.engine import cohort, distributed
-from jfed.engine.aggregate import aggregate, stack_messages, sum_messages
+from jfed.engine.aggregate import aggregate, aggregate_cohort, stack, stack_cohort, sum_messages
+from jfed.engine.clients import Clients, CohortView, Ledger, Release, trace_releases
 from jfed.engine.cohort import All, CohortInfo, Poisson, Uniform, draw_cohort
 from jfed.engine.keys import as_key, client_key, cohort_key, round_key, run_streams
-from jfed.engine.loop import Algorithm, Clients, run_rounds, simulate
+from jfed.engine.loop import Algorithm, run_rounds, simulate
 from jfed.engine.plan import CLIENT_AXIS, ExecutionPlan, client_mesh
 
 __all__ = [
@@ -13,10 +14,14 @@ __all__ = [
     "All",
     "Clients",
     "CohortInfo",
+    "CohortView",
     "ExecutionPlan",
+    "Ledger",
     "Poisson",
+    "Release",
     "Uniform",
     "aggregate",
+    "aggregate_cohort",
     "as_key",
     "client_key",
     "client_mesh",
@@ -28,6 +33,8 @@ __all__ = [
     "run_rounds",
     "run_streams",
     "simulate",
-    "stack_messages",
+    "stack",
+    "stack_cohort",
     "sum_messages",
+    "trace_releases",
 ]

@@ -9,6 +9,11 @@ of blocks run on different devices and the partial totals are summed with ``psum
 
 A round may ask for a cohort (:mod:`jfed.engine.cohort`): then only the cohort's ids are streamed,
 through the same fixed-width chunks, so the round costs O(capacity), not O(population).
+
+Four entry points, each with one return type: :func:`aggregate` (a statistic summed over every
+client), :func:`stack` (every client's message, stacked), and their cohort forms
+:func:`aggregate_cohort` and :func:`stack_cohort` (over a drawn cohort). An algorithm reaches
+them through :class:`jfed.engine.Clients`.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from jfed.data.population import Population, Record
-from jfed.engine.cohort import All, Cohort, CohortInfo, cohort_capacity, draw_cohort
-from jfed.engine.keys import client_key, cohort_key
+from jfed.engine.cohort import CohortInfo
+from jfed.engine.keys import client_key
 from jfed.engine.plan import CLIENT_AXIS, ExecutionPlan
 
 PyTree = Any
@@ -36,18 +41,6 @@ def sum_messages(messages: PyTree, weights: jax.Array) -> PyTree:
     """The default statistic: the sum of the messages of a chunk (padding is already zero)."""
     del weights
     return jax.tree.map(lambda m: jnp.sum(m, axis=0), messages)
-
-
-def stack_messages(messages: PyTree, weights: jax.Array) -> PyTree:
-    """A statistic that keeps every client's message: pass it to ``clients`` (or
-    :func:`aggregate`) to get the messages stacked in client order, every leaf ``[n_clients,
-    ...]``, instead of a sum. For algorithms whose server needs each report (e.g. to perturb and
-    shuffle them); memory is O(n_clients x message), so keep it for few, heavy clients.
-
-    Called on one chunk it returns that chunk's messages; :func:`aggregate` recognises it and
-    fills the stack chunk by chunk rather than summing zero-padded buffers of the whole stack."""
-    del weights
-    return messages
 
 
 def _tree_add(a: PyTree, b: PyTree) -> PyTree:
@@ -155,64 +148,37 @@ def aggregate(
     key: jax.Array,
     plan: ExecutionPlan,
     statistic: Statistic = sum_messages,
-    cohort: Cohort | None = None,
-) -> PyTree | tuple[PyTree, CohortInfo]:
-    """Sum a statistic of every client's message over the whole population, or over a cohort.
+) -> PyTree:
+    """Sum a statistic of every client's message over the whole population.
 
-    Traceable (call it inside ``jit``); ``plan``, ``cohort`` and the population size are static.
+    Traceable (call it inside ``jit``); ``plan`` and the population size are static.
 
     Args:
       client_fn: ``client_fn(broadcast, record, key) -> message`` for ONE client; ``record`` is
-        ``(x: f32[d], y: f32[])``; the message is any pytree of arrays.
+        the population's record of that client; the message is any pytree of arrays.
       broadcast: what the server sends to every client this round (pytree, replicated).
       population: the clients (:class:`~jfed.data.ArrayClients` or a procedural population).
       key: this round's client root key; client ``i`` gets ``client_key(key, i)`` (its stream).
       plan: block and chunk sizes, optional mesh.
       statistic: ``statistic(messages, weights) -> stats`` for one chunk, where every message leaf
         has a leading axis of ``chunk_size`` and ``weights: f32[chunk_size]`` is 1 for real
-        clients and 0 for padding (whose messages are zero). Must be additive over chunks, or be
-        :func:`stack_messages`.
-      cohort: ``None`` (every client; returns the statistic alone, as always), or a cohort kind
-        from :mod:`jfed.engine.cohort`: :class:`~jfed.engine.cohort.All`,
-        :class:`~jfed.engine.cohort.Uniform` or :class:`~jfed.engine.cohort.Poisson`. The
-        cohort is drawn from ``fold_in(key, COHORT_STREAM)`` (:func:`~jfed.engine.keys.cohort_key`)
-        and only its clients are computed, each with its usual key ``client_key(key, id)``, so a
-        client's message does not depend on who else was drawn. The plan is refitted to the
-        cohort's capacity (:meth:`ExecutionPlan.fitted`), so a cohort of 100 is vmapped 104
-        wide, not 4,096.
+        clients and 0 for padding (whose messages are zero). Must be additive over chunks.
 
     Returns:
-      Without a cohort: the sum over all chunks of ``statistic``, a pytree like one chunk's
-      statistic; with :func:`stack_messages`, every client's message stacked in client order.
-      With a cohort: ``(statistic, info)`` with :class:`~jfed.engine.cohort.CohortInfo` ``info``;
-      the statistic sums over the cohort only, and with :func:`stack_messages` its leaves are
-      ``[capacity, ...]`` in cohort order (row j is client ``info.ids[j]``; rows past
-      ``info.size`` are zero).
+      The sum over all chunks of ``statistic``, a pytree like one chunk's statistic.
 
     Example:
-      >>> total, info = aggregate(client_fn, broadcast, population, key, plan,
-      ...                         cohort=Poisson(rate=1e-4))  # doctest: +SKIP
+      >>> total = aggregate(client_fn, broadcast, population, key, plan)  # doctest: +SKIP
     """
-    if cohort is not None:
-        if isinstance(cohort, All):
-            n = population.n_clients
-            total = aggregate(client_fn, broadcast, population, key, plan, statistic)
-            return total, CohortInfo(jnp.int32(n), jnp.int32(0), jnp.int32(n), None)
-        return _sampled(client_fn, broadcast, population, key, plan, statistic, cohort)
     n_clients = population.n_clients
     per_pass = plan.block_size * plan.n_shards
     blocks_per_shard = -(-n_clients // per_pass)
-    if statistic is stack_messages:
-        return _stacked(client_fn, broadcast, population, key, plan, blocks_per_shard * per_pass)
     block_ids = jnp.arange(blocks_per_shard * plan.n_shards, dtype=jnp.int32)
     any_padding = blocks_per_shard * per_pass > n_clients
     fold = partial(_block_fold, client_fn, statistic, plan, n_clients, any_padding)
 
     def local_total(local_block_ids, broadcast, population, key):
-        zero_shape = jax.eval_shape(
-            partial(_chunk_stat_shape, client_fn, statistic, plan), broadcast, population, key
-        )
-        zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_shape)
+        zero = _zero_statistic(client_fn, statistic, plan, broadcast, population, key)
         total, _ = lax.scan(
             lambda c, b: (fold(c, b, broadcast, population, key), None), zero, local_block_ids
         )
@@ -234,19 +200,31 @@ def aggregate(
     )(block_ids, broadcast, population, key)
 
 
-def _stacked(
+def _zero_statistic(client_fn, statistic, plan, broadcast, population, key) -> PyTree:
+    zero_shape = jax.eval_shape(
+        partial(_chunk_stat_shape, client_fn, statistic, plan), broadcast, population, key
+    )
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_shape)
+
+
+def stack(
     client_fn: ClientFn,
     broadcast: PyTree,
     population: Population,
     key: jax.Array,
     plan: ExecutionPlan,
-    padded: int,
 ) -> PyTree:
-    """Every client's message in client order (``[n_clients, ...]`` leaves): the chunks' messages
-    are the outputs of the scan over chunks (each shard scans its contiguous range), so the stack
-    is written once, never summed. Chunks keep their fixed width, so a message is the same bits
-    for every block size and device count."""
+    """Every client's message in client order (``[n_clients, ...]`` leaves), for algorithms
+    whose server needs each report (e.g. to perturb and shuffle them); memory is
+    O(n_clients x message), so keep it for few, heavy clients.
+
+    The chunks' messages are the outputs of the scan over chunks (each shard scans its
+    contiguous range), so the stack is written once, never summed. Chunks keep their fixed
+    width, so a message is the same bits for every block size and device count. Arguments as
+    :func:`aggregate`."""
     n_clients = population.n_clients
+    per_pass = plan.block_size * plan.n_shards
+    padded = -(-n_clients // per_pass) * per_pass
     chunk_ids = jnp.arange(padded, dtype=jnp.int32).reshape(-1, plan.chunk_size)
 
     def local_stack(local_chunk_ids, broadcast, population, key):
@@ -271,35 +249,63 @@ def _stacked(
     return jax.tree.map(lambda m: m[:n_clients], stacked)
 
 
-def _sampled(
+def aggregate_cohort(
     client_fn: ClientFn,
     broadcast: PyTree,
     population: Population,
     key: jax.Array,
     plan: ExecutionPlan,
-    statistic: Statistic,
-    cohort: Cohort,
-) -> tuple[PyTree, CohortInfo]:
-    """The statistic of a drawn cohort: its ``capacity`` ids (padded to whole chunks on every
-    shard) are streamed through the same fixed-width chunks as a population, one after another
-    in cohort order; positions past the cohort's size get weight 0 and zero messages, as a
-    population's tail padding does. With a mesh, contiguous ranges of chunks go to the devices
-    (the draw itself, O(capacity), is replicated) and the partial statistics are ``psum``-ed,
-    or, for :func:`stack_messages`, the rows are gathered in cohort order."""
-    if isinstance(cohort, All):
-        raise TypeError("a cohort statistic needs a drawn cohort (Uniform or Poisson), not All")
-    n_clients = population.n_clients
-    info = draw_cohort(cohort, n_clients, cohort_key(key))
+    info: CohortInfo,
+    statistic: Statistic = sum_messages,
+) -> PyTree:
+    """The statistic summed over a drawn cohort (``info``, from
+    :func:`~jfed.engine.cohort.draw_cohort`): its ``capacity`` ids (padded to whole chunks on
+    every shard) are streamed through the same fixed-width chunks as a population, one after
+    another in cohort order; positions past the cohort's size get weight 0 and zero messages, as
+    a population's tail padding does, so the round costs O(capacity) whatever n. Each client
+    keeps its key ``client_key(key, id)``: its message does not depend on who else was drawn.
+    With a mesh, contiguous ranges of chunks go to the devices and the partial statistics are
+    ``psum``-ed. Other arguments as :func:`aggregate`."""
+    return _cohort(client_fn, broadcast, population, key, plan, info, statistic)
+
+
+def stack_cohort(
+    client_fn: ClientFn,
+    broadcast: PyTree,
+    population: Population,
+    key: jax.Array,
+    plan: ExecutionPlan,
+    info: CohortInfo,
+) -> PyTree:
+    """Every cohort member's message, stacked in cohort order: leaves ``[capacity, ...]``, row j
+    is client ``info.ids[j]``; rows past ``info.size`` are zero. Arguments as
+    :func:`aggregate_cohort`."""
+    return _cohort(client_fn, broadcast, population, key, plan, info, None)
+
+
+def _cohort(
+    client_fn: ClientFn,
+    broadcast: PyTree,
+    population: Population,
+    key: jax.Array,
+    plan: ExecutionPlan,
+    info: CohortInfo,
+    statistic: Statistic | None,
+) -> PyTree:
+    """The statistic (``None``: the stacked messages) of the drawn cohort ``info``."""
     assert info.ids is not None  # a drawn cohort lists its ids
-    capacity = cohort_capacity(cohort, n_clients)
+    n_clients = population.n_clients
+    capacity = int(info.ids.shape[0])
     plan = plan.fitted(capacity)
     chunk = plan.chunk_size
     padded = -(-capacity // (chunk * plan.n_shards)) * chunk * plan.n_shards
+    positions = jnp.arange(capacity, dtype=jnp.int32)
     # masked positions fetch client 0 (a real id: every record read stays in bounds); their
     # messages are computed at the fixed width, then zeroed
-    ids = jnp.pad(jnp.maximum(info.ids, 0), (0, padded - capacity)).reshape(-1, chunk)
+    fetched = jnp.where(positions < info.size, info.ids, 0)
+    ids = jnp.pad(fetched, (0, padded - capacity)).reshape(-1, chunk)
     valid = (jnp.arange(padded, dtype=jnp.int32) < info.size).reshape(-1, chunk)
-    stacked = statistic is stack_messages
+    stacked = statistic is None
 
     def local(ids, valid, broadcast, population, key):
         def one_chunk(total, chunk_inputs):
@@ -314,10 +320,7 @@ def _sampled(
         if stacked:
             _, rows = lax.scan(one_chunk, None, (ids, valid))
             return jax.tree.map(lambda m: m.reshape(-1, *m.shape[2:]), rows)
-        zero_shape = jax.eval_shape(
-            partial(_chunk_stat_shape, client_fn, statistic, plan), broadcast, population, key
-        )
-        zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_shape)
+        zero = _zero_statistic(client_fn, statistic, plan, broadcast, population, key)
         total, _ = lax.scan(one_chunk, zero, (ids, valid))
         return total
 
@@ -339,7 +342,7 @@ def _sampled(
         )(ids, valid, broadcast, population, key)
     if stacked:
         result = jax.tree.map(lambda m: m[:capacity], result)
-    return result, info
+    return result
 
 
 def _chunk_stat_shape(

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +43,8 @@ from jax import lax
 from jax.extend.random import threefry_2x32
 
 from jfed._random import _reduce_to_span, _unit_uniform
+from jfed.privacy import accounting
+from jfed.privacy.guarantee import Adjacency
 
 OVERFLOW_PROBABILITY = 1e-9
 """The default capacity of a Poisson cohort is exceeded in a round with at most this probability."""
@@ -72,7 +74,21 @@ def _keyed_hash(key: jax.Array, first: jax.Array, second: jax.Array) -> tuple[ja
 
 @dataclass(frozen=True)
 class All:
-    """Every client takes part: the round runs exactly as without a cohort."""
+    """Every client takes part: the round runs exactly as without a cohort.
+
+    Privacy: a release over every client is the aggregator's own event (no amplification);
+    natural adjacency add-or-remove."""
+
+    adjacency: ClassVar[Adjacency] = Adjacency.ADD_OR_REMOVE
+
+    def sampled_event(self, event, n_clients: int):
+        """``event`` itself: everyone takes part."""
+        del n_clients
+        return event
+
+    def accountant(self) -> accounting.AccountantSpec:
+        """The accountant that composes this cohort's releases tightly: PLD."""
+        return accounting.Pld()
 
 
 @dataclass(frozen=True)
@@ -84,11 +100,23 @@ class Uniform:
     """
 
     size: int
+    adjacency: ClassVar[Adjacency] = Adjacency.REPLACE_ONE
 
     def __post_init__(self) -> None:
         if int(self.size) != self.size or self.size < 1:
             raise ValueError(f"expected size >= 1 (integer), got size={self.size}")
         object.__setattr__(self, "size", int(self.size))
+
+    def sampled_event(self, event, n_clients: int):
+        """``event`` over a uniform sample of exactly k of n clients, under its natural
+        replace-one adjacency (:func:`jfed.privacy.sampled_without_replacement`; dp-accounting's
+        RDP accountant composes it)."""
+        return accounting.sampled_without_replacement(event, n_clients, self.size)
+
+    def accountant(self) -> accounting.AccountantSpec:
+        """The accountant that composes this cohort's releases: RDP, dp-accounting's only one
+        for sampling without replacement."""
+        return accounting.Rdp()
 
 
 @dataclass(frozen=True)
@@ -107,6 +135,7 @@ class Poisson:
 
     rate: float
     capacity: int | None = None
+    adjacency: ClassVar[Adjacency] = Adjacency.ADD_OR_REMOVE
 
     def __post_init__(self) -> None:
         rate = float(self.rate)
@@ -118,12 +147,53 @@ class Poisson:
                 raise ValueError(f"expected capacity >= 1 (integer), got capacity={self.capacity}")
             object.__setattr__(self, "capacity", int(self.capacity))
 
+    def sampled_event(self, event, n_clients: int):
+        """``event`` over a Poisson sample of rate q, under its natural add-or-remove adjacency
+        (:func:`jfed.privacy.poisson_sampled`). The ideal mechanism: a round that overflows its
+        capacity is not, which :meth:`overflow_delta` accounts for."""
+        del n_clients
+        return accounting.poisson_sampled(event, self.rate)
+
+    def accountant(self) -> accounting.AccountantSpec:
+        """The accountant that composes this cohort's releases tightly: PLD."""
+        return accounting.Pld()
+
+    def overflow_probability(self, n_clients: int) -> float:
+        """p, the probability that one round's cohort exceeds the capacity, at n + 1 clients
+        (the larger of two neighbouring populations); 0 without a capacity below n + 1."""
+        capacity = self.capacity if self.capacity is not None else poisson_capacity(
+            n_clients, self.rate
+        )  # fmt: skip
+        return overflow_probability(n_clients + 1, self.rate, capacity)
+
+    def overflow_delta(self, epsilon: float, rounds: int, n_clients: int) -> float:
+        """The delta that overflowing rounds add to the ideal mechanism's: ``(1 + e^eps) R p``.
+
+        Both neighbouring runs coincide with the ideal Poisson mechanism unless some round
+        overflows, which happens with probability at most ``R p`` (:meth:`overflow_probability`),
+        so the run is (eps, delta_ideal + (1 + e^eps) R p)-DP when the ideal one is
+        (eps, delta_ideal)."""
+        per_round = self.overflow_probability(n_clients)
+        return (1.0 + math.exp(min(epsilon, 700.0))) * rounds * per_round
+
+    @classmethod
+    def for_privacy(
+        cls, rate: float, n_clients: int, rounds: int, epsilon: float, delta: float,
+        share: float = 0.01,
+    ) -> Poisson:  # fmt: skip
+        """The Poisson cohort of rate q whose capacity keeps :meth:`overflow_delta` at most
+        ``share`` of ``delta`` at ``epsilon`` (use a sweep's largest eps and least delta, so one
+        program serves the whole sweep)."""
+        per_round = share * delta / ((1.0 + math.exp(min(epsilon, 700.0))) * rounds)
+        capacity = poisson_capacity(n_clients + 1, rate, min(per_round, OVERFLOW_PROBABILITY))
+        return cls(rate, capacity=min(capacity, n_clients))
+
 
 Cohort = All | Uniform | Poisson
 
 
 class CohortInfo(NamedTuple):
-    """What a round's cohort was (returned next to the statistic by ``clients(..., cohort=)``).
+    """What a round's cohort was (:attr:`jfed.engine.CohortView.info`).
 
     Attributes:
       size: ``i32[]``, clients actually computed (``min(K, capacity)``).
@@ -132,7 +202,10 @@ class CohortInfo(NamedTuple):
       capacity: ``i32[]``, the static capacity the round ran at (``k`` for :class:`Uniform`,
         n for :class:`All`).
       ids: ``i32[capacity]``, the cohort's client ids in cohort order (the order of the rows of
-        a stacked statistic), ``-1`` past ``size``; ``None`` for :class:`All` (ids 0..n-1).
+        a stacked statistic), and ``n_clients`` past ``size``: an id no client has, so a
+        scatter ``table.at[info.ids].set(rows, mode="drop")`` drops the padding and a gather
+        (clamped) reads a real row that the padding's zero weight then masks; ``None`` for
+        :class:`All` (ids 0..n-1).
     """
 
     size: jax.Array
@@ -314,7 +387,8 @@ def draw_cohort(cohort: Uniform | Poisson, n_clients: int, key: jax.Array) -> Co
 
     Returns:
       :class:`CohortInfo` with ``ids: i32[capacity]``: the images of positions
-      ``0 .. capacity-1`` under :func:`feistel_bijection`, ``-1`` from position ``size`` on.
+      ``0 .. capacity-1`` under :func:`feistel_bijection`, and ``n_clients`` (no client's id)
+      from position ``size`` on.
 
     Example:
       >>> info = draw_cohort(Poisson(rate=0.01), 10**6, jax.random.key(0))
@@ -334,5 +408,5 @@ def draw_cohort(cohort: Uniform | Poisson, n_clients: int, key: jax.Array) -> Co
         size=size,
         overflow=drawn - size,
         capacity=jnp.int32(capacity),
-        ids=jnp.where(positions < size, ids, -1),
+        ids=jnp.where(positions < size, ids, n_clients),
     )

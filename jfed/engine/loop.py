@@ -10,8 +10,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jfed.data.population import Population
-from jfed.engine.aggregate import ClientFn, Statistic, aggregate, sum_messages
-from jfed.engine.cohort import Cohort, CohortInfo
+from jfed.engine.clients import Clients
 from jfed.engine.keys import round_key, run_streams
 from jfed.engine.plan import ExecutionPlan
 from jfed.engine.progress import report_every, report_round, round_progress
@@ -19,45 +18,26 @@ from jfed.engine.progress import report_every, report_round, round_progress
 PyTree = Any
 
 
-class Clients(Protocol):
-    """What a round sees of the clients: one call that runs them (all, or a cohort) and returns
-    the reduction.
-
-    ``clients(client_fn, broadcast, statistic=sum_messages, cohort=None)``: without a cohort it
-    returns the statistic summed over every client, as always. With a cohort
-    (:class:`~jfed.engine.cohort.All`, :class:`~jfed.engine.cohort.Uniform` or
-    :class:`~jfed.engine.cohort.Poisson`, static) it returns ``(statistic, info)``: the statistic
-    over the round's cohort only and its :class:`~jfed.engine.cohort.CohortInfo` (size,
-    overflow, capacity, ids). The cohort is drawn from the round's own cohort key
-    (:func:`~jfed.engine.keys.cohort_key`), so every call in a round with the same cohort kind
-    sees the same clients; a client's key is the same as without a cohort.
-    """
-
-    def __call__(
-        self,
-        client_fn: ClientFn,
-        broadcast: PyTree,
-        statistic: Statistic = sum_messages,
-        cohort: Cohort | None = None,
-    ) -> PyTree | tuple[PyTree, CohortInfo]: ...
-
-
 class Algorithm(Protocol):
     """A federated algorithm: ``init`` + ``round``, pure and jittable.
 
     The algorithm object itself holds only static configuration (hashable, e.g. a frozen
     dataclass of ints): numbers that vary across a sweep (noise scales, step sizes) live in the
-    ``hyperparams`` pytree and then in the state, so they are traced, not compiled in.
+    ``hyperparams`` pytree, which reaches ``init`` and every ``round`` explicitly, so they are
+    traced, not compiled in.
     """
 
     def init(self, hyperparams: PyTree, key: jax.Array) -> PyTree:
         """The server state before round 0."""
         ...
 
-    def round(self, state: PyTree, key: jax.Array, clients: Clients) -> tuple[PyTree, PyTree]:
-        """One round: ``key`` is the server's key for this round; ``clients(client_fn, broadcast,
-        statistic)`` runs ``client_fn`` on every client and returns the summed statistic
-        (``clients(..., cohort=...)`` on a cohort only; see :class:`Clients`)."""
+    def round(
+        self, state: PyTree, hyperparams: PyTree, key: jax.Array, clients: Clients
+    ) -> tuple[PyTree, PyTree]:
+        """One round: ``key`` is the server's key for this round; ``clients`` runs a one-client
+        function over every client (``clients.sum``, ``clients.stack``,
+        ``clients.aggregate``) or over a cohort (``clients.sample(cohort)``): see
+        :class:`~jfed.engine.Clients`. Returns the next state and the round's diagnostics."""
         ...
 
 
@@ -134,14 +114,8 @@ def run_rounds(
     state = algorithm.init(hyperparams, init_key)
 
     def one_round(state: PyTree, t: jax.Array) -> tuple[PyTree, PyTree]:
-        round_client_root = round_key(client_root, t)
-
-        def clients(client_fn, broadcast, statistic=sum_messages, cohort=None):
-            return aggregate(
-                client_fn, broadcast, population, round_client_root, plan, statistic, cohort
-            )
-
-        new_state, info = algorithm.round(state, round_key(server_root, t), clients)
+        clients = Clients(population, round_key(client_root, t), plan, t)
+        new_state, info = algorithm.round(state, hyperparams, round_key(server_root, t), clients)
         if progress_token is not None:
             report_round(progress_token, t, progress_every, rounds)
         return new_state, info

@@ -173,6 +173,8 @@ def guarantee_fields(guarantee: PrivacyGuarantee, sigma: float | None = None) ->
         "protected": guarantee.protected,
         "trust_model": guarantee.trust_model,
     }
+    if guarantee.adjacency is not None:
+        fields["adjacency"] = guarantee.adjacency.value
     return fields if sigma is None else {**fields, "sigma": float(sigma)}
 
 
@@ -204,6 +206,14 @@ def guarantee_of(record: dict) -> PrivacyGuarantee:
 
 ConfigT = TypeVar("ConfigT", bound=Config)
 
+_CALIBRATIONS: dict[tuple, float] = {}
+"""Noise multipliers already searched, by setting (:meth:`Experiment.noise_multiplier_for`)."""
+
+
+def _without_seed(config: Config) -> Config:
+    """``config`` with its seed at 0: the seeds of one setting share a calibration."""
+    return config.replace(seed=0) if hasattr(config, "seed") else config
+
 
 class Experiment(Generic[ConfigT]):
     """Base of every method's experiment (see the module docstring for what a subclass gives).
@@ -223,6 +233,7 @@ class Experiment(Generic[ConfigT]):
     report_metric: str | None = None
     shared_noise_algorithm = None
     outputs: Any = None
+    default_accountant: Any = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -277,13 +288,106 @@ class Experiment(Generic[ConfigT]):
             fields["dataset"] = getattr(self.config, "dataset_label", self.config.dataset)
         return fields
 
+    def hyperparams(self, config: ConfigT, noise_multiplier: float | None) -> Any:
+        """The traced hyper-parameters of one run whose aggregators' noise multiplier is
+        ``noise_multiplier`` (``None`` for a non-private method): a pytree of arrays in which
+        every aggregator's parameters sit unchanged (e.g. ``{"privacy":
+        GaussianSumParams(clip, z), "learning_rate": ...}``). Define it (instead of
+        :meth:`calibrate`) and the runner calibrates z to the configuration's eps and certifies
+        the run from the releases its aggregators make: no event code of your own."""
+        raise NotImplementedError(
+            f"method {self.name}: {type(self).__name__} must define hyperparams(config, "
+            "noise_multiplier) or calibrate(config)"
+        )
+
+    def privacy_target(self, config: ConfigT) -> tuple[float, float, Any]:
+        """``(epsilon, delta, accountant)`` a private run is calibrated to: the configuration's
+        ``epsilon``, ``delta`` and ``accountant`` (a key of :data:`jfed.privacy.ACCOUNTANTS`;
+        default :attr:`default_accountant`, else PLD)."""
+        from jfed.privacy.accounting import Pld, accountant_named
+
+        name = getattr(config, "accountant", None)
+        if isinstance(name, str):
+            accountant = accountant_named(name)
+        else:
+            accountant = self.default_accountant or Pld()
+        return float(config.epsilon), float(config.delta), accountant  # type: ignore[attr-defined]
+
+    def ledger(self) -> Any:
+        """The releases one round of :attr:`algorithm` makes (:func:`jfed.engine.trace_releases`,
+        traced once per algorithm, with the structure of ``hyperparams(config, 1.0)``)."""
+        from jfed.engine import trace_releases
+
+        algorithm = self.algorithm
+        cache = self.__dict__.setdefault("_ledgers", {})
+        if algorithm not in cache:
+            structure = self.hyperparams(self.config, 1.0 if self.method.private else None)
+            cache[algorithm] = trace_releases(algorithm, self.population, structure)
+        return cache[algorithm]
+
+    def run_event(self, hyper: Any) -> Any:
+        """The ``DpEvent`` of a whole run at host hyper-parameters ``hyper``: the ledger's
+        releases composed over :attr:`rounds`."""
+        return self.ledger().event(hyper, self.rounds)
+
+    def noise_multiplier_for(
+        self, config: ConfigT, build: Any, epsilon: float, delta: float, accountant: Any,
+        tolerance: float = 1e-6,
+    ) -> float:  # fmt: skip
+        """The least z with ``run_event(build(z))`` (eps, delta)-DP under ``accountant`` and the
+        ledger's adjacency: one search per setting (every seed of a sweep shares it)."""
+        from jfed.privacy.accounting import calibrate
+
+        key = (type(self).__qualname__, self.name, _without_seed(config), self.algorithm,
+               float(epsilon), float(delta), accountant, float(tolerance))  # fmt: skip
+        if key not in _CALIBRATIONS:
+            ledger = self.ledger()
+            _CALIBRATIONS[key] = calibrate(
+                lambda z: ledger.event(build(z), self.rounds), epsilon, delta,
+                accountant=accountant, adjacency=ledger.adjacency, tolerance=tolerance,
+            )  # fmt: skip
+        return _CALIBRATIONS[key]
+
+    def certify_run(self, hyper: Any, delta: float, accountant: Any) -> PrivacyGuarantee:
+        """What ``accountant`` certifies at ``delta`` for the releases of a run at ``hyper``,
+        stated with the method's notion, protected unit and trust model."""
+        from jfed.privacy.accounting import certify
+
+        return certify(
+            self.run_event(hyper), delta, accountant=accountant,
+            adjacency=self.ledger().adjacency, notion=self.method.notion,
+            protected=self.method.protected, trust_model=self.method.trust_model,
+        )  # fmt: skip
+
     def calibrate(self, config: ConfigT) -> tuple[Any, PrivacyGuarantee | dict]:
         """``(hyperparams, privacy)`` of one run: traced hyper-parameters (a pytree of arrays)
-        and what the run certifies."""
-        raise NotImplementedError(
-            f"method {self.name}: {type(self).__name__} must define calibrate(config) -> "
-            "(hyperparams, PrivacyGuarantee or privacy fields)"
-        )
+        and what the run certifies.
+
+        The default serves a method written on aggregators (:meth:`hyperparams`): a private run
+        is calibrated to :meth:`privacy_target` through the releases of its round and certified
+        for them; a non-private run states no guarantee."""
+        if not self.method.private:
+            return self.hyperparams(config, None), non_private_fields(self.method)
+        epsilon, delta, accountant = self.privacy_target(config)
+
+        def build(z: float) -> Any:
+            return self.hyperparams(config, z)
+
+        z = self.noise_multiplier_for(config, build, epsilon, delta, accountant)
+        hyper = build(z)
+        guarantee = self.certify_run(hyper, delta, accountant)
+        return hyper, guarantee_fields(guarantee) | {"noise_multiplier": self.ran_multiplier(hyper)}
+
+    def ran_multiplier(self, hyper: Any) -> float | None:
+        """The Gaussian noise multiplier of the round's first release as it ran (its float32
+        parameters, combined as its event combines them); ``None`` when that release is not a
+        Gaussian one."""
+        releases = self.ledger().releases
+        if not releases:
+            return None
+        first = releases[0]
+        event = first.aggregator.event(first.params(hyper))
+        return getattr(event, "noise_multiplier", None)
 
     def evaluate(self, outputs: dict, config: ConfigT) -> dict:
         """Host metrics of one run (default: every kept array, scalars as floats)."""
@@ -306,8 +410,11 @@ class Experiment(Generic[ConfigT]):
         """``ValueError`` naming method ``name`` and the member when this class lacks what the
         runner asks of it (called when the method is registered or its experiment loads)."""
         problems = []
-        if cls.calibrate is Experiment.calibrate:
-            problems.append("calibrate(config) -> (hyperparams, privacy) is not defined")
+        if cls.calibrate is Experiment.calibrate and cls.hyperparams is Experiment.hyperparams:
+            problems.append(
+                "neither hyperparams(config, noise_multiplier) nor calibrate(config) -> "
+                "(hyperparams, privacy) is defined"
+            )
         if not isinstance(cls.outputs, (Outputs, property)):
             problems.append(
                 "outputs is not declared (a tuple of jfed.methods.Output as a class attribute)"

@@ -1,27 +1,40 @@
-"""Accountants with one interface: compose events, then ask eps for a delta or delta for an eps.
+"""jfed's own accountants, each a ``dp_accounting.PrivacyAccountant``, and the events dp-accounting
+lacks.
 
-Events are ``dp_accounting`` ``DpEvent`` objects (what a mechanism's ``dp_event()`` returns), plus
-:class:`ApproximateDpEvent` for a mechanism known only by its (eps, delta).
+Every accountant jfed uses is a ``dp_accounting.PrivacyAccountant``: dp-accounting's own PLD and
+RDP accountants, and the ones below, so ``compose`` / ``get_epsilon`` / ``get_delta`` /
+``supports`` mean the same everywhere and ``dp_accounting.calibrate_dp_mechanism`` calibrates
+through any of them. They are made by the accountant specs of :mod:`jfed.privacy.accounting`
+(``Zcdp().make(adjacency)``), never by name.
 
-===================  ==========================================================================
-accountant           what it composes (and how)
-===================  ==========================================================================
-``zcdp``             Gaussian (rho = 1/(2 m^2) for noise multiplier m), zCDP, Laplace and
-                     randomized response (pure eps -> eps^2/2-zCDP); sums rho; converts once
-``advanced``         (eps_i, delta_i) events (pure events have delta_i = 0) by the advanced
-                     composition theorem (Dwork-Roth Thm 3.20, heterogeneous form), never worse
-                     than basic composition
-``rdp`` / ``pld``    everything ``dp_accounting``'s RDP / PLD accountants support, including the
-                     Poisson- and without-replacement-subsampled Gaussian
-``parallel``         disjoint data: the maximum over its branches, not the sum
-===================  ==========================================================================
+=============================  ====================================================================
+accountant                     what it composes (and how)
+=============================  ====================================================================
+:class:`ZcdpAccountant`        Gaussian (rho = 1/(2 z^2)), zCDP, Laplace and randomized response
+                               (pure eps -> eps^2/2-zCDP); sums rho; converts once
+:class:`AdvancedComposition`   (eps_i, delta_i) events (pure ones have delta_i = 0) by the advanced
+                               composition theorem (Dwork-Roth Thm 3.20, heterogeneous form),
+                               never worse than basic composition
+:class:`AnalyticGaussian`      Gaussian releases without sampling, exactly: one Gaussian of the
+                               combined multiplier, the analytic Gaussian's eps (Balle-Wang 2018)
+:class:`ClassicGaussian`       Gaussian releases, each by the classic bound at delta / R, eps summed
+:class:`BasicComposition`      exact single releases (Laplace, randomized response, analytic
+                               Gaussian at a share of delta, stated (eps, delta)), eps summed;
+                               parallel branches take their worst
+:class:`OptimalPureComposition`  pure eps0-DP releases of one eps0, by the optimal composition
+                               theorem (Kairouz, Oh and Viswanath; exact for binary RR)
+=============================  ====================================================================
+
+Noise multiplier convention (every jfed event): ``z = noise std / C``, C the bound on one
+protected unit's contribution, i.e. the L2 sensitivity under add-or-remove adjacency. Under
+replace-one, neighbouring sums differ by up to 2C: the analytic and classic accountants account
+for that themselves (as dp-accounting's PLD accountant does), the zCDP one refuses replace-one.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Protocol
 
 import attr
 import dp_accounting
@@ -31,11 +44,15 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 
 from jfed._validation import check_nonnegative, check_open_unit, check_positive
 from jfed.privacy import zcdp
+from jfed.privacy.guarantee import Adjacency
 
-ACCOUNTANTS = ("zcdp", "advanced", "rdp", "pld")
 NEIGHBORING = {
-    "add-or-remove": NeighboringRelation.ADD_OR_REMOVE_ONE,
-    "replace-one": NeighboringRelation.REPLACE_ONE,
+    Adjacency.ADD_OR_REMOVE: NeighboringRelation.ADD_OR_REMOVE_ONE,
+    Adjacency.REPLACE_ONE: NeighboringRelation.REPLACE_ONE,
+    # "bounded" states a release's sensitivity as the distance between its outputs on any two
+    # neighbouring inputs (one client's message under local DP), which is how add-or-remove
+    # reads GaussianDpEvent(z)
+    Adjacency.BOUNDED: NeighboringRelation.ADD_OR_REMOVE_ONE,
 }
 
 
@@ -55,63 +72,92 @@ class ParallelDpEvent(events.DpEvent):
     branches: tuple
 
 
-class Accountant(Protocol):
-    """What every accountant answers."""
-
-    name: str
-
-    def compose(self, event: events.DpEvent, count: int = 1) -> Accountant: ...
-
-    def epsilon(self, delta: float) -> float: ...
-
-    def delta(self, epsilon: float) -> float: ...
-
-
-def _unsupported(accountant: str, event: events.DpEvent) -> ValueError:
-    return ValueError(f"the {accountant} accountant cannot compose {type(event).__name__}: {event}")
+def pure_epsilon(event: events.DpEvent) -> float | None:
+    """The pure eps of one Laplace or randomized-response release (``None`` for other events)."""
+    if isinstance(event, events.LaplaceDpEvent):
+        return 1.0 / event.noise_multiplier
+    if isinstance(event, events.RandomizedResponseDpEvent):
+        p, k = event.noise_parameter, event.num_buckets
+        if p == 0.0:
+            return math.inf  # the true bucket always: no privacy
+        return math.log1p(k * (1.0 - p) / p)
+    return None
 
 
-def _check_count(count: int) -> int:
-    if int(count) != count or count < 0:
-        raise ValueError(f"expected count >= 0 (integer), got count={count}")
-    return int(count)
+class _Walker(dp_accounting.PrivacyAccountant):
+    """Base of jfed's accountants: composed, self-composed, no-op and non-private events are
+    walked here; each leaf goes to :meth:`_leaf`, which returns why it cannot compose it (or
+    ``None`` when it can, composing it when ``do_compose``)."""
+
+    def __init__(self, adjacency: Adjacency = Adjacency.ADD_OR_REMOVE) -> None:
+        super().__init__(NEIGHBORING[Adjacency(adjacency)])
+        self.adjacency = Adjacency(adjacency)
+        self.non_private = False
+
+    def _maybe_compose(self, event, count, do_compose):
+        if isinstance(event, events.NoOpDpEvent):
+            return None
+        if isinstance(event, events.NonPrivateDpEvent):
+            if do_compose:
+                self.non_private = True
+            return None
+        if isinstance(event, events.SelfComposedDpEvent):
+            return self._maybe_compose(event.event, event.count * count, do_compose)
+        if isinstance(event, events.ComposedDpEvent):
+            for inner in event.events:
+                error = self._maybe_compose(inner, count, do_compose)
+                if error is not None:
+                    return error
+            return None
+        reason = self._leaf(event, count, do_compose)
+        return None if reason is None else self.CompositionErrorDetails(event, reason)
+
+    def _leaf(self, event: events.DpEvent, count: int, do_compose: bool) -> str | None:
+        raise NotImplementedError
+
+    def get_epsilon(self, target_delta: float) -> float:
+        return math.inf if self.non_private else self._epsilon(target_delta)
+
+    def get_delta(self, target_epsilon: float) -> float:
+        return 1.0 if self.non_private else self._delta(target_epsilon)
+
+    def _epsilon(self, delta: float) -> float:
+        raise NotImplementedError
+
+    def _delta(self, epsilon: float) -> float:
+        raise ValueError(f"the {type(self).__name__} accountant answers eps for a delta only")
 
 
-class ZcdpAccountant:
-    """Sums zCDP rho; eps(delta) = rho + 2 sqrt(rho ln(1/delta)). No subsampling."""
+class ZcdpAccountant(_Walker):
+    """Sums zCDP rho; eps(delta) = rho + 2 sqrt(rho ln(1/delta)). No subsampling; add-or-remove
+    (a Gaussian's rho = 1/(2 z^2) is the add-or-remove one)."""
 
-    name = "zcdp"
-
-    def __init__(self) -> None:
+    def __init__(self, adjacency: Adjacency = Adjacency.ADD_OR_REMOVE) -> None:
+        if NEIGHBORING[Adjacency(adjacency)] != NeighboringRelation.ADD_OR_REMOVE_ONE:
+            raise ValueError(
+                "the zcdp accountant composes Gaussian events with rho = 1/(2 z^2), which is "
+                f"add-or-remove adjacency; got adjacency={Adjacency(adjacency).value!r} (use Pld())"
+            )
+        super().__init__(adjacency)
         self.rho = 0.0
 
-    def _rho(self, event: events.DpEvent) -> float:
-        if isinstance(event, events.NoOpDpEvent | events.NonPrivateDpEvent):
-            return 0.0 if isinstance(event, events.NoOpDpEvent) else math.inf
+    def _leaf(self, event, count, do_compose):
         if isinstance(event, events.GaussianDpEvent):
-            return 0.5 / event.noise_multiplier**2
-        if isinstance(event, events.ZCDpEvent):
-            return event.rho
-        if isinstance(event, events.LaplaceDpEvent):
-            return 0.5 / event.noise_multiplier**2  # pure eps = 1/m  ->  eps^2 / 2
-        if isinstance(event, events.RandomizedResponseDpEvent):
-            p, k = event.noise_parameter, event.num_buckets
-            epsilon = math.log((1 - p + p / k) / (p / k))
-            return 0.5 * epsilon**2
-        if isinstance(event, events.SelfComposedDpEvent):
-            return event.count * self._rho(event.event)
-        if isinstance(event, events.ComposedDpEvent):
-            return sum(self._rho(e) for e in event.events)
-        raise _unsupported(self.name, event)
+            rho = 0.5 / event.noise_multiplier**2 if event.noise_multiplier > 0 else math.inf
+        elif isinstance(event, events.ZCDpEvent):
+            rho = event.rho
+        elif pure_epsilon(event) is not None:
+            rho = 0.5 * pure_epsilon(event) ** 2  # pure eps -> eps^2 / 2 (Bun and Steinke)
+        else:
+            return f"the zcdp accountant cannot compose {type(event).__name__}"
+        if do_compose:
+            self.rho += count * rho
+        return None
 
-    def compose(self, event: events.DpEvent, count: int = 1) -> ZcdpAccountant:
-        self.rho += _check_count(count) * self._rho(event)
-        return self
-
-    def epsilon(self, delta: float) -> float:
+    def _epsilon(self, delta: float) -> float:
         return float(zcdp.epsilon_from_rho(self.rho, delta))
 
-    def delta(self, epsilon: float) -> float:
+    def _delta(self, epsilon: float) -> float:
         """Smallest delta with rho + 2 sqrt(rho ln(1/delta)) <= eps."""
         epsilon = check_nonnegative("epsilon", epsilon)
         if self.rho == 0:
@@ -121,7 +167,7 @@ class ZcdpAccountant:
         return float(math.exp(-((epsilon - self.rho) ** 2) / (4.0 * self.rho)))
 
 
-class AdvancedCompositionAccountant:
+class AdvancedComposition(_Walker):
     """Composes (eps_i, delta_i) mechanisms with the advanced composition theorem.
 
     For any delta' > 0 the composition is (eps, sum delta_i + delta')-DP with
@@ -130,31 +176,20 @@ class AdvancedCompositionAccountant:
     (basic composition); the smaller is reported.
     """
 
-    name = "advanced"
-
-    def __init__(self) -> None:
+    def __init__(self, adjacency: Adjacency = Adjacency.ADD_OR_REMOVE) -> None:
+        super().__init__(adjacency)
         self.parts: list[tuple[float, float, int]] = []
 
-    def _pairs(self, event: events.DpEvent) -> list[tuple[float, float, int]]:
+    def _leaf(self, event, count, do_compose):
         if isinstance(event, ApproximateDpEvent):
-            return [(event.epsilon, event.delta, 1)]
-        if isinstance(event, events.LaplaceDpEvent):
-            return [(1.0 / event.noise_multiplier, 0.0, 1)]
-        if isinstance(event, events.RandomizedResponseDpEvent):
-            p, k = event.noise_parameter, event.num_buckets
-            return [(math.log((1 - p + p / k) / (p / k)), 0.0, 1)]
-        if isinstance(event, events.NoOpDpEvent):
-            return []
-        if isinstance(event, events.SelfComposedDpEvent):
-            return [(e, d, c * event.count) for e, d, c in self._pairs(event.event)]
-        if isinstance(event, events.ComposedDpEvent):
-            return [pair for e in event.events for pair in self._pairs(e)]
-        raise _unsupported(self.name, event)
-
-    def compose(self, event: events.DpEvent, count: int = 1) -> AdvancedCompositionAccountant:
-        count = _check_count(count)
-        self.parts += [(e, d, c * count) for e, d, c in self._pairs(event)]
-        return self
+            part = (event.epsilon, event.delta)
+        elif pure_epsilon(event) is not None:
+            part = (pure_epsilon(event), 0.0)
+        else:
+            return f"advanced composition cannot compose {type(event).__name__}"
+        if do_compose:
+            self.parts.append((*part, count))
+        return None
 
     def _sums(self) -> tuple[float, float, float, float]:
         eps = np.array([p[0] for p in self.parts])
@@ -167,7 +202,7 @@ class AdvancedCompositionAccountant:
             float(np.sum(cnt * dlt)),
         )
 
-    def epsilon(self, delta: float) -> float:
+    def _epsilon(self, delta: float) -> float:
         delta = check_open_unit("delta", delta)
         total, squares, drift, delta_sum = self._sums()
         slack = delta - delta_sum
@@ -177,7 +212,7 @@ class AdvancedCompositionAccountant:
             )
         return min(total, math.sqrt(2.0 * math.log(1.0 / slack) * squares) + drift)
 
-    def delta(self, epsilon: float) -> float:
+    def _delta(self, epsilon: float) -> float:
         epsilon = check_nonnegative("epsilon", epsilon)
         total, squares, drift, delta_sum = self._sums()
         if epsilon >= total:
@@ -187,143 +222,154 @@ class AdvancedCompositionAccountant:
         return min(1.0, delta_sum + math.exp(-((epsilon - drift) ** 2) / (2.0 * squares)))
 
 
-class DpAccountingAccountant:
-    """``dp_accounting``'s RDP or PLD accountant behind this module's interface.
+class _GaussianOnly(_Walker):
+    """Accountants of Gaussian releases without sampling: each leaf must be a Gaussian."""
 
-    Args:
-      kind: ``"rdp"`` or ``"pld"``.
-      neighboring: ``"add-or-remove"`` (default) or ``"replace-one"`` (needed for sampling
-        without replacement under RDP; PLD supports Poisson sampling).
-      pld_discretization: value discretization interval of the PLD accountant.
-    """
-
-    def __init__(
-        self,
-        kind: str = "pld",
-        neighboring: str = "add-or-remove",
-        pld_discretization: float = 1e-4,
-    ) -> None:
-        if kind not in ("rdp", "pld"):
-            raise ValueError(f"unknown dp_accounting accountant {kind!r}; expected 'rdp' or 'pld'")
-        if neighboring not in NEIGHBORING:
-            raise ValueError(f"unknown neighboring {neighboring!r}; expected {list(NEIGHBORING)}")
-        relation = NEIGHBORING[neighboring]
-        self.name = kind
-        self.neighboring = neighboring
-        if kind == "rdp":
-            self._accountant = dp_accounting.rdp.RdpAccountant(neighboring_relation=relation)
-        else:
-            self._accountant = dp_accounting.pld.PLDAccountant(relation, pld_discretization)
-
-    @property
-    def dp_accounting_accountant(self) -> dp_accounting.PrivacyAccountant:
-        """The wrapped ``dp_accounting`` accountant (for its own calibration routines)."""
-        return self._accountant
-
-    def compose(self, event: events.DpEvent, count: int = 1) -> DpAccountingAccountant:
-        count = _check_count(count)
-        if not self._accountant.supports(event):
-            raise ValueError(
-                f"the {self.name} accountant ({self.neighboring}) cannot compose {event}"
+    def _leaf(self, event, count, do_compose):
+        if not isinstance(event, events.GaussianDpEvent):
+            return (
+                f"the {type(self).__name__} accountant composes Gaussian releases without "
+                f"sampling only, not {type(event).__name__} (use Pld())"
             )
-        self._accountant.compose(event, count)
-        return self
+        if event.noise_multiplier <= 0:
+            return "a Gaussian release needs a noise multiplier > 0"
+        if do_compose:
+            self._add(event.noise_multiplier, count)
+        return None
 
-    def epsilon(self, delta: float) -> float:
-        return float(self._accountant.get_epsilon(check_open_unit("delta", delta)))
+    def _add(self, noise_multiplier: float, count: int) -> None:
+        raise NotImplementedError
 
-    def delta(self, epsilon: float) -> float:
-        return float(self._accountant.get_delta(check_nonnegative("epsilon", epsilon)))
+
+class AnalyticGaussian(_GaussianOnly):
+    """Composes Gaussian releases without sampling exactly: R releases of multipliers z_r are
+    one Gaussian release of multiplier (sum_r z_r^-2)^(-1/2), whose eps is the analytic
+    Gaussian's (Balle and Wang 2018), with no discretization."""
+
+    def __init__(self, adjacency: Adjacency = Adjacency.ADD_OR_REMOVE) -> None:
+        super().__init__(adjacency)
+        # z = noise std / C; replace-one moves a clipped sum by 2C
+        self._per_release = 4.0 if self.adjacency == Adjacency.REPLACE_ONE else 1.0
+        self.precision = 0.0  # sum of (sensitivity / std)^2
+
+    def _add(self, noise_multiplier: float, count: int) -> None:
+        self.precision += count * self._per_release / noise_multiplier**2
+
+    def _epsilon(self, delta: float) -> float:
+        from jfed.privacy.gaussian import analytic_gaussian_epsilon
+
+        if self.precision == 0.0:
+            return 0.0
+        return float(
+            analytic_gaussian_epsilon(1.0, self.precision**-0.5, check_open_unit("delta", delta))
+        )
+
+    def _delta(self, epsilon: float) -> float:
+        from jfed.privacy.gaussian import analytic_gaussian_delta
+
+        if self.precision == 0.0:
+            return 0.0
+        return float(analytic_gaussian_delta(1.0, self.precision**-0.5, epsilon))
+
+
+class ClassicGaussian(_GaussianOnly):
+    """Each Gaussian release certified by the classic bound (Dwork and Roth, Thm A.1) at delta /
+    R, the R releases composed by basic composition: eps = sum of the per-release eps."""
+
+    def __init__(self, adjacency: Adjacency = Adjacency.ADD_OR_REMOVE) -> None:
+        super().__init__(adjacency)
+        self._per_release = 2.0 if self.adjacency == Adjacency.REPLACE_ONE else 1.0
+        self.multipliers: list[tuple[float, int]] = []
+
+    def _add(self, noise_multiplier: float, count: int) -> None:
+        self.multipliers.append((noise_multiplier / self._per_release, count))
+
+    def _epsilon(self, delta: float) -> float:
+        from jfed.privacy.gaussian import classic_gaussian_epsilon
+
+        releases = sum(count for _, count in self.multipliers)
+        share = check_open_unit("delta", delta) / max(1, releases)
+        return float(
+            sum(count * classic_gaussian_epsilon(1.0, z, share) for z, count in self.multipliers)
+        )
+
+
+class BasicComposition(_Walker):
+    """Basic composition of exact single-release guarantees: a Laplace release of multiplier z
+    spends eps = 1/z, randomized response its exact pure eps, an (eps_i, delta_i) release its
+    own, a Gaussian release the analytic Gaussian's eps at an equal share of what remains of
+    delta; eps and delta add over releases. A :class:`ParallelDpEvent` spends its worst
+    branch's eps."""
+
+    def __init__(self, adjacency: Adjacency = Adjacency.ADD_OR_REMOVE) -> None:
+        super().__init__(adjacency)
+        self.releases: list[tuple[events.DpEvent, int]] = []
+
+    def _leaf(self, event, count, do_compose):
+        supported = (events.LaplaceDpEvent, events.GaussianDpEvent, ApproximateDpEvent,
+                     events.RandomizedResponseDpEvent, ParallelDpEvent)  # fmt: skip
+        if not isinstance(event, supported):
+            return (
+                "basic composition takes Laplace, Gaussian, randomized-response and parallel "
+                f"events, not {type(event).__name__} (use Pld())"
+            )
+        if do_compose:
+            self.releases.append((event, count))
+        return None
+
+    def _gaussians(self) -> int:
+        return sum(c for e, c in self.releases if isinstance(e, events.GaussianDpEvent))
+
+    def _epsilon(self, delta: float) -> float:
+        from jfed.privacy.gaussian import analytic_gaussian_epsilon
+
+        stated = sum(c * e.delta for e, c in self.releases if isinstance(e, ApproximateDpEvent))
+        if stated > delta:
+            raise ValueError(f"the releases state delta {stated} > delta={delta}")
+        if self._gaussians():
+            check_open_unit("delta", delta - stated)
+        share = (delta - stated) / max(1, self._gaussians())
+        total = 0.0
+        for release, count in self.releases:
+            if isinstance(release, events.GaussianDpEvent):
+                epsilon = float(analytic_gaussian_epsilon(1.0, release.noise_multiplier, share))
+            elif isinstance(release, ApproximateDpEvent):
+                epsilon = release.epsilon
+            elif isinstance(release, ParallelDpEvent):
+                epsilon = max(
+                    BasicComposition(self.adjacency).compose(branch).get_epsilon(share)
+                    for branch in release.branches
+                )
+            else:
+                epsilon = pure_epsilon(release)  # type: ignore[assignment]
+            total += count * epsilon
+        return total
 
 
 class ParallelComposition:
     """Mechanisms on disjoint data: each record is touched by one branch, so the guarantee is the
-    worst branch's (the maximum of eps at a delta, or of delta at an eps), not the sum."""
+    worst branch's (the maximum of eps at a delta, or of delta at an eps), not the sum.
 
-    name = "parallel"
+    Args:
+      branches: one composed accountant (any ``dp_accounting.PrivacyAccountant``) per branch.
+    """
 
-    def __init__(self, branches: Sequence[Accountant]) -> None:
+    def __init__(self, branches: Sequence[dp_accounting.PrivacyAccountant]) -> None:
         if not branches:
             raise ValueError("expected at least one branch for parallel composition")
         self.branches = list(branches)
 
-    def compose(self, event: events.DpEvent, count: int = 1) -> ParallelComposition:
-        raise ValueError("compose into a branch of a parallel composition, not into the whole")
+    def get_epsilon(self, target_delta: float) -> float:
+        return max(branch.get_epsilon(target_delta) for branch in self.branches)
 
-    def epsilon(self, delta: float) -> float:
-        return max(branch.epsilon(delta) for branch in self.branches)
-
-    def delta(self, epsilon: float) -> float:
-        return max(branch.delta(epsilon) for branch in self.branches)
+    def get_delta(self, target_epsilon: float) -> float:
+        return max(branch.get_delta(target_epsilon) for branch in self.branches)
 
 
-def make_accountant(
-    name: str, neighboring: str = "add-or-remove", pld_discretization: float = 1e-4
-) -> Accountant:
-    """A fresh accountant by name: ``zcdp``, ``advanced``, ``rdp`` or ``pld``.
-
-    ``pld_discretization`` is the PLD accountant's value discretization interval; its estimates
-    stay pessimistic (upper bounds) at any interval, a coarser one is faster and slightly looser.
-    """
-    if name == "zcdp":
-        return ZcdpAccountant()
-    if name == "advanced":
-        return AdvancedCompositionAccountant()
-    if name in ("rdp", "pld"):
-        return DpAccountingAccountant(name, neighboring, pld_discretization)
-    raise ValueError(f"unknown accountant {name!r}; expected one of {ACCOUNTANTS}")
-
-
-def subsampled_gaussian_event(
-    noise_multiplier: float,
-    sampling_rate: float = 1.0,
-    steps: int = 1,
-    sampling: str = "poisson",
-    dataset_size: int | None = None,
-) -> events.DpEvent:
-    """The event of ``steps`` Gaussian steps on a subsample (DP-SGD / Noisy MB-SGD).
-
-    The noise multiplier follows dp-accounting's conventions, which differ under replace-one
-    adjacency (checked in the tests): for the RDP accountant it is noise std / the L2 distance
-    between neighbouring outputs; for the PLD accountant under replace-one it is noise std / the
-    bound on one record's contribution, neighbouring outputs then differing by twice that.
-    Without sampling and under add-or-remove both mean noise std / L2 sensitivity.
-
-    Args:
-      noise_multiplier: noise std / sensitivity of one step (> 0), see above.
-      sampling_rate: q in (0, 1]; 1 means no subsampling.
-      steps: number of composed steps (>= 1).
-      sampling: ``"poisson"`` (each record independently with probability q) or
-        ``"without-replacement"`` (fixed batches of ``round(q * dataset_size)``).
-      dataset_size: n, required for ``"without-replacement"``.
-    """
-    check_positive("noise_multiplier", noise_multiplier)
-    sampling_rate = float(sampling_rate)
-    if not 0.0 < sampling_rate <= 1.0:
-        raise ValueError(f"expected sampling_rate in (0, 1], got sampling_rate={sampling_rate}")
-    if int(steps) != steps or steps < 1:
-        raise ValueError(f"expected steps >= 1 (integer), got steps={steps}")
-    step: events.DpEvent = events.GaussianDpEvent(noise_multiplier)
-    if sampling_rate < 1.0:
-        if sampling == "poisson":
-            step = events.PoissonSampledDpEvent(sampling_rate, step)
-        elif sampling == "without-replacement":
-            if dataset_size is None or dataset_size < 1:
-                raise ValueError("expected dataset_size >= 1 for sampling without replacement")
-            batch = max(1, round(sampling_rate * dataset_size))
-            step = events.SampledWithoutReplacementDpEvent(dataset_size, batch, step)
-        else:
-            raise ValueError(
-                f"unknown sampling {sampling!r}; expected 'poisson' or 'without-replacement'"
-            )
-    return step if steps == 1 else events.SelfComposedDpEvent(step, int(steps))
-
-
-def epsilon_of(
-    event: events.DpEvent, delta: float, accountant: str = "pld", neighboring: str = "add-or-remove"
-) -> float:
-    """eps at ``delta`` of one (composed) event under a named accountant."""
-    return make_accountant(accountant, neighboring).compose(event).epsilon(delta)
+def _check_count(count: int) -> int:
+    if int(count) != count or count < 0:
+        raise ValueError(f"expected count >= 0 (integer), got count={count}")
+    return int(count)
 
 
 def _randomized_response_profile(epsilon0: float, count: int):
@@ -395,49 +441,35 @@ def randomized_response_composition_epsilon(epsilon0: float, count: int, delta: 
     return float(epsilon)
 
 
-class OptimalPureCompositionAccountant:
+class OptimalPureComposition(_Walker):
     """Composes pure eps0-DP releases of ONE eps0 (randomized response of any number of buckets,
     Laplace) with the optimal composition theorem
     (:func:`randomized_response_composition_epsilon`): exact for binary randomized response,
-    an upper bound for the others. Releases of different eps are refused (their optimal
-    composition has no such closed form; use ``advanced`` or basic composition)."""
+    an upper bound for the others; pure releases compose alike under every adjacency. Releases
+    of different eps are refused (their optimal composition has no such closed form; use
+    :class:`AdvancedComposition` or :class:`BasicComposition`)."""
 
-    name = "optimal-pure"
-
-    def __init__(self) -> None:
+    def __init__(self, adjacency: Adjacency = Adjacency.REPLACE_ONE) -> None:
+        super().__init__(adjacency)
         self.epsilon0: float | None = None
         self.count = 0
 
-    def _pure(self, event: events.DpEvent) -> list[tuple[float, int]]:
-        if isinstance(event, events.RandomizedResponseDpEvent):
-            p, k = event.noise_parameter, event.num_buckets
-            if p == 0.0:
-                return [(math.inf, 1)]
-            return [(math.log1p(k * (1.0 - p) / p), 1)]
-        if isinstance(event, events.LaplaceDpEvent):
-            return [(1.0 / event.noise_multiplier, 1)]
-        if isinstance(event, events.NoOpDpEvent):
-            return []
-        if isinstance(event, events.SelfComposedDpEvent):
-            return [(e, c * event.count) for e, c in self._pure(event.event)]
-        if isinstance(event, events.ComposedDpEvent):
-            return [pair for e in event.events for pair in self._pure(e)]
-        raise _unsupported(self.name, event)
-
-    def compose(self, event: events.DpEvent, count: int = 1) -> OptimalPureCompositionAccountant:
-        count = _check_count(count)
-        for epsilon0, times in self._pure(event):
-            current = self.epsilon0 if self.epsilon0 is not None else epsilon0
-            if not math.isclose(epsilon0, current, rel_tol=1e-9):
-                raise ValueError(
-                    f"the {self.name} accountant composes releases of one eps only, got "
-                    f"{current:g} and {epsilon0:g}"
-                )
+    def _leaf(self, event, count, do_compose):
+        epsilon0 = pure_epsilon(event)
+        if epsilon0 is None:
+            return f"optimal pure composition takes pure releases, not {type(event).__name__}"
+        current = self.epsilon0 if self.epsilon0 is not None else epsilon0
+        if not math.isclose(epsilon0, current, rel_tol=1e-9):
+            return (
+                f"optimal pure composition composes releases of one eps only, got {current:g} "
+                f"and {epsilon0:g}"
+            )
+        if do_compose:
             self.epsilon0 = current
-            self.count += times * count
-        return self
+            self.count += count
+        return None
 
-    def epsilon(self, delta: float) -> float:
+    def _epsilon(self, delta: float) -> float:
         if self.epsilon0 is None or self.count == 0:
             return 0.0
         if math.isinf(self.epsilon0):
@@ -446,7 +478,47 @@ class OptimalPureCompositionAccountant:
             return self.count * self.epsilon0  # pure DP composes exactly by the sum
         return randomized_response_composition_epsilon(self.epsilon0, self.count, delta)
 
-    def delta(self, epsilon: float) -> float:
+    def _delta(self, epsilon: float) -> float:
         if self.epsilon0 is None or self.count == 0:
             return 0.0
         return randomized_response_composition_delta(self.epsilon0, self.count, epsilon)
+
+
+def subsampled_gaussian_event(
+    noise_multiplier: float,
+    sampling_rate: float = 1.0,
+    steps: int = 1,
+    without_replacement_of: int | None = None,
+) -> events.DpEvent:
+    """The event of ``steps`` Gaussian steps on a subsample (DP-SGD / Noisy MB-SGD).
+
+    The noise multiplier follows dp-accounting's conventions, which differ under replace-one
+    adjacency (checked in the tests): for the RDP accountant it is noise std / the L2 distance
+    between neighbouring outputs; for the PLD accountant under replace-one it is noise std / the
+    bound on one record's contribution, neighbouring outputs then differing by twice that.
+    Without sampling and under add-or-remove both mean noise std / L2 sensitivity.
+
+    Args:
+      noise_multiplier: noise std / sensitivity of one step (> 0), see above.
+      sampling_rate: q in (0, 1]; 1 means no subsampling.
+      steps: number of composed steps (>= 1).
+      without_replacement_of: ``None`` for Poisson sampling (each record independently with
+        probability q); a dataset size n for fixed batches of ``round(q n)`` drawn without
+        replacement.
+    """
+    check_positive("noise_multiplier", noise_multiplier)
+    sampling_rate = float(sampling_rate)
+    if not 0.0 < sampling_rate <= 1.0:
+        raise ValueError(f"expected sampling_rate in (0, 1], got sampling_rate={sampling_rate}")
+    if int(steps) != steps or steps < 1:
+        raise ValueError(f"expected steps >= 1 (integer), got steps={steps}")
+    step: events.DpEvent = events.GaussianDpEvent(noise_multiplier)
+    if sampling_rate < 1.0:
+        if without_replacement_of is None:
+            step = events.PoissonSampledDpEvent(sampling_rate, step)
+        else:
+            if without_replacement_of < 1:
+                raise ValueError("expected a dataset size >= 1 for sampling without replacement")
+            batch = max(1, round(sampling_rate * without_replacement_of))
+            step = events.SampledWithoutReplacementDpEvent(without_replacement_of, batch, step)
+    return step if steps == 1 else events.SelfComposedDpEvent(step, int(steps))

@@ -1,75 +1,103 @@
-"""One accountant interface: the events a run emitted -> the guarantee it certifies, and back.
+"""The one accountant system: events -> the guarantee they certify, and a target -> the noise.
 
-Host side, float64. An accountant is named by a small frozen object, :class:`Pld`, :class:`Rdp`,
-:class:`Zcdp` (each makes a fresh accountant of :mod:`jfed.privacy.accountants`) or
-:class:`Analytic` (exact, for Gaussian releases without sampling), and the
-adjacency by a string, ``"add-or-remove"`` (a client joins or leaves) or ``"replace-one"`` (a
-client's data is swapped for another's). :func:`certify` turns a composed ``DpEvent`` into a
-:class:`~jfed.privacy.PrivacyGuarantee`; :func:`calibrate` finds the least noise multiplier for a
-target (eps, delta) through the very same accountant. dp-accounting is imported inside the
-functions: it takes about a second to load.
+Host side, float64. Every accountant is a ``dp_accounting.PrivacyAccountant`` (dp-accounting's
+PLD and RDP, and jfed's own in :mod:`jfed.privacy.accountants`), made by a small frozen spec:
 
-Adjacency is recorded in the guarantee's ``notion``, which reads ``"<notion>, <adjacency>
-adjacency"`` (e.g. ``"central (eps, delta)-DP, add-or-remove adjacency"``), so every result
-record that stores the guarantee states it with no change to the record's fields.
+==================  ===========================================================================
+spec (its key)      accountant
+==================  ===========================================================================
+``Pld()`` pld       dp-accounting's privacy loss distributions: numerically tight upper bounds;
+                    Poisson sampling, either adjacency
+``Rdp()`` rdp       dp-accounting's Renyi DP; the only one for sampling without replacement
+``Zcdp()`` zcdp     rho adds over releases, converted once (add-or-remove, no sampling)
+``Analytic()``      exact for Gaussian releases without sampling (the analytic Gaussian)
+``Classic()``       the classic bound per release at (eps / R, delta / R), basic composition
+``Basic()``         basic composition of exact single releases, with parallel branches
+``Advanced()``      the advanced composition theorem over (eps_i, delta_i) releases
+``OptimalPure()``   the optimal composition of pure eps0-DP releases of one eps0
+==================  ===========================================================================
 
-Noise multiplier convention. jfed's privatizers state ``z = noise std / clip_norm``, where
-``clip_norm`` = C bounds one client's contribution (:class:`~jfed.privacy.GaussianSumQuery`).
-Neighbouring sums differ by at most C under add-or-remove and 2C under replace-one.
-dp-accounting's PLD accountant doubles the sensitivity itself under replace-one (its
-``GaussianDpEvent(z)`` means std / C under both adjacencies); its RDP accountant does not (under
-replace-one ``GaussianDpEvent(z)`` means std / the distance between neighbouring outputs, so a
-clipped sum needs ``z / 2``). Hence:
+:data:`ACCOUNTANTS` maps each key to its spec: the command line's ``--accountant`` choices are
+those keys, and :func:`accountant_named` is the only place a name becomes an accountant. The
+adjacency is :class:`~jfed.privacy.Adjacency`. :func:`certify` turns a composed ``DpEvent``
+into a :class:`~jfed.privacy.PrivacyGuarantee`; :func:`calibrate` finds the least noise
+multiplier for a target (eps, delta) through the very same accountant, and
+:func:`calibrate_grid` a whole eps grid at once. dp-accounting is imported inside the functions:
+it takes about a second to load.
 
-- :func:`poisson_rounds_event` states ``Gaussian(z)``: exact under add-or-remove (PLD, RDP) and
-  under replace-one with PLD.
-- :func:`fixed_cohort_rounds_event` states ``Gaussian(z / 2)`` inside the without-replacement
-  sample: only dp-accounting's RDP accountant under replace-one composes it.
+Noise multiplier convention. jfed's events state ``z = noise std / C``, where C bounds one
+protected unit's contribution (:mod:`jfed.privacy.aggregators`). Neighbouring sums differ by at
+most C under add-or-remove and 2C under replace-one. dp-accounting's PLD accountant doubles the
+sensitivity itself under replace-one (its ``GaussianDpEvent(z)`` means std / C under both
+adjacencies); its RDP accountant does not (under replace-one ``GaussianDpEvent(z)`` means std /
+the distance between neighbouring outputs, so a clipped sum needs ``z / 2``). Hence:
+
+- :func:`poisson_sampled` and :func:`poisson_rounds_event` state ``Gaussian(z)``: exact under
+  add-or-remove (PLD, RDP) and under replace-one with PLD;
+- :func:`sampled_without_replacement` (and :func:`fixed_cohort_rounds_event`) state
+  ``Gaussian(z / 2)`` inside the without-replacement sample: only dp-accounting's RDP accountant
+  under replace-one composes it;
 - :func:`certify` and :func:`calibrate` refuse what would silently halve the sensitivity: a
-  Gaussian outside a without-replacement sample under ``Rdp()`` with replace-one, and
-  ``Zcdp()`` (rho = 1 / (2 z^2)) with replace-one.
-
-Events dp-accounting lacks live in :mod:`~jfed.privacy.accountants`
-(:class:`~jfed.privacy.ApproximateDpEvent`); zCDP releases use dp-accounting's own
-``ZCDpEvent(rho)``.
+  Gaussian outside a without-replacement sample under ``Rdp()`` with replace-one, and ``Zcdp()``
+  with replace-one.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
 
 from jfed._validation import check_int_range, check_open_unit, check_positive
-from jfed.privacy.guarantee import PrivacyGuarantee
+from jfed.privacy.guarantee import Adjacency, PrivacyGuarantee
 
 if TYPE_CHECKING:  # dp-accounting takes about a second to load: imported where it is used
     import dp_accounting
 
-    from jfed.privacy.accountants import Accountant
-
-
-ADJACENCIES = ("add-or-remove", "replace-one", "bounded")
-
-
-def _check_adjacency(adjacency: str) -> str:
-    if adjacency not in ADJACENCIES:
-        raise ValueError(f"unknown adjacency {adjacency!r}; expected one of {list(ADJACENCIES)}")
-    return adjacency
-
-
-def _convention(adjacency: str) -> str:
-    """dp-accounting's neighbouring relation for ``adjacency``: ``"bounded"`` states the
-    sensitivity as the distance between the outputs of any two neighbouring inputs (local DP of
-    one client's message), which is how add-or-remove reads ``GaussianDpEvent(z)``."""
-    return "add-or-remove" if _check_adjacency(adjacency) == "bounded" else adjacency
+# doublings / halvings from a noise multiplier of 1 before giving up: 2^+-40 covers every noise
+# a guarantee can use, and a failed search stops in seconds rather than running on
+_MAX_BRACKET_STEPS = 40
 
 
 @dataclass(frozen=True)
-class Pld:
+class _Spec:
+    """What every accountant spec states (class attributes) and does (``make``).
+
+    ``key``: its name on the command line and in :data:`ACCOUNTANTS`; ``name``: how records
+    name it; ``composes_sampling``: whether it amplifies by subsampling; ``via``: what a notion
+    adds for it (``" via zCDP"``)."""
+
+    key: ClassVar[str]
+    name: ClassVar[str]
+    composes_sampling: ClassVar[bool] = False
+    via: ClassVar[str] = ""
+
+    def make(self, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE):
+        """A fresh, empty ``dp_accounting.PrivacyAccountant`` for ``adjacency``."""
+        raise NotImplementedError
+
+    def gaussian_rounds_noise(
+        self, sensitivity: float, epsilon: float, delta: float, rounds: int
+    ) -> float:
+        """Least noise std of ``rounds`` Gaussian releases of L2 sensitivity ``sensitivity``
+        (every unit in every round) for (eps, delta): a search through this accountant (the
+        closed-form accountants override it)."""
+        import dp_accounting
+
+        multiplier = calibrate(
+            lambda z: dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), rounds),
+            epsilon, delta, accountant=self, adjacency=Adjacency.BOUNDED,
+        )  # fmt: skip
+        return multiplier * sensitivity
+
+
+@dataclass(frozen=True)
+class Pld(_Spec):
     """dp-accounting's privacy loss distribution accountant: numerically tight upper bounds.
 
     Composes Gaussian, Laplace and Poisson-subsampled Gaussian events under either adjacency;
@@ -81,95 +109,54 @@ class Pld:
     """
 
     discretization: float = 1e-4
+    key: ClassVar[str] = "pld"
     name: ClassVar[str] = "pld"
+    composes_sampling: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_positive("discretization", self.discretization)
 
-    def make(self, adjacency: str = "add-or-remove") -> Accountant:
-        """A fresh, empty accountant for ``adjacency``."""
-        from jfed.privacy.accountants import make_accountant
+    def make(self, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE):
+        import dp_accounting
 
-        return make_accountant(self.name, _convention(adjacency), self.discretization)
+        from jfed.privacy.accountants import NEIGHBORING
 
-    def gaussian_rounds_noise(
-        self, sensitivity: float, epsilon: float, delta: float, rounds: int
-    ) -> float:
-        """Least noise std of ``rounds`` Gaussian releases of L2 sensitivity ``sensitivity``
-        (every client in every round) for (eps, delta): bisection through this accountant."""
-        from jfed.privacy.calibration import calibrate_noise_multiplier
-
-        multiplier = calibrate_noise_multiplier(
-            epsilon, delta, 1.0, rounds, self.name, pld_discretization=self.discretization
-        )
-        return multiplier * sensitivity
+        relation = NEIGHBORING[Adjacency.of(adjacency)]
+        return dp_accounting.pld.PLDAccountant(relation, self.discretization)
 
 
 @dataclass(frozen=True)
-class Rdp:
+class Rdp(_Spec):
     """dp-accounting's Renyi DP accountant: looser than :class:`Pld`, but it alone composes
     sampling without replacement (a fixed cohort, under replace-one)."""
 
+    key: ClassVar[str] = "rdp"
     name: ClassVar[str] = "rdp"
+    composes_sampling: ClassVar[bool] = True
 
-    def make(self, adjacency: str = "add-or-remove") -> Accountant:
-        """A fresh, empty accountant for ``adjacency``."""
-        from jfed.privacy.accountants import make_accountant
+    def make(self, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE):
+        import dp_accounting
 
-        return make_accountant(self.name, _convention(adjacency))
+        from jfed.privacy.accountants import NEIGHBORING
 
-    def gaussian_rounds_noise(
-        self, sensitivity: float, epsilon: float, delta: float, rounds: int
-    ) -> float:
-        """Least noise std of ``rounds`` Gaussian releases, by bisection."""
-        from jfed.privacy.calibration import calibrate_noise_multiplier
-
-        return calibrate_noise_multiplier(epsilon, delta, 1.0, rounds, self.name) * sensitivity
-
-
-class _RhoSum:
-    """zCDP of Gaussian releases, composed without dp-accounting: rho = sum 1 / (2 z^2)."""
-
-    def __init__(self) -> None:
-        self.rho = 0.0
-
-    def add_gaussian(self, noise_multiplier: float, count: int = 1) -> _RhoSum:
-        self.rho += count * 0.5 / check_positive("noise_multiplier", noise_multiplier) ** 2
-        return self
-
-    def epsilon(self, delta: float) -> float:
-        from jfed.privacy import zcdp
-
-        return float(zcdp.epsilon_from_rho(self.rho, delta))
+        return dp_accounting.rdp.RdpAccountant(
+            neighboring_relation=NEIGHBORING[Adjacency.of(adjacency)]
+        )
 
 
 @dataclass(frozen=True)
-class Zcdp:
+class Zcdp(_Spec):
     """Sums zCDP rho (Gaussian, zCDP, Laplace, randomized response), converted to eps once.
     Add-or-remove adjacency only; no subsampling amplification."""
 
+    key: ClassVar[str] = "zcdp"
     name: ClassVar[str] = "zcdp"
-    via: ClassVar[str] = " via zCDP"  # how a notion names the conversion it certifies through
+    via: ClassVar[str] = " via zCDP"
 
-    def make(self, adjacency: str = "add-or-remove") -> Accountant:
-        """A fresh, empty accountant; refuses replace-one (its Gaussian rho is add-or-remove's)."""
+    def make(self, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE):
         from jfed.privacy.accountants import ZcdpAccountant
 
-        if _convention(adjacency) != "add-or-remove":
-            raise ValueError(
-                f"the zcdp accountant composes Gaussian events with rho = 1/(2 z^2), which is "
-                f"add-or-remove adjacency; got adjacency={adjacency!r} (use Pld())"
-            )
-        return ZcdpAccountant()
-
-    def gaussian_composer(self, adjacency: str = "add-or-remove") -> _RhoSum:
-        """Composes Gaussian releases in closed form (no dp-accounting import: a zCDP run starts
-        fast); the same numbers as :meth:`make`."""
-        if _convention(adjacency) != "add-or-remove":
-            raise ValueError(
-                f"the zcdp accountant takes add-or-remove adjacency, got {adjacency!r}"
-            )
-        return _RhoSum()
+        return ZcdpAccountant(Adjacency.of(adjacency))
 
     def gaussian_rounds_noise(
         self, sensitivity: float, epsilon: float, delta: float, rounds: int
@@ -180,86 +167,18 @@ class Zcdp:
         return float(zcdp.calibrate_gaussian(sensitivity, epsilon, delta, rounds))
 
 
-class _GaussianComposer:
-    """An accountant of Gaussian releases without sampling: ``compose`` walks the event down to
-    its Gaussian releases and hands each to ``add_gaussian``; anything else is refused."""
-
-    name = "gaussian"
-    refusal = "composes Gaussian releases without sampling only"
-
-    def compose(self, event: dp_accounting.DpEvent, count: int = 1) -> _GaussianComposer:
-        from dp_accounting import dp_event as events
-
-        count = check_int_range("count", count, 1, 2**62)
-        if isinstance(event, events.GaussianDpEvent):
-            self.add_gaussian(event.noise_multiplier, count)
-        elif isinstance(event, events.SelfComposedDpEvent):
-            self.compose(event.event, count * event.count)
-        elif isinstance(event, events.ComposedDpEvent):
-            for inner in event.events:
-                self.compose(inner, count)
-        else:
-            raise ValueError(
-                f"the {self.name} accountant {self.refusal}, not {type(event).__name__} (use Pld())"
-            )
-        return self
-
-    def add_gaussian(self, noise_multiplier: float, count: int = 1) -> _GaussianComposer:
-        raise NotImplementedError
-
-    def epsilon(self, delta: float) -> float:
-        raise NotImplementedError
-
-
-class _AnalyticGaussianAccountant(_GaussianComposer):
-    """Composes Gaussian releases without sampling exactly: R releases of multipliers z_r are
-    one Gaussian release of multiplier (sum_r z_r^-2)^(-1/2), whose eps is the analytic
-    Gaussian's (Balle and Wang 2018), with no discretization."""
-
-    name = "analytic"
-
-    def __init__(self, adjacency: str) -> None:
-        # z = noise std / clip_norm; replace-one moves a clipped sum by 2 clip_norm
-        self._per_release = 4.0 if adjacency == "replace-one" else 1.0
-        self._precision = 0.0  # sum of (sensitivity / std)^2
-
-    def add_gaussian(self, noise_multiplier: float, count: int = 1) -> _AnalyticGaussianAccountant:
-        """Compose ``count`` Gaussian releases of multiplier z (no dp-accounting needed)."""
-        if noise_multiplier <= 0:
-            raise ValueError("the analytic accountant needs a noise multiplier > 0")
-        self._precision += count * self._per_release / noise_multiplier**2
-        return self
-
-    def epsilon(self, delta: float) -> float:
-        from jfed.privacy.gaussian import analytic_gaussian_epsilon
-
-        if self._precision == 0.0:
-            return 0.0
-        noise = self._precision**-0.5
-        return float(analytic_gaussian_epsilon(1.0, noise, check_open_unit("delta", delta)))
-
-    def delta(self, epsilon: float) -> float:
-        from jfed.privacy.gaussian import analytic_gaussian_delta
-
-        if self._precision == 0.0:
-            return 0.0
-        return float(analytic_gaussian_delta(1.0, self._precision**-0.5, epsilon))
-
-
 @dataclass(frozen=True)
-class Analytic:
+class Analytic(_Spec):
     """Exact for compositions of Gaussian releases without sampling (every client in every
     round): the analytic Gaussian mechanism of the combined multiplier. Refuses anything else."""
 
+    key: ClassVar[str] = "analytic"
     name: ClassVar[str] = "analytic-gaussian"
 
-    def make(self, adjacency: str = "add-or-remove") -> _AnalyticGaussianAccountant:
-        """A fresh, empty accountant for ``adjacency``."""
-        return _AnalyticGaussianAccountant(_check_adjacency(adjacency))
+    def make(self, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE):
+        from jfed.privacy.accountants import AnalyticGaussian
 
-    def gaussian_composer(self, adjacency: str = "add-or-remove") -> _AnalyticGaussianAccountant:
-        """Composes Gaussian releases in closed form (``add_gaussian``), no dp-accounting."""
-        return self.make(adjacency)
+        return AnalyticGaussian(Adjacency.of(adjacency))
 
     def gaussian_rounds_noise(
         self, sensitivity: float, epsilon: float, delta: float, rounds: int
@@ -270,46 +189,18 @@ class Analytic:
         return float(analytic_gaussian_noise(sensitivity, epsilon, delta)) * rounds**0.5
 
 
-class _BasicCompositionAccountant(_GaussianComposer):
-    """Each Gaussian release certified by the classic bound (Dwork and Roth, Thm A.1) at delta /
-    R, the R releases composed by basic composition: eps = sum of the per-release eps."""
-
-    name = "classic"
-    refusal = "composes Gaussian releases only"
-
-    def __init__(self, adjacency: str) -> None:
-        self._per_release = 2.0 if adjacency == "replace-one" else 1.0
-        self._multipliers: list[float] = []
-
-    def add_gaussian(self, noise_multiplier: float, count: int = 1) -> _BasicCompositionAccountant:
-        """Compose ``count`` Gaussian releases of multiplier z (no dp-accounting needed)."""
-        self._multipliers += [noise_multiplier / self._per_release] * count
-        return self
-
-    def epsilon(self, delta: float) -> float:
-        from jfed.privacy.gaussian import classic_gaussian_epsilon
-
-        share = check_open_unit("delta", delta) / max(1, len(self._multipliers))
-        return float(sum(classic_gaussian_epsilon(1.0, z, share) for z in self._multipliers))
-
-    def delta(self, epsilon: float) -> float:
-        raise ValueError("basic composition of classic Gaussian bounds answers eps for a delta")
-
-
 @dataclass(frozen=True)
-class Classic:
+class Classic(_Spec):
     """The classic Gaussian bound per release at (eps / R, delta / R), composed by basic
     composition: loose, but the textbook calibration (needs eps / R < 1 per release)."""
 
+    key: ClassVar[str] = "classic"
     name: ClassVar[str] = "classic-gaussian+basic-composition"
 
-    def make(self, adjacency: str = "add-or-remove") -> _BasicCompositionAccountant:
-        """A fresh, empty accountant for ``adjacency``."""
-        return _BasicCompositionAccountant(_check_adjacency(adjacency))
+    def make(self, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE):
+        from jfed.privacy.accountants import ClassicGaussian
 
-    def gaussian_composer(self, adjacency: str = "add-or-remove") -> _BasicCompositionAccountant:
-        """Composes Gaussian releases in closed form (``add_gaussian``), no dp-accounting."""
-        return self.make(adjacency)
+        return ClassicGaussian(Adjacency.of(adjacency))
 
     def gaussian_rounds_noise(
         self, sensitivity: float, epsilon: float, delta: float, rounds: int
@@ -320,114 +211,145 @@ class Classic:
         return classic_gaussian_noise(sensitivity, epsilon / rounds, delta / rounds)
 
 
-class _BasicAccountant:
-    """Basic composition of exact single-release guarantees: a Laplace release of multiplier z
-    spends eps = 1/z, randomized response its exact pure eps, an (eps_i, delta_i) release its
-    own, a Gaussian release the analytic Gaussian's eps at an equal share of what remains of
-    delta; eps and delta add over releases. A
-    :class:`~jfed.privacy.accountants.ParallelDpEvent` spends its worst branch's eps."""
-
-    def __init__(self, adjacency: str) -> None:
-        self._adjacency = adjacency
-        self._releases: list = []
-
-    def compose(self, event: dp_accounting.DpEvent, count: int = 1) -> _BasicAccountant:
-        from dp_accounting import dp_event as events
-
-        from jfed.privacy.accountants import ParallelDpEvent
-
-        count = check_int_range("count", count, 1, 10**9)
-        if isinstance(event, events.SelfComposedDpEvent):
-            return self.compose(event.event, count * event.count)
-        if isinstance(event, events.ComposedDpEvent):
-            for inner in event.events:
-                self.compose(inner, count)
-            return self
-        from jfed.privacy.accountants import ApproximateDpEvent
-
-        supported = (events.LaplaceDpEvent, events.GaussianDpEvent, ApproximateDpEvent,
-                     events.RandomizedResponseDpEvent, ParallelDpEvent)  # fmt: skip
-        if not isinstance(event, supported):
-            raise ValueError(
-                f"basic composition takes Laplace, Gaussian, randomized-response and parallel "
-                f"events, not {type(event).__name__} (use Pld())"
-            )
-        self._releases += [event] * count
-        return self
-
-    def _gaussians(self) -> int:
-        from dp_accounting import dp_event as events
-
-        return sum(isinstance(e, events.GaussianDpEvent) for e in self._releases)
-
-    def epsilon(self, delta: float) -> float:
-        from dp_accounting import dp_event as events
-
-        from jfed.privacy.accountants import ApproximateDpEvent, ParallelDpEvent
-        from jfed.privacy.gaussian import analytic_gaussian_epsilon
-
-        stated = sum(e.delta for e in self._releases if isinstance(e, ApproximateDpEvent))
-        if stated > delta:
-            raise ValueError(f"the releases state delta {stated} > delta={delta}")
-        if self._gaussians():
-            check_open_unit("delta", delta - stated)
-        share = (delta - stated) / max(1, self._gaussians())
-        total = 0.0
-        for release in self._releases:
-            if isinstance(release, events.LaplaceDpEvent):
-                total += 1.0 / release.noise_multiplier
-            elif isinstance(release, events.GaussianDpEvent):
-                total += float(analytic_gaussian_epsilon(1.0, release.noise_multiplier, share))
-            elif isinstance(release, ApproximateDpEvent):
-                total += release.epsilon
-            elif isinstance(release, events.RandomizedResponseDpEvent):
-                noise, buckets = release.noise_parameter, release.num_buckets
-                if noise == 0.0:
-                    return math.inf  # the true bucket always: no privacy
-                total += math.log1p(buckets * (1.0 - noise) / noise)
-            elif isinstance(release, ParallelDpEvent):
-                total += max(
-                    _BasicAccountant(self._adjacency).compose(branch).epsilon(share)
-                    for branch in release.branches
-                )
-        return total
-
-    def delta(self, epsilon: float) -> float:
-        raise ValueError("basic composition answers eps for a delta")
-
-
 @dataclass(frozen=True)
-class Basic:
+class Basic(_Spec):
     """Basic composition of exact single releases (Laplace, randomized response, the analytic
     Gaussian), with parallel composition over disjoint data: for runs of a few releases, where
     it is what the closed forms calibrate to."""
 
+    key: ClassVar[str] = "basic"
     name: ClassVar[str] = "basic composition of exact releases"
 
-    def make(self, adjacency: str = "add-or-remove") -> _BasicAccountant:
-        """A fresh, empty accountant for ``adjacency``."""
-        return _BasicAccountant(_check_adjacency(adjacency))
+    def make(self, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE):
+        from jfed.privacy.accountants import BasicComposition
+
+        return BasicComposition(Adjacency.of(adjacency))
 
 
-AccountantSpec = Pld | Rdp | Zcdp | Analytic | Classic | Basic
-# the command line's names for the accountants (its --accountant flags); nothing else names one
-ACCOUNTANTS_BY_NAME = {"pld": Pld, "rdp": Rdp, "zcdp": Zcdp, "analytic": Analytic,
-                       "classic": Classic}  # fmt: skip
+@dataclass(frozen=True)
+class Advanced(_Spec):
+    """The advanced composition theorem over (eps_i, delta_i) and pure releases (Dwork and Roth
+    Thm 3.20, heterogeneous form), never worse than basic composition."""
+
+    key: ClassVar[str] = "advanced"
+    name: ClassVar[str] = "advanced-composition"
+
+    def make(self, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE):
+        from jfed.privacy.accountants import AdvancedComposition
+
+        return AdvancedComposition(Adjacency.of(adjacency))
+
+
+@dataclass(frozen=True)
+class OptimalPure(_Spec):
+    """The optimal composition of pure eps0-DP releases of one eps0 (Kairouz, Oh and
+    Viswanath), computed exactly from the binomial law of binary randomized response
+    (:class:`~jfed.privacy.accountants.OptimalPureComposition`): exact for two-point
+    and binary randomized-response reports, fast at millions of releases, where a PLD grid
+    would be as wide as the composed loss. (dp-accounting 0.6's ``PLDAccountant`` composes a
+    ``RandomizedResponseDpEvent`` once whatever its count, so it cannot stand in here.)"""
+
+    key: ClassVar[str] = "optimal-pure"
+    name: ClassVar[str] = "optimal composition of pure eps-DP (Kairouz-Oh-Viswanath, exact)"
+
+    def make(self, adjacency: Adjacency | str = Adjacency.REPLACE_ONE):
+        from jfed.privacy.accountants import OptimalPureComposition
+
+        return OptimalPureComposition(Adjacency.of(adjacency))
+
+
+AccountantSpec = Pld | Rdp | Zcdp | Analytic | Classic | Basic | Advanced | OptimalPure
+ACCOUNTANTS: dict[str, type[AccountantSpec]] = {
+    spec.key: spec for spec in (Pld, Rdp, Zcdp, Analytic, Classic, Basic, Advanced, OptimalPure)
+}
+"""Every accountant spec by its key: the one table the command line's choices come from."""
+
+
+def accountant_keys(*, sampling: bool | None = None) -> tuple[str, ...]:
+    """The keys of :data:`ACCOUNTANTS`, or of those that do (``sampling=True``) or do not
+    amplify by subsampling."""
+    return tuple(
+        k for k, s in ACCOUNTANTS.items() if sampling is None or s.composes_sampling is sampling
+    )
+
+
+def accountant_named(name: str) -> AccountantSpec:
+    """The accountant a flag names (``--accountant zcdp``); ``ValueError`` listing the names."""
+    if name not in ACCOUNTANTS:
+        raise ValueError(f"unknown accountant {name!r}; expected one of {list(ACCOUNTANTS)}")
+    return ACCOUNTANTS[name]()
+
+
+def as_accountant(accountant: AccountantSpec | str) -> AccountantSpec:
+    """``accountant`` as a spec: a spec as it is, a key through :func:`accountant_named`."""
+    return accountant_named(accountant) if isinstance(accountant, str) else accountant
 
 
 def via(accountant: AccountantSpec) -> str:
     """What a notion adds for ``accountant``: ``" via zCDP"`` for the zCDP conversion, else
     nothing."""
-    return getattr(accountant, "via", "")
+    return accountant.via
 
 
-def accountant_named(name: str) -> AccountantSpec:
-    """The accountant a flag names (``--accountant zcdp``); ``ValueError`` listing the names."""
-    if name not in ACCOUNTANTS_BY_NAME:
-        raise ValueError(
-            f"unknown accountant {name!r}; expected one of {list(ACCOUNTANTS_BY_NAME)}"
-        )
-    return ACCOUNTANTS_BY_NAME[name]()
+# ---------------------------------------------------------------------------------- events
+
+
+def poisson_sampled(event: dp_accounting.DpEvent, rate: float) -> dp_accounting.DpEvent:
+    """``event`` released over a Poisson sample (each unit independently with probability
+    ``rate``; ``rate = 1``: everyone, the event itself). Natural adjacency: add-or-remove."""
+    import dp_accounting
+
+    rate = float(rate)
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"expected rate in (0, 1], got rate={rate}")
+    return event if rate == 1.0 else dp_accounting.PoissonSampledDpEvent(rate, event)
+
+
+def _halve_multipliers(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+    """``event`` with every Gaussian's multiplier halved (z = std / C becomes std / 2C, the
+    replace-one distance of a clipped sum, as dp-accounting's RDP accountant reads it)."""
+    import dp_accounting
+    from dp_accounting import dp_event as events
+
+    if isinstance(event, events.GaussianDpEvent):
+        return dp_accounting.GaussianDpEvent(event.noise_multiplier / 2.0)
+    if isinstance(event, events.SelfComposedDpEvent):
+        return dp_accounting.SelfComposedDpEvent(_halve_multipliers(event.event), event.count)
+    if isinstance(event, events.ComposedDpEvent):
+        return dp_accounting.ComposedDpEvent([_halve_multipliers(e) for e in event.events])
+    if isinstance(event, events.NoOpDpEvent | events.NonPrivateDpEvent):
+        return event
+    raise ValueError(
+        f"a fixed-size sample is accounted for Gaussian releases only, not {type(event).__name__}"
+    )
+
+
+def sampled_without_replacement(
+    event: dp_accounting.DpEvent, population: int, size: int
+) -> dp_accounting.DpEvent:
+    """``event`` (stated with ``z = std / C``) released over a uniform sample of exactly
+    ``size`` of ``population`` units: ``SampledWithoutReplacement(N, K, event with z / 2)``.
+
+    Its natural adjacency is replace-one (with a fixed sample size, adding a unit would change
+    the population); dp-accounting composes it with :class:`Rdp` under replace-one only. There a
+    Gaussian event's noise multiplier is std / the distance between neighbouring outputs, and
+    swapping one unit's clipped contribution moves the sum by up to ``2 C``: hence ``z / 2``. The
+    sample is kept at K = N (a bare halved Gaussian would be misread as ``Gaussian(z)``)."""
+    import dp_accounting
+
+    population = check_int_range("population", population, 1, 2**62)
+    size = check_int_range("size", size, 1, population)
+    return dp_accounting.SampledWithoutReplacementDpEvent(
+        population, size, _halve_multipliers(event)
+    )
+
+
+def rounds_of(event: dp_accounting.DpEvent, rounds: int) -> dp_accounting.DpEvent:
+    """``rounds`` compositions of ``event`` (``event`` itself for one)."""
+    import dp_accounting
+
+    rounds = check_int_range("rounds", rounds, 1, 2**62)
+    return event if rounds == 1 else dp_accounting.SelfComposedDpEvent(event, rounds)
 
 
 def gaussian_rounds_event(noise_multiplier: float, rounds: int = 1) -> dp_accounting.DpEvent:
@@ -445,36 +367,30 @@ def poisson_rounds_event(
     noise_multiplier: float, sampling_rate: float, rounds: int
 ) -> dp_accounting.DpEvent:
     """``SelfComposed(PoissonSampled(q, Gaussian(z)), R)``: R rounds of a Gaussian sum over a
-    cohort where each client takes part independently with probability q.
-
-    Its natural adjacency is add-or-remove (Poisson sampling is analysed for it); PLD also
-    certifies it under replace-one.
+    cohort where each client takes part independently with probability q (:func:`poisson_sampled`).
 
     Args:
       noise_multiplier: z = noise std / clip_norm (> 0), as in
-        :meth:`~jfed.privacy.GaussianSumQuery.noised_sum`.
+        :class:`~jfed.privacy.aggregators.GaussianSum`.
       sampling_rate: q in (0, 1]; 1 is full participation (the Poisson wrapper is dropped).
       rounds: R >= 1.
     """
-    from jfed.privacy.accountants import subsampled_gaussian_event
+    import dp_accounting
 
-    return subsampled_gaussian_event(noise_multiplier, sampling_rate, rounds, "poisson")
+    noise_multiplier = check_positive("noise_multiplier", noise_multiplier)
+    one = poisson_sampled(dp_accounting.GaussianDpEvent(noise_multiplier), sampling_rate)
+    return rounds_of(one, rounds)
 
 
 def fixed_cohort_rounds_event(
     noise_multiplier: float, population: int, cohort: int, rounds: int
 ) -> dp_accounting.DpEvent:
     """``SelfComposed(SampledWithoutReplacement(N, K, Gaussian(z / 2)), R)``: R rounds of a
-    Gaussian sum over a uniformly drawn cohort of exactly K of N clients.
-
-    Its natural adjacency is replace-one (with a fixed cohort size, adding a client would change
-    the population); dp-accounting composes it with :class:`Rdp` under replace-one only. There a
-    Gaussian event's noise multiplier is std / the distance between neighbouring outputs, and
-    swapping one client's clipped update moves the sum by up to ``2 clip_norm``: hence ``z / 2``.
+    Gaussian sum over a uniformly drawn cohort of exactly K of N clients
+    (:func:`sampled_without_replacement`), kept composed even at R = 1.
 
     Args:
-      noise_multiplier: z = noise std / clip_norm (> 0), as in
-        :meth:`~jfed.privacy.GaussianSumQuery.noised_sum`.
+      noise_multiplier: z = noise std / clip_norm (> 0).
       population: N >= 1 clients.
       cohort: K in [1, N] clients per round (K = N: everyone, every round).
       rounds: R >= 1.
@@ -482,15 +398,10 @@ def fixed_cohort_rounds_event(
     import dp_accounting
 
     noise_multiplier = check_positive("noise_multiplier", noise_multiplier)
-    population = check_int_range("population", population, 1, 2**62)
-    cohort = check_int_range("cohort", cohort, 1, population)
-    rounds = check_int_range("rounds", rounds, 1, 2**62)
-    # built here rather than by subsampled_gaussian_event, which drops the sample at K = N and
-    # would leave a bare Gaussian(z / 2) that certify cannot tell from a misread Gaussian(z)
-    step = dp_accounting.SampledWithoutReplacementDpEvent(
-        population, cohort, dp_accounting.GaussianDpEvent(noise_multiplier / 2.0)
+    step = sampled_without_replacement(
+        dp_accounting.GaussianDpEvent(noise_multiplier), population, cohort
     )
-    return dp_accounting.SelfComposedDpEvent(step, rounds)
+    return dp_accounting.SelfComposedDpEvent(step, check_int_range("rounds", rounds, 1, 2**62))
 
 
 def _walk(event: dp_accounting.DpEvent, inside_sample: bool = False):
@@ -502,22 +413,26 @@ def _walk(event: dp_accounting.DpEvent, inside_sample: bool = False):
     children = list(getattr(event, "events", ()))
     if isinstance(getattr(event, "event", None), events.DpEvent):
         children.append(event.event)
+    for child in getattr(event, "branches", ()):
+        children.append(child)
     for child in children:
         yield from _walk(child, inside_sample)
 
 
-def _check_event(event: dp_accounting.DpEvent, accountant: AccountantSpec, adjacency: str) -> None:
+def _check_event(
+    event: dp_accounting.DpEvent, accountant: AccountantSpec, adjacency: Adjacency
+) -> None:
     """Refuse the combinations the module docstring lists, with the reason and the remedy."""
     from dp_accounting import dp_event as events
 
-    _check_adjacency(adjacency)
     nodes = list(_walk(event))
-    rdp_replace_one = isinstance(accountant, Rdp) and adjacency == "replace-one"
+    rdp_replace_one = isinstance(accountant, Rdp) and adjacency is Adjacency.REPLACE_ONE
     if any(isinstance(e, events.SampledWithoutReplacementDpEvent) for e, _ in nodes):
         if not rdp_replace_one:
             raise ValueError(
                 "sampling without replacement (a fixed cohort) is composed only by Rdp() under "
-                f"replace-one adjacency; got accountant={accountant}, adjacency={adjacency!r}"
+                f"replace-one adjacency; got accountant={accountant}, "
+                f"adjacency={adjacency.value!r}"
             )
     if rdp_replace_one and any(
         isinstance(e, events.GaussianDpEvent) and not inside for e, inside in nodes
@@ -530,19 +445,37 @@ def _check_event(event: dp_accounting.DpEvent, accountant: AccountantSpec, adjac
         )
 
 
+def _composed(event: dp_accounting.DpEvent, accountant: AccountantSpec, adjacency: Adjacency):
+    """A fresh accountant with ``event`` composed; a top-level parallel event becomes the
+    :class:`~jfed.privacy.accountants.ParallelComposition` of its branches."""
+    from jfed.privacy.accountants import ParallelComposition, ParallelDpEvent
+
+    if isinstance(event, ParallelDpEvent) and not isinstance(accountant, Basic):
+        return ParallelComposition(
+            [_composed(branch, accountant, adjacency) for branch in event.branches]
+        )
+    made = accountant.make(adjacency)
+    if not made.supports(event):
+        error = made._maybe_compose(event, 0, False)
+        reason = error.error_message if error is not None else "unsupported"
+        raise ValueError(f"the {accountant.key} accountant cannot compose {event}: {reason}")
+    return made.compose(event)
+
+
 def spent(
     event: dp_accounting.DpEvent,
     delta: float,
     *,
     accountant: AccountantSpec = Pld(),
-    adjacency: str = "add-or-remove",
+    adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE,
 ) -> float:
     """eps at ``delta`` of ``event`` under ``accountant`` (what :func:`certify` states);
     ``delta`` may be 0 for releases with a pure eps (the accountant refuses it otherwise)."""
     if not 0.0 <= delta < 1.0:
         raise ValueError(f"expected delta in [0, 1), got delta={delta}")
+    adjacency = Adjacency.of(adjacency)
     _check_event(event, accountant, adjacency)
-    return float(accountant.make(adjacency).compose(event).epsilon(delta))
+    return float(_composed(event, accountant, adjacency).get_epsilon(delta))
 
 
 def certify(
@@ -550,7 +483,7 @@ def certify(
     delta: float,
     *,
     accountant: AccountantSpec = Pld(),
-    adjacency: str = "add-or-remove",
+    adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE,
     notion: str,
     protected: str,
     trust_model: str,
@@ -559,21 +492,21 @@ def certify(
 
     Args:
       event: the run's composed event, e.g. :func:`poisson_rounds_event` or a
-        ``ComposedDpEvent`` of several releases.
+        ``ComposedDpEvent`` of several releases (a top-level
+        :class:`~jfed.privacy.ParallelDpEvent` takes its worst branch).
       delta: in (0, 1).
-      accountant: :class:`Pld` (default), :class:`Rdp`, :class:`Zcdp`, :class:`Analytic`
-        (exact for Gaussian releases without sampling) or :class:`Classic`.
-      adjacency: ``"add-or-remove"``, ``"replace-one"``, or ``"bounded"`` (a release's
+      accountant: a spec of :data:`ACCOUNTANTS` (default :class:`Pld`).
+      adjacency: :class:`~jfed.privacy.Adjacency` (or its name); ``BOUNDED``: a release's
         sensitivity is the distance between its outputs on any two neighbouring inputs, as for
-        one client's message under local DP; the notion then states the neighbours itself).
+        one client's message under local DP (the notion then states the neighbours itself).
       notion: the DP notion, e.g. ``"central (eps, delta)-DP"``; a central adjacency is
-        appended.
+        appended (:meth:`~jfed.privacy.Adjacency.states`).
       protected: what one adjacency changes, e.g. ``"one client's whole dataset"``.
       trust_model: who sees what, e.g. ``"trusted server adds the noise"``.
 
     Returns:
-      A :class:`~jfed.privacy.PrivacyGuarantee` with ``accountant`` the spec's name, ``notion``
-      ending in ``", <adjacency> adjacency"`` and ``rho`` set under :class:`Zcdp`.
+      A :class:`~jfed.privacy.PrivacyGuarantee` with ``accountant`` the spec's name, its
+      ``adjacency``, and ``rho`` set under :class:`Zcdp`.
 
     Example::
 
@@ -582,55 +515,50 @@ def certify(
                             protected="one client's data", trust_model="trusted server")
     """
     delta = check_open_unit("delta", delta)
+    adjacency = Adjacency.of(adjacency)
     _check_event(event, accountant, adjacency)
-    return stated(accountant.make(adjacency).compose(event), delta, accountant=accountant,
-                  adjacency=adjacency, notion=notion, protected=protected,
-                  trust_model=trust_model)  # fmt: skip
-
-
-def stated(
-    composed, delta: float, *, accountant: AccountantSpec, adjacency: str, notion: str,
-    protected: str, trust_model: str,
-) -> PrivacyGuarantee:  # fmt: skip
-    """The guarantee an accountant that has composed a run's releases states at ``delta``."""
+    composed = _composed(event, accountant, adjacency)
     return PrivacyGuarantee(
-        epsilon=float(composed.epsilon(delta)),
+        epsilon=float(composed.get_epsilon(delta)),
         delta=delta,
         accountant=accountant.name,
-        notion=notion if adjacency == "bounded" else f"{notion}, {adjacency} adjacency",
+        notion=adjacency.states(notion),
         protected=protected,
         trust_model=trust_model,
         rho=float(composed.rho) if isinstance(accountant, Zcdp) else None,
+        adjacency=adjacency,
     )
 
 
-@functools.cache
-def _privacy_accountant_view() -> type:
-    """A jfed accountant seen as a ``dp_accounting.PrivacyAccountant`` (for
-    ``calibrate_dp_mechanism``), so calibration composes through the accountant certify uses."""
-    import dp_accounting
+# ----------------------------------------------------------------------------- calibration
 
-    from jfed.privacy.accountants import NEIGHBORING
 
-    class View(dp_accounting.PrivacyAccountant):
-        def __init__(self, inner: Accountant, adjacency: str) -> None:
-            super().__init__(NEIGHBORING[_convention(adjacency)])
-            self._inner = inner
-
-        def _maybe_compose(self, event, count, do_compose):
-            try:  # a dry run (supports()) composes into a copy
-                (self._inner if do_compose else copy.deepcopy(self._inner)).compose(event, count)
-            except ValueError as error:
-                return self.CompositionErrorDetails(event, str(error))
-            return None
-
-        def get_epsilon(self, target_delta: float) -> float:
-            return self._inner.epsilon(target_delta)
-
-        def get_delta(self, target_epsilon: float) -> float:
-            return self._inner.delta(target_epsilon)
-
-    return View
+def bracket(
+    eps_at: Callable[[float], float], low_target: float, high_target: float
+) -> tuple[float, float]:
+    """Noise multipliers ``(lo, hi)`` with eps(lo) >= high_target and eps(hi) <= low_target
+    (eps decreases in the noise), found by doubling and halving from 1."""
+    hi = 1.0
+    for _ in range(_MAX_BRACKET_STEPS):
+        if eps_at(hi) <= low_target:
+            break
+        hi *= 2.0
+    else:
+        raise ValueError(
+            f"cannot bracket the noise multiplier: eps stays above {low_target:g} up to a noise "
+            f"multiplier of {hi:g}"
+        )
+    lo = hi / 2.0
+    for _ in range(_MAX_BRACKET_STEPS):
+        if eps_at(lo) >= high_target:
+            break
+        lo /= 2.0
+    else:
+        raise ValueError(
+            f"cannot bracket the noise multiplier: eps stays below {high_target:g} down to a "
+            f"noise multiplier of {lo:g}"
+        )
+    return lo, hi
 
 
 def calibrate(
@@ -639,14 +567,14 @@ def calibrate(
     delta: float,
     *,
     accountant: AccountantSpec = Pld(),
-    adjacency: str = "add-or-remove",
+    adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE,
     tolerance: float = 1e-6,
 ) -> float:
     """The smallest noise multiplier z for which ``make_event(z)`` is (eps, delta)-DP.
 
-    The noise is bracketed by doubling and halving from z = 1 (as
-    :func:`~jfed.privacy.calibrate_noise_multiplier` does), then refined by
-    ``dp_accounting.calibrate_dp_mechanism``, which returns a z whose eps is at most the target.
+    The noise is bracketed by doubling and halving from z = 1, then refined by
+    ``dp_accounting.calibrate_dp_mechanism`` on fresh accountants of ``accountant``, which
+    returns a z whose eps is at most the target and at most ``tolerance`` above the least one.
 
     Args:
       make_event: z -> the run's event, e.g. ``lambda z: poisson_rounds_event(z, q, R)``; eps
@@ -662,21 +590,19 @@ def calibrate(
     """
     import dp_accounting
 
-    from jfed.privacy.calibration import _bracket
-
     epsilon = check_positive("epsilon", epsilon)
     delta = check_open_unit("delta", delta)
     tolerance = check_positive("tolerance", tolerance)
+    adjacency = Adjacency.of(adjacency)
     _check_event(make_event(1.0), accountant, adjacency)
 
     def eps_at(noise_multiplier: float) -> float:
-        return accountant.make(adjacency).compose(make_event(noise_multiplier)).epsilon(delta)
+        return _composed(make_event(noise_multiplier), accountant, adjacency).get_epsilon(delta)
 
-    lo, hi = _bracket(eps_at, epsilon, epsilon)
-    view = _privacy_accountant_view()
+    lo, hi = bracket(eps_at, epsilon, epsilon)
     return float(
         dp_accounting.calibrate_dp_mechanism(
-            lambda: view(accountant.make(adjacency), adjacency),
+            lambda: accountant.make(adjacency),
             make_event,
             epsilon,
             delta,
@@ -686,20 +612,126 @@ def calibrate(
     )
 
 
-@dataclass(frozen=True)
-class OptimalPure:
-    """The optimal composition of pure eps0-DP releases of one eps0 (Kairouz, Oh and
-    Viswanath), computed exactly from the binomial law of binary randomized response
-    (:class:`~jfed.privacy.accountants.OptimalPureCompositionAccountant`): exact for two-point
-    and binary randomized-response reports, fast at millions of releases, where a PLD grid
-    would be as wide as the composed loss. (dp-accounting 0.6's ``PLDAccountant`` composes a
-    ``RandomizedResponseDpEvent`` once whatever its count, so it cannot stand in here.)"""
+def calibrate_grid(
+    make_event: Callable[[float], dp_accounting.DpEvent],
+    epsilons: Sequence[float] | np.ndarray,
+    delta: float,
+    *,
+    accountant: AccountantSpec = Pld(),
+    adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE,
+    tolerance: float = 1e-4,
+    grid_size: int = 12,
+    max_refinements: int = 6,
+    verify: bool | str = "auto",
+) -> tuple[np.ndarray, dict]:
+    """Noise multipliers for a grid of target eps, reusing accountant work across the grid.
 
-    name: ClassVar[str] = "optimal composition of pure eps-DP (Kairouz-Oh-Viswanath, exact)"
+    eps(z) is evaluated on a shared log-spaced grid of noise multipliers, inverted by monotone
+    (PCHIP) interpolation of log z against log eps, and refined where a check at interval
+    midpoints disagrees with the interpolant by more than ``tolerance``. The answers are then
+    raised by the largest disagreement still seen, so every returned z is at least the exact one
+    up to that tolerance (conservative).
 
-    def make(self, adjacency: str = "replace-one") -> Accountant:
-        """A fresh, empty accountant (pure releases compose alike under every adjacency)."""
-        from jfed.privacy.accountants import OptimalPureCompositionAccountant
+    Args:
+      make_event, delta, accountant, adjacency: as in :func:`calibrate`.
+      epsilons: target eps values (any shape and order, > 0).
+      tolerance: relative accuracy in z that the interpolation must reach at every checked
+        midpoint (the returned values are inflated by the residual disagreement).
+      grid_size: initial number of grid points.
+      max_refinements: rounds of midpoint checks.
+      verify: evaluate the exact eps at every returned z and raise z (by factors of
+        ``1 + tolerance``) until it meets its target. ``"auto"`` verifies for :class:`Rdp`,
+        whose eps(z) has kinks (a minimum over a finite set of orders) where interpolation can
+        err between checks, and whose evaluations are cheap; PLD's curve is smooth, and its
+        answers are inflated by the largest disagreement seen at the checks instead.
 
-        _check_adjacency(adjacency)
-        return OptimalPureCompositionAccountant()
+    Returns:
+      ``(noise_multipliers: f64[epsilons.shape], info)`` with ``info["evaluations"]``
+      (accountant evaluations spent), ``info["max_relative_error"]`` (the last midpoint
+      disagreement) and, when verified, ``info["achieved_epsilons"]`` (the exact eps of every
+      returned multiplier, flattened).
+    """
+    from scipy.interpolate import PchipInterpolator
+
+    epsilons = np.asarray(epsilons, np.float64)
+    for value in np.ravel(epsilons):
+        check_positive("epsilon", value)
+    delta = check_open_unit("delta", delta)
+    adjacency = Adjacency.of(adjacency)
+    _check_event(make_event(1.0), accountant, adjacency)
+    cache: dict[float, float] = {}
+
+    def eps_at(noise: float) -> float:
+        if noise not in cache:
+            cache[noise] = _composed(make_event(noise), accountant, adjacency).get_epsilon(delta)
+        return cache[noise]
+
+    def inverse(nodes: list[float]) -> Callable[[float], float]:
+        eps = np.array([eps_at(x) for x in nodes])
+        order = np.argsort(eps)
+        log_eps, log_noise = np.log(eps[order]), np.log(np.asarray(nodes)[order])
+        keep = np.concatenate([[True], np.diff(log_eps) > 0])  # strictly increasing abscissae
+        spline = PchipInterpolator(log_eps[keep], log_noise[keep], extrapolate=False)
+        return lambda epsilon: float(np.exp(spline(np.log(epsilon))))
+
+    low_target, high_target = float(epsilons.min()), float(epsilons.max())
+    lo, hi = bracket(eps_at, low_target, high_target)
+    nodes = sorted(np.geomspace(lo, hi, grid_size))
+    # intervals worth checking: those whose eps range meets [low_target, high_target]
+    active = [
+        (left, right)
+        for left, right in itertools.pairwise(nodes)
+        if eps_at(right) <= high_target and eps_at(left) >= low_target
+    ]
+    max_error = math.inf
+    for _ in range(max_refinements + 1):
+        interpolant = inverse(nodes)
+        errors = {}
+        for left, right in active:
+            middle = math.sqrt(left * right)
+            errors[(left, middle, right)] = abs(interpolant(eps_at(middle)) / middle - 1.0)
+        max_error = max(errors.values(), default=0.0)
+        # every evaluated midpoint becomes a node; only the halves of failed intervals are checked
+        # again (eps(z) may have kinks: RDP takes a minimum over a finite set of orders)
+        nodes = sorted(set(nodes) | {middle for _, middle, _ in errors})
+        active = [
+            half
+            for (left, middle, right), error in errors.items()
+            if error > tolerance
+            for half in ((left, middle), (middle, right))
+        ]
+        if not active:
+            break
+    interpolant = inverse(sorted(set(nodes)))
+    noise = np.array([interpolant(e) for e in np.ravel(epsilons)]) * (1.0 + max_error)
+    info: dict[str, Any] = {"max_relative_error": max_error}
+    if verify is True or (verify == "auto" and isinstance(accountant, Rdp)):
+        for index, target in enumerate(np.ravel(epsilons)):
+            while eps_at(float(noise[index])) > target:
+                noise[index] *= 1.0 + tolerance
+        info["achieved_epsilons"] = [eps_at(float(value)) for value in noise]
+    info["evaluations"] = len(cache)
+    return noise.reshape(epsilons.shape), info
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_calibration(make_event, epsilon, delta, accountant, adjacency, tolerance) -> float:
+    return calibrate(make_event, epsilon, delta, accountant=accountant, adjacency=adjacency,
+                     tolerance=tolerance)  # fmt: skip
+
+
+def calibrate_cached(
+    make_event: Callable[[float], dp_accounting.DpEvent],
+    epsilon: float,
+    delta: float,
+    *,
+    accountant: AccountantSpec = Pld(),
+    adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE,
+    tolerance: float = 1e-6,
+) -> float:
+    """:func:`calibrate`, answered once per setting: ``make_event`` must be hashable and equal
+    for equal settings (a frozen dataclass whose ``__call__(z)`` builds the event; a lambda or a
+    ``functools.partial`` compares by identity and is searched again), so that the seeds and
+    repeated grid points of a sweep share one search."""
+    return _cached_calibration(make_event, float(epsilon), float(delta), accountant,
+                               Adjacency.of(adjacency), float(tolerance))  # fmt: skip

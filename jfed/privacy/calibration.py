@@ -1,66 +1,71 @@
-"""Noise calibration for a target (eps, delta): one target, or a whole eps grid at once.
+"""Subsampled Gaussian steps (DP-SGD, Noisy MB-SGD, ``jfed account``): eps for a noise, and the
+noise for one target eps or a whole grid, through the one accountant system of
+:mod:`jfed.privacy.accounting`.
 
-- Closed forms (zCDP, classic, analytic Gaussian) are vectorised: a grid costs about one call.
-- Subsampled Gaussian over many steps (RDP / PLD via ``dp_accounting``): one target is calibrated
-  by ``dp_accounting.calibrate_dp_mechanism`` (bisection on the noise multiplier). A grid of
-  targets reuses work: eps(noise) is evaluated on a shared log-spaced grid of noise multipliers,
-  inverted by monotone (PCHIP) interpolation of log noise against log eps, and refined where a
-  check at interval midpoints disagrees with the interpolant by more than ``tolerance``. The
-  answers are then raised by the largest disagreement still seen, so every returned noise is at
-  least the exact one up to that tolerance (conservative).
+Each function builds the steps' event (:func:`~jfed.privacy.accountants.subsampled_gaussian_event`)
+and hands it to :func:`~jfed.privacy.accounting.spent`, :func:`~jfed.privacy.calibrate` or
+:func:`~jfed.privacy.calibrate_grid`; closed-form accountants (zCDP, the analytic and classic
+Gaussian) answer full participation in closed form.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.interpolate import PchipInterpolator
 
 from jfed._validation import check_open_unit, check_positive
-from jfed.catalog import CALIBRATION_ACCOUNTANTS
-from jfed.privacy import gaussian, zcdp
+from jfed.privacy.accounting import (
+    AccountantSpec,
+    Pld,
+    accountant_named,
+    calibrate,
+    calibrate_grid,
+    spent,
+)
+from jfed.privacy.guarantee import Adjacency
 
-# doublings / halvings from a noise multiplier of 1 before giving up: 2^+-40 covers every noise
-# a guarantee can use, and a failed search stops in seconds rather than running on
-_MAX_BRACKET_STEPS = 40
+# how a step's batch is drawn, by its name on the command line: whether it is a fixed-size batch
+# drawn without replacement (else Poisson: each record independently)
+SAMPLINGS = {"poisson": False, "without-replacement": True}
 
 
-def _event_factory(sampling_rate, steps, sampling, dataset_size):
-    from jfed.privacy.accountants import subsampled_gaussian_event
+@dataclass(frozen=True)
+class SubsampledSteps:
+    """``steps`` Gaussian steps on a subsample of rate q, as a hashable event factory:
+    ``SubsampledSteps(q, steps)(z)`` is their event at noise multiplier z."""
 
-    def make_event(noise_multiplier: float):
+    sampling_rate: float = 1.0
+    steps: int = 1
+    without_replacement_of: int | None = None
+
+    def __call__(self, noise_multiplier: float):
+        from jfed.privacy.accountants import subsampled_gaussian_event
+
         return subsampled_gaussian_event(
-            noise_multiplier, sampling_rate, steps, sampling, dataset_size
+            noise_multiplier, self.sampling_rate, self.steps, self.without_replacement_of
         )
 
-    return make_event
 
-
-def _named(accountant: Any, pld_discretization: float) -> tuple[str, float]:
-    """``(name, PLD discretization)`` of an accountant given by name or as an accountant object
-    (:class:`~jfed.privacy.Pld`, :class:`~jfed.privacy.Rdp`, ...; a ``Pld`` carries its own
-    discretization)."""
-    if isinstance(accountant, str):
-        return accountant, pld_discretization
-    name = {"analytic-gaussian": "analytic"}.get(accountant.name, accountant.name)
-    return name, getattr(accountant, "discretization", pld_discretization)
-
-
-def _check_closed_form(accountant: str, sampling_rate: float, steps: int) -> None:
-    if sampling_rate != 1.0:
+def _setting(
+    accountant: str | AccountantSpec, pld_discretization: float, sampling: str,
+    dataset_size: int | None, sampling_rate: float, steps: int,
+) -> tuple[AccountantSpec, SubsampledSteps]:  # fmt: skip
+    spec = accountant_named(accountant) if isinstance(accountant, str) else accountant
+    if isinstance(spec, Pld) and isinstance(accountant, str):
+        spec = Pld(pld_discretization)
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"unknown sampling {sampling!r}; expected one of {list(SAMPLINGS)}")
+    fixed = SAMPLINGS[sampling] and sampling_rate < 1.0
+    if fixed and (dataset_size is None or dataset_size < 1):
+        raise ValueError("expected dataset_size >= 1 for sampling without replacement")
+    if sampling_rate < 1.0 and not spec.composes_sampling:
         raise ValueError(
-            f"the {accountant} calibration has no subsampling amplification; use 'pld' or 'rdp' "
+            f"the {spec.key} calibration has no subsampling amplification; use 'pld' or 'rdp' "
             f"for sampling_rate={sampling_rate}"
         )
-    if accountant in ("analytic", "classic") and steps != 1:
-        raise ValueError(
-            f"the {accountant} calibration is for one release; got steps={steps} "
-            "(use 'zcdp', 'pld' or 'rdp' to compose)"
-        )
+    return spec, SubsampledSteps(sampling_rate, steps, dataset_size if fixed else None)
 
 
 def epsilon_for_noise(
@@ -68,28 +73,35 @@ def epsilon_for_noise(
     delta: float,
     sampling_rate: float = 1.0,
     steps: int = 1,
-    accountant: str | Any = "pld",
+    accountant: str | AccountantSpec = "pld",
     sampling: str = "poisson",
     dataset_size: int | None = None,
-    neighboring: str = "add-or-remove",
+    neighboring: str | Adjacency = "add-or-remove",
     pld_discretization: float = 1e-4,
 ) -> float:
-    """eps at ``delta`` of ``steps`` (subsampled) Gaussian steps with this noise multiplier."""
-    accountant, pld_discretization = _named(accountant, pld_discretization)
-    from jfed.privacy.accountants import make_accountant, subsampled_gaussian_event
+    """eps at ``delta`` of ``steps`` (subsampled) Gaussian steps with this noise multiplier.
 
+    Args:
+      noise_multiplier: noise std / sensitivity of one step (> 0).
+      delta: in (0, 1).
+      sampling_rate: q in (0, 1] per step (1: every record every step).
+      steps: number of composed steps.
+      accountant: a spec (``Pld()``, ``Rdp()``, ...) or its key (``"pld"``, ``"rdp"``,
+        ``"zcdp"``, ``"analytic"``, ``"classic"``, :data:`~jfed.privacy.ACCOUNTANTS`).
+      sampling: ``"poisson"`` or ``"without-replacement"`` (fixed batches of ``round(q n)``).
+      dataset_size: n, for sampling without replacement.
+      neighboring: the adjacency (see :func:`~jfed.privacy.subsampled_gaussian_event` for how
+        dp-accounting reads the noise multiplier under replace-one).
+      pld_discretization: the PLD accountant's discretization interval, when ``accountant`` is
+        the key ``"pld"`` (a ``Pld`` spec carries its own).
+    """
     check_positive("noise_multiplier", noise_multiplier)
-    if accountant == "analytic":
-        _check_closed_form(accountant, sampling_rate, steps)
-        return float(gaussian.analytic_gaussian_epsilon(1.0, noise_multiplier, delta))
-    if accountant == "classic":
-        _check_closed_form(accountant, sampling_rate, steps)
-        return gaussian.classic_gaussian_epsilon(1.0, noise_multiplier, delta)
-    event = subsampled_gaussian_event(
-        noise_multiplier, sampling_rate, steps, sampling, dataset_size
-    )
-    accountant_ = make_accountant(accountant, neighboring, pld_discretization)
-    return accountant_.compose(event).epsilon(delta)
+    spec, steps_of = _setting(accountant, pld_discretization, sampling, dataset_size,
+                              sampling_rate, steps)  # fmt: skip
+    adjacency = Adjacency.of(neighboring)
+    if adjacency is Adjacency.ADD_OR_REMOVE and not spec.composes_sampling:
+        adjacency = Adjacency.BOUNDED  # the closed forms read z as std / the sensitivity
+    return spent(steps_of(noise_multiplier), delta, accountant=spec, adjacency=adjacency)
 
 
 def calibrate_noise_multiplier(
@@ -97,100 +109,28 @@ def calibrate_noise_multiplier(
     delta: float,
     sampling_rate: float = 1.0,
     steps: int = 1,
-    accountant: str | Any = "pld",
+    accountant: str | AccountantSpec = "pld",
     sampling: str = "poisson",
     dataset_size: int | None = None,
-    neighboring: str = "add-or-remove",
+    neighboring: str | Adjacency = "add-or-remove",
     tolerance: float = 1e-6,
     pld_discretization: float = 1e-4,
 ) -> float:
-    """Smallest noise multiplier (std / sensitivity) whose ``steps`` steps are (eps, delta)-DP.
+    """Smallest noise multiplier (std / sensitivity) whose ``steps`` steps are (eps, delta)-DP,
+    at most ``tolerance`` above the least one (closed forms for full participation under the
+    zCDP, analytic and classic accountants; otherwise :func:`~jfed.privacy.calibrate`).
 
-    Args:
-      epsilon, delta: the target; eps > 0, delta in (0, 1).
-      sampling_rate: q in (0, 1] per step (1: every record every step).
-      steps: number of composed steps.
-      accountant: ``pld`` (tight), ``rdp``, ``zcdp`` (closed form, q = 1), ``analytic`` or
-        ``classic`` (closed form, one release).
-      sampling, dataset_size, neighboring: see :func:`~jfed.privacy.subsampled_gaussian_event`.
-      tolerance: absolute bisection tolerance on the noise multiplier (pld / rdp).
-      pld_discretization: the PLD accountant's discretization interval (see
-        :func:`~jfed.privacy.make_accountant`).
+    Args: as in :func:`epsilon_for_noise`, with the target ``epsilon`` > 0 and ``tolerance``
+    the absolute tolerance on the noise multiplier.
     """
-    accountant, pld_discretization = _named(accountant, pld_discretization)
-    import dp_accounting
-
-    from jfed.privacy.accountants import make_accountant
-
     epsilon = check_positive("epsilon", epsilon)
     delta = check_open_unit("delta", delta)
-    if accountant == "zcdp":
-        _check_closed_form(accountant, sampling_rate, steps)
-        return float(zcdp.calibrate_gaussian(1.0, epsilon, delta, steps))
-    if accountant == "analytic":
-        _check_closed_form(accountant, sampling_rate, steps)
-        return float(gaussian.analytic_gaussian_noise(1.0, epsilon, delta))
-    if accountant == "classic":
-        _check_closed_form(accountant, sampling_rate, steps)
-        return gaussian.classic_gaussian_noise(1.0, epsilon, delta)
-    if accountant not in ("pld", "rdp"):
-        raise ValueError(
-            f"unknown accountant {accountant!r}; expected one of {CALIBRATION_ACCOUNTANTS}"
-        )
-    make_event = _event_factory(sampling_rate, steps, sampling, dataset_size)
-    lo, hi = _bracket(
-        lambda noise: epsilon_for_noise(
-            noise, delta, sampling_rate, steps, accountant, sampling, dataset_size, neighboring,
-            pld_discretization,
-        ),
-        epsilon,
-        epsilon,
-    )  # fmt: skip
-    from jfed.privacy.accountants import DpAccountingAccountant
-
-    def fresh():  # dp-accounting's own accountant, as its calibration asks for one
-        made = make_accountant(accountant, neighboring, pld_discretization)
-        assert isinstance(made, DpAccountingAccountant)  # "pld" and "rdp" only, checked above
-        return made.dp_accounting_accountant
-
-    return float(
-        dp_accounting.calibrate_dp_mechanism(
-            fresh,
-            make_event,
-            epsilon,
-            delta,
-            bracket_interval=dp_accounting.ExplicitBracketInterval(lo, hi),
-            tol=tolerance,
-        )
-    )
-
-
-def _bracket(
-    eps_at: Callable[[float], float], low_target: float, high_target: float
-) -> tuple[float, float]:
-    """Noise multipliers ``(lo, hi)`` with eps(lo) >= high_target and eps(hi) <= low_target
-    (eps decreases in the noise), found by doubling and halving from 1."""
-    hi = 1.0
-    for _ in range(_MAX_BRACKET_STEPS):
-        if eps_at(hi) <= low_target:
-            break
-        hi *= 2.0
-    else:
-        raise ValueError(
-            f"cannot bracket the noise multiplier: eps stays above {low_target:g} up to a noise "
-            f"multiplier of {hi:g}"
-        )
-    lo = hi / 2.0
-    for _ in range(_MAX_BRACKET_STEPS):
-        if eps_at(lo) >= high_target:
-            break
-        lo /= 2.0
-    else:
-        raise ValueError(
-            f"cannot bracket the noise multiplier: eps stays below {high_target:g} down to a "
-            f"noise multiplier of {lo:g}"
-        )
-    return lo, hi
+    spec, steps_of = _setting(accountant, pld_discretization, sampling, dataset_size,
+                              sampling_rate, steps)  # fmt: skip
+    if not spec.composes_sampling:
+        return float(spec.gaussian_rounds_noise(1.0, epsilon, delta, steps))
+    return calibrate(steps_of, epsilon, delta, accountant=spec,
+                     adjacency=Adjacency.of(neighboring), tolerance=tolerance)  # fmt: skip
 
 
 def calibrate_noise_multipliers(
@@ -198,117 +138,35 @@ def calibrate_noise_multipliers(
     delta: float,
     sampling_rate: float = 1.0,
     steps: int = 1,
-    accountant: str | Any = "pld",
+    accountant: str | AccountantSpec = "pld",
     sampling: str = "poisson",
     dataset_size: int | None = None,
-    neighboring: str = "add-or-remove",
+    neighboring: str | Adjacency = "add-or-remove",
     tolerance: float = 1e-4,
     grid_size: int = 12,
     max_refinements: int = 6,
     verify: bool | str = "auto",
     pld_discretization: float = 1e-4,
 ) -> tuple[np.ndarray, dict]:
-    """Noise multipliers for a grid of target eps, reusing accountant work across the grid.
-
-    Args:
-      epsilons: target eps values (any order, > 0).
-      delta, sampling_rate, steps, accountant, sampling, dataset_size, neighboring: as in
-        :func:`calibrate_noise_multiplier`.
-      tolerance: relative accuracy in the noise multiplier that the interpolation must reach at
-        every checked midpoint (the returned values are inflated by the residual disagreement).
-      grid_size: initial number of grid points.
-      max_refinements: rounds of midpoint checks.
-      verify: evaluate the exact eps at every returned noise and raise the noise (by factors of
-        ``1 + tolerance``) until it meets its target. ``"auto"`` verifies for ``rdp``, whose
-        eps(noise) has kinks (a minimum over a finite set of orders) where interpolation can err
-        between checks, and whose evaluations are cheap; PLD's curve is smooth, and its answers
-        are inflated by the largest disagreement seen at the checks instead.
-      pld_discretization: the PLD accountant's discretization interval.
+    """Noise multipliers for a grid of target eps (:func:`~jfed.privacy.calibrate_grid`),
+    reusing accountant work across the grid; closed forms answer each eps at once.
 
     Returns:
-      ``(noise_multipliers: f64[len(epsilons)], info)`` with ``info["evaluations"]`` (accountant
-      evaluations spent), ``info["max_relative_error"]`` (the last midpoint disagreement) and,
-      when verified, ``info["achieved_epsilons"]`` (the exact eps of every returned multiplier,
-      flattened).
+      ``(noise_multipliers: f64[len(epsilons)], info)`` as :func:`~jfed.privacy.calibrate_grid`
+      (``info["evaluations"]`` is 0 for a closed form).
     """
-    accountant, pld_discretization = _named(accountant, pld_discretization)
     epsilons = np.asarray(epsilons, np.float64)
     for value in np.ravel(epsilons):
         check_positive("epsilon", value)
-    delta = check_open_unit("delta", delta)
-    if accountant in ("zcdp", "analytic", "classic"):
-        if accountant == "classic":
-            values: Any = [
-                calibrate_noise_multiplier(e, delta, sampling_rate, steps, accountant)
-                for e in np.ravel(epsilons)
-            ]
-        elif accountant == "zcdp":
-            _check_closed_form(accountant, sampling_rate, steps)
-            values = zcdp.calibrate_gaussian(1.0, epsilons, delta, steps)
-        elif accountant == "analytic":
-            _check_closed_form(accountant, sampling_rate, steps)
-            values = gaussian.analytic_gaussian_noise(1.0, epsilons, delta)
-        return np.reshape(np.asarray(values, np.float64), epsilons.shape), {"evaluations": 0}
-
-    cache: dict[float, float] = {}
-
-    def eps_at(noise: float) -> float:
-        if noise not in cache:
-            cache[noise] = epsilon_for_noise(
-                noise, delta, sampling_rate, steps, accountant, sampling, dataset_size, neighboring,
-                pld_discretization,
-            )  # fmt: skip
-        return cache[noise]
-
-    low_target, high_target = float(epsilons.min()), float(epsilons.max())
-    lo, hi = _bracket(eps_at, low_target, high_target)
-    nodes = sorted(np.geomspace(lo, hi, grid_size))
-    # intervals worth checking: those whose eps range meets [low_target, high_target]
-    active = [
-        (left, right)
-        for left, right in itertools.pairwise(nodes)
-        if eps_at(right) <= high_target and eps_at(left) >= low_target
-    ]
-    max_error = math.inf
-    for _ in range(max_refinements + 1):
-        interpolant = _inverse_interpolant(nodes, [eps_at(x) for x in nodes])
-        errors = {}
-        for left, right in active:
-            middle = math.sqrt(left * right)
-            errors[(left, middle, right)] = abs(interpolant(eps_at(middle)) / middle - 1.0)
-        max_error = max(errors.values(), default=0.0)
-        # every evaluated midpoint becomes a node; only the halves of failed intervals are checked
-        # again (eps(noise) may have kinks: RDP takes a minimum over a finite set of orders)
-        nodes = sorted(set(nodes) | {middle for _, middle, _ in errors})
-        active = [
-            half
-            for (left, middle, right), error in errors.items()
-            if error > tolerance
-            for half in ((left, middle), (middle, right))
+    spec, steps_of = _setting(accountant, pld_discretization, sampling, dataset_size,
+                              sampling_rate, steps)  # fmt: skip
+    if not spec.composes_sampling:
+        values: Any = [
+            calibrate_noise_multiplier(e, delta, sampling_rate, steps, spec)
+            for e in np.ravel(epsilons)
         ]
-        if not active:
-            break
-    interpolant = _inverse_interpolant(sorted(set(nodes)), [eps_at(x) for x in sorted(set(nodes))])
-    noise = np.array([interpolant(e) for e in np.ravel(epsilons)]) * (1.0 + max_error)
-    info: dict = {"max_relative_error": max_error}
-    if verify is True or (verify == "auto" and accountant == "rdp"):
-        for index, target in enumerate(np.ravel(epsilons)):
-            while eps_at(float(noise[index])) > target:
-                noise[index] *= 1.0 + tolerance
-        info["achieved_epsilons"] = [eps_at(float(value)) for value in noise]
-    info["evaluations"] = len(cache)
-    return noise.reshape(epsilons.shape), info
-
-
-def _inverse_interpolant(noise: list[float], eps: list[float]) -> Callable[[float], float]:
-    """noise as a function of eps, monotone, interpolated in log-log space."""
-    order = np.argsort(eps)
-    log_eps = np.log(np.asarray(eps)[order])
-    log_noise = np.log(np.asarray(noise)[order])
-    keep = np.concatenate([[True], np.diff(log_eps) > 0])  # strictly increasing abscissae
-    spline = PchipInterpolator(log_eps[keep], log_noise[keep], extrapolate=False)
-
-    def evaluate(epsilon: float) -> float:
-        return float(np.exp(spline(np.log(epsilon))))
-
-    return evaluate
+        return np.reshape(np.asarray(values, np.float64), epsilons.shape), {"evaluations": 0}
+    return calibrate_grid(
+        steps_of, epsilons, delta, accountant=spec, adjacency=Adjacency.of(neighboring),
+        tolerance=tolerance, grid_size=grid_size, max_refinements=max_refinements, verify=verify,
+    )  # fmt: skip

@@ -2,8 +2,43 @@
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import asdict, dataclass
+
+
+class Adjacency(enum.Enum):
+    """Which datasets are neighbours: what one protected unit's change is.
+
+    - ``ADD_OR_REMOVE``: a unit joins or leaves (the natural adjacency of Poisson sampling);
+    - ``REPLACE_ONE``: a unit's data is swapped for another's (fixed-size samples; a clipped sum
+      then moves by up to twice the clip norm);
+    - ``BOUNDED``: a release's sensitivity is stated as the distance between its outputs on any
+      two neighbouring inputs, as for one client's message under local DP (the notion then names
+      the neighbours itself).
+
+    The values are the names records and the command line use.
+    """
+
+    ADD_OR_REMOVE = "add-or-remove"
+    REPLACE_ONE = "replace-one"
+    BOUNDED = "bounded"
+
+    @classmethod
+    def of(cls, value: Adjacency | str) -> Adjacency:
+        """``value`` as an adjacency; ``ValueError`` listing the names."""
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            names = [a.value for a in cls]
+            raise ValueError(f"unknown adjacency {value!r}; expected one of {names}") from None
+
+    def states(self, notion: str) -> str:
+        """``notion`` as a guarantee states it: a central adjacency is appended (``"central
+        (eps, delta)-DP, add-or-remove adjacency"``); a bounded one is the notion's own."""
+        return notion if self is Adjacency.BOUNDED else f"{notion}, {self.value} adjacency"
 
 
 @dataclass(frozen=True)
@@ -18,6 +53,8 @@ class PrivacyGuarantee:
       protected: what one adjacency changes, e.g. ``"one client's feature vector x_i"``.
       trust_model: who sees what, e.g. ``"untrusted server; each client randomizes"``.
       rho: total zCDP rho when the accountant is zCDP, else ``None``.
+      adjacency: the neighbouring relation the eps holds for (``None`` where the notion states
+        it in words, e.g. a non-private run).
     """
 
     epsilon: float
@@ -27,6 +64,7 @@ class PrivacyGuarantee:
     protected: str
     trust_model: str
     rho: float | None = None
+    adjacency: Adjacency | None = None
 
     @classmethod
     def non_private(cls, protected: str = "nothing") -> PrivacyGuarantee:
@@ -64,5 +102,7 @@ class PrivacyGuarantee:
         )
 
     def to_dict(self) -> dict:
-        """JSON-ready fields."""
-        return asdict(self)
+        """JSON-ready fields (the adjacency by its name)."""
+        fields = asdict(self)
+        fields["adjacency"] = None if self.adjacency is None else self.adjacency.value
+        return fields

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from jfed._validation import check_int_range, check_open_unit, check_positive
-from jfed.privacy.accountants import epsilon_of, make_accountant, subsampled_gaussian_event
+from jfed.privacy.accountants import subsampled_gaussian_event
+from jfed.privacy.accounting import AccountantSpec, Pld, as_accountant, spent
 from jfed.privacy.gaussian import _bisect, analytic_gaussian_epsilon, hockey_stick
 
 
@@ -133,18 +134,18 @@ def poisson_event(setting: LastIterateSetting):
     DP-SGD accounting assumes): T steps of the Gaussian with multiplier ``1 / a``. A different
     algorithm than the partition; shown as what its amplification would buy."""
     return subsampled_gaussian_event(
-        1.0 / setting.first_ratio, setting.sampling_rate, setting.iterations, sampling="poisson"
+        1.0 / setting.first_ratio, setting.sampling_rate, setting.iterations
     )
 
 
 def poisson_epsilon(setting: LastIterateSetting, delta: float) -> float:
     """eps (PLD, replace-one) of :func:`poisson_event`."""
-    return epsilon_of(poisson_event(setting), delta, "pld", "replace-one")
+    return spent(poisson_event(setting), delta, accountant=Pld(), adjacency="replace-one")
 
 
 def poisson_delta(setting: LastIterateSetting, epsilon: float) -> float:
     """delta at ``epsilon`` (PLD, replace-one) of :func:`poisson_event`."""
-    return make_accountant("pld", "replace-one").compose(poisson_event(setting)).delta(epsilon)
+    return Pld().make("replace-one").compose(poisson_event(setting)).get_delta(epsilon)
 
 
 def every_iterate_event(setting: LastIterateSetting):
@@ -157,31 +158,38 @@ def every_iterate_event(setting: LastIterateSetting):
         1.0 / setting.first_ratio,
         setting.sampling_rate,
         setting.iterations,
-        sampling="without-replacement",
-        dataset_size=setting.n,
+        without_replacement_of=setting.n,
     )
 
 
 def standard_composition_epsilon(
-    setting: LastIterateSetting, delta: float, accountant: str = "rdp"
+    setting: LastIterateSetting, delta: float, accountant: AccountantSpec | str = "rdp"
 ) -> float:
     """eps of :func:`every_iterate_event` (dp-accounting's RDP supports this sampling)."""
-    return epsilon_of(every_iterate_event(setting), delta, accountant, "replace-one")
+    return dp_accountant(accountant).compose(every_iterate_event(setting)).get_epsilon(delta)
+
+
+def dp_accountant(accountant: AccountantSpec | str):
+    """A fresh replace-one accountant of ``accountant`` (a spec or its key). The every-iterate
+    event states dp-accounting's own convention (z = std / the distance between neighbouring
+    outputs), so it is composed as dp-accounting reads it."""
+    return as_accountant(accountant).make("replace-one")
 
 
 def standard_composition_delta(
-    setting: LastIterateSetting, epsilon: float, accountant: str = "rdp"
+    setting: LastIterateSetting, epsilon: float, accountant: AccountantSpec | str = "rdp"
 ) -> float:
     """delta at ``epsilon`` of :func:`every_iterate_event`."""
-    accountant_ = make_accountant(accountant, "replace-one")
-    return accountant_.compose(every_iterate_event(setting)).delta(epsilon)
+    return dp_accountant(accountant).compose(every_iterate_event(setting)).get_delta(epsilon)
 
 
 FIGURE2: dict[str, Any] = dict(eta=0.5, lipschitz=1.0, radius=1.0, sigma=1.5, n=100)
 FIGURE2_RATES = (0.1, 0.2, 0.3)
 
 
-def figure2(epsilons: np.ndarray | None = None, accountant: str = "rdp") -> dict:
+def figure2(
+    epsilons: np.ndarray | None = None, accountant: AccountantSpec | str = "rdp"
+) -> dict:
     """The seed's Figure 2 setting: delta(eps) of the last iterate for q in {0.1, 0.2, 0.3}
     (eta = 0.5, L = 1, rho = 1, sigma = 1.5, n = 100), beside standard composition.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -18,12 +18,11 @@ import numpy as np
 
 from jfed._random import private_normals
 from jfed._validation import check_finite_array, check_nonnegative, check_positive
-from jfed.privacy import anisotropic, gaussian, laplace, randomized_response, two_point, zcdp
+from jfed.privacy import anisotropic, gaussian, laplace, randomized_response, two_point
 
 if TYPE_CHECKING:  # imported where an event is made: dp-accounting takes about a second to load
     import dp_accounting
 
-GAUSSIAN_CALIBRATIONS = ("analytic", "classic", "zcdp")
 
 
 @dataclass(frozen=True)
@@ -39,19 +38,16 @@ class GaussianMechanism:
 
     @classmethod
     def calibrate(
-        cls, sensitivity: float, epsilon: float, delta: float, method: str = "analytic"
+        cls, sensitivity: float, epsilon: float, delta: float, accountant: Any = None
     ) -> GaussianMechanism:
-        """The least noise for one (eps, delta)-DP release, by ``method`` in
-        ``("analytic", "classic", "zcdp")`` (analytic is exact; the others are upper bounds)."""
-        if method == "analytic":
-            noise = float(gaussian.analytic_gaussian_noise(sensitivity, epsilon, delta))
-        elif method == "classic":
-            noise = gaussian.classic_gaussian_noise(sensitivity, epsilon, delta)
-        elif method == "zcdp":
-            noise = float(zcdp.calibrate_gaussian(sensitivity, epsilon, delta))
-        else:
-            raise ValueError(f"unknown method {method!r}; expected one of {GAUSSIAN_CALIBRATIONS}")
-        return cls(float(sensitivity), noise)
+        """The least noise for one (eps, delta)-DP release through ``accountant`` (a spec of
+        :data:`~jfed.privacy.ACCOUNTANTS` or its key; default :class:`~jfed.privacy.Analytic`,
+        exact; ``Classic()`` and ``Zcdp()`` are upper bounds)."""
+        from jfed.privacy.accounting import Analytic, as_accountant
+
+        spec = Analytic() if accountant is None else as_accountant(accountant)
+        noise = spec.gaussian_rounds_noise(sensitivity, epsilon, delta, 1)
+        return cls(float(sensitivity), float(noise))
 
     @property
     def noise_multiplier(self) -> float:

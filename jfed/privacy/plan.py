@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from jfed._validation import check_int_range, check_open_unit, check_positive
-from jfed.privacy.guarantee import PrivacyGuarantee
+from jfed.privacy.guarantee import Adjacency, PrivacyGuarantee
 
 if TYPE_CHECKING:
     from jfed.privacy.accounting import AccountantSpec
@@ -80,7 +80,7 @@ def rounds_plan(
     protected: str,
     trust_model: str,
     randomizer: Any = None,
-    adjacency: str = "bounded",
+    adjacency: Adjacency | str = Adjacency.BOUNDED,
     parameters: Mapping[str, Any] | None = None,
     build: Callable[..., Any] | None = None,
 ) -> PrivacyPlan:
@@ -100,7 +100,7 @@ def rounds_plan(
         through ``accountant`` on the randomizer's own event.
       parameters, build: see :class:`PrivacyPlan`.
     """
-    from jfed.privacy.accounting import calibrate, certify, stated
+    from jfed.privacy.accounting import calibrate, certify
     from jfed.privacy.privatizers import GaussianNoise
 
     randomizer = GaussianNoise() if randomizer is None else randomizer
@@ -119,11 +119,4 @@ def rounds_plan(
                                delta, accountant=accountant, adjacency=adjacency)  # fmt: skip
         noise_std = multiplier * sensitivity
     plan = replace(plan, noise_std=noise_std)
-    composer = getattr(accountant, "gaussian_composer", None)
-    if isinstance(randomizer, GaussianNoise) and composer is not None:
-        # Gaussian releases in closed form: the accountant's own numbers, without dp-accounting
-        composed = composer(adjacency).add_gaussian(noise_std / sensitivity, rounds)
-        guarantee = stated(composed, delta, **statement)
-    else:
-        guarantee = certify(plan.event, delta, **statement)
-    return replace(plan, guarantee=guarantee)
+    return replace(plan, guarantee=certify(plan.event, delta, **statement))

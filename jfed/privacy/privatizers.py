@@ -1,11 +1,9 @@
-"""Privatizers over pytrees: clipping, Gaussian noise, a Gaussian sum query that states its event.
+"""Privatizers over pytrees: clipping and Gaussian noise (the pieces the aggregators of
+:mod:`jfed.privacy.aggregators` are built from), and the local randomizer protocols.
 
 A model update is a pytree of arrays (``flax`` parameters, a dict, a single array). The device
 side is pure JAX with the key passed in; numbers that a sweep varies (clip norm, noise
-multiplier) are arguments, so they can be traced and one program serves every eps. The host side
-is ``dp_event``: the ``dp_accounting`` event of what the device side released, made from the same
-noise multiplier, so the accounting cannot drift from what ran (as TF Privacy's ``DPQuery`` and
-jax_privacy do).
+multiplier) are arguments, so they can be traced and one program serves every eps.
 
 Noise multiplier convention: ``z = noise std / clip_norm``, where ``clip_norm`` bounds one
 client's contribution to the sum. Under add-or-remove adjacency ``clip_norm`` is the sum's L2
@@ -14,11 +12,10 @@ sensitivity; under replace-one neighbouring sums differ by up to ``2 clip_norm``
 
 Example::
 
-    query = GaussianSumQuery()
-    clipped, was_clipped = jax.vmap(query.preprocess, in_axes=(0, None))(updates, clip_norm)
+    clipped, was_clipped = jax.vmap(clip_tree, in_axes=(0, None))(updates, clip_norm)
     summed = jax.tree.map(lambda x: x.sum(0), clipped)
-    released = query.noised_sum(key, summed, clip_norm, noise_multiplier)
-    event = query.dp_event(noise_multiplier)  # host side, for the accountant
+    released = jax.tree.map(jnp.add, summed,
+                            gaussian_noise_tree(key, summed, noise_multiplier * clip_norm))
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ import jax
 import jax.numpy as jnp
 
 from jfed._random import private_normals
-from jfed._validation import check_nonnegative
 from jfed.privacy.clipping import clip_to_ball
 
 if TYPE_CHECKING:  # imported where an event is made: dp-accounting takes about a second to load
@@ -181,58 +177,3 @@ def gaussian_noise_tree(key: jax.Array, tree: PyTree, stddev: jax.Array) -> PyTr
     normals = jax.lax.optimization_barrier(normals)
     noise = [jnp.asarray(stddev, n.dtype) * n for n in normals]
     return jax.tree_util.tree_unflatten(treedef, noise)
-
-
-@dataclass(frozen=True)
-class GaussianSumQuery:
-    """Clipped sum of client updates plus Gaussian noise (central DP, DP-FedAvg's aggregator).
-
-    Hashable (its only field is static), so it can be a static argument of ``jax.jit``; the clip
-    norm and noise multiplier are arguments of its methods and may be traced.
-
-    Attributes:
-      per_layer: clip every leaf to ``C / sqrt(L)`` (:func:`clip_tree_per_layer`) instead of the
-        whole update to C (:func:`clip_tree`). Either way one client moves the sum by <= C.
-    """
-
-    per_layer: bool = False
-
-    def preprocess(self, update: PyTree, clip_norm: jax.Array) -> tuple[PyTree, jax.Array]:
-        """One client's ``update`` clipped to norm ``clip_norm``; also ``clipped: f32[]``.
-
-        Written for one client: ``jax.vmap`` it over the client axis and sum the results.
-        """
-        clip = clip_tree_per_layer if self.per_layer else clip_tree
-        return clip(update, clip_norm)
-
-    def noised_sum(
-        self,
-        key: jax.Array,
-        summed: PyTree,
-        clip_norm: jax.Array,
-        noise_multiplier: jax.Array,
-    ) -> PyTree:
-        """``summed`` (the sum of preprocessed updates) plus noise of std ``z * clip_norm``.
-
-        Args:
-          key: the round's noise key, used once.
-          summed: a pytree, the sum over clients of :meth:`preprocess`'s first output.
-          clip_norm: ``f32[]`` C, the same as given to :meth:`preprocess`.
-          noise_multiplier: ``f32[]`` z >= 0; its event is :meth:`dp_event` ``(z)``.
-        """
-        noise = gaussian_noise_tree(key, summed, noise_multiplier * clip_norm)
-        return jax.tree.map(jnp.add, summed, noise)
-
-    def dp_event(self, noise_multiplier: float) -> dp_accounting.DpEvent:
-        """``GaussianDpEvent(z)`` of one :meth:`noised_sum` over all clients (host side).
-
-        Exact under add-or-remove adjacency with any accountant, and under replace-one with
-        the PLD accountant; sampling and rounds wrap it, see
-        :func:`~jfed.privacy.poisson_rounds_event` and
-        :func:`~jfed.privacy.fixed_cohort_rounds_event`.
-        """
-        import dp_accounting
-
-        return dp_accounting.GaussianDpEvent(
-            check_nonnegative("noise_multiplier", noise_multiplier)
-        )

@@ -1,8 +1,9 @@
-"""The ``noisy-mean`` experiment: one round; every client clips its feature vector, the server
-adds Gaussian noise calibrated to (eps, delta) to the sum and divides by n."""
+"""The ``noisy-mean`` experiment: one round; every client's feature vector is clipped and summed,
+the server adds Gaussian noise to the sum (jfed's ``GaussianSum`` aggregator) and divides by n.
+The run's eps is certified from the release the aggregator makes: no event code here."""
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -12,36 +13,30 @@ from jfed import data, privacy
 from jfed.methods import Experiment, Output
 
 
-class State(NamedTuple):
-    mean: jax.Array  # f32[d]
-    clip: jax.Array
-    noise_std: jax.Array
-
-
 @dataclass(frozen=True)
 class NoisyMeanAlgorithm:
     n_clients: int
     dim: int
+    aggregator: ClassVar = privacy.GaussianSum()
 
     def init(self, hyper, key):
-        clip, noise_std = hyper
-        return State(jnp.zeros(self.dim), clip, noise_std)
+        return jnp.zeros(self.dim)  # the mean, f32[d]
 
-    def round(self, state, key, clients):
-        def client(clip, record, key):
+    def round(self, mean, hyper, key, clients):
+        def client(broadcast, record, key):
             x, _ = record
-            return privacy.clip_tree(x, clip)
+            return x
 
-        total, clipped = clients(client, state.clip)
-        noisy = total + privacy.gaussian_noise_tree(key, total, state.noise_std)
-        return state._replace(mean=noisy / self.n_clients), {"clipped": clipped / self.n_clients}
+        total, _, info = clients.aggregate(self.aggregator, hyper, (), client, None, key)
+        return total / self.n_clients, {"clipped": info["clipped_count"] / self.n_clients}
 
 
 class NoisyMean(Experiment):
-    outputs = (Output("mean", "state.mean"), Output("clipped", "infos.clipped", reduce="last"))
+    outputs = (Output("mean", "state"), Output("clipped", "infos.clipped", reduce="last"))
     report_metric = "squared_error"
     selection_metric = "squared_error"
     selection_maximize = False
+    default_accountant = privacy.Analytic()  # exact for Gaussian releases without sampling
 
     def __init__(self, config):
         super().__init__(config)
@@ -49,15 +44,9 @@ class NoisyMean(Experiment):
                                                       config.dim)  # fmt: skip
         self.algorithm = NoisyMeanAlgorithm(config.clients, config.dim)
 
-    def calibrate(self, config):
-        event = privacy.gaussian_rounds_event  # one release of sensitivity C
-        exact = privacy.Analytic()
-        z = privacy.calibrate(event, config.epsilon, config.delta, accountant=exact)
-        guarantee = privacy.certify(event(z), config.delta, accountant=exact,
-                                    notion=self.method.notion,
-                                    protected=self.method.protected,
-                                    trust_model=self.method.trust_model)  # fmt: skip
-        return (jnp.float32(config.clip), jnp.float32(z * config.clip)), guarantee
+    def hyperparams(self, config, noise_multiplier):
+        # the aggregator's parameters: the clip C and the noise multiplier jfed calibrates
+        return jax.tree.map(jnp.float32, privacy.GaussianSumParams(config.clip, noise_multiplier))
 
     def evaluate(self, outputs, config):
         # the clients' features are N(0, I): the true mean is 0
