@@ -63,7 +63,8 @@ def _audit_label(rows: list[dict]) -> str:
     if estimators:
         details.append("; ".join(estimators))
     label = "audit eps" + (f" ({'; '.join(details)})" if details else "")
-    return "\n".join(textwrap.wrap(label, LABEL_WIDTH))
+    # the y-axis is shorter than the x-axis's LABEL_WIDTH characters: wrap sooner
+    return "\n".join(textwrap.wrap(label, int(0.7 * LABEL_WIDTH)))
 
 
 def audit_figure(rows) -> Figure:
