@@ -213,6 +213,16 @@ def test_plugin_package_installs_and_runs_through_every_command(tmp_path):
     assert "noisy-mean" in plotted.stdout
     refused = jfed("run", "noisy-mean", "--clip", "-1")
     assert refused.returncode == 2 and "--clip" in refused.stderr
+    # the installed package's configuration runs through jfed.run right after its import,
+    # before anything else has read the registry
+    script = ("import jfed\nfrom jfed_noisy_mean import NoisyMeanConfig\n"
+              "record = jfed.run(NoisyMeanConfig(clients=500, epsilon=2.0))\n"
+              "print(record['method'], record['epsilon_certified'])")  # fmt: skip
+    direct = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=600, check=False)  # fmt: skip
+    assert direct.returncode == 0, direct.stderr
+    name, epsilon = direct.stdout.split()
+    assert name == "noisy-mean" and float(epsilon) == pytest.approx(2.0, rel=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -85,8 +85,19 @@ class Release:
 
     def event(self, hyper: PyTree):
         """The ``DpEvent`` of this release: the aggregator's event at its parameters, wrapped by
-        the cohort into its sampled event."""
-        return self.cohort.sampled_event(self.aggregator.event(self.params(hyper)), self.n_clients)
+        the cohort into its sampled event. A local aggregator (``aggregator.local``: each client
+        randomizes its own message) is not wrapped: its guarantee holds for every message
+        whoever receives it, and no amplification by the cohort's sampling is claimed."""
+        event = self.aggregator.event(self.params(hyper))
+        if getattr(self.aggregator, "local", False):
+            return event
+        return self.cohort.sampled_event(event, self.n_clients)
+
+    @property
+    def adjacency(self) -> Adjacency:
+        """The aggregator's own adjacency where it states one (a local randomizer's is
+        ``BOUNDED``), else its cohort's natural one."""
+        return getattr(self.aggregator, "adjacency", None) or self.cohort.adjacency
 
 
 @dataclass
@@ -112,7 +123,7 @@ class Ledger:
     @property
     def adjacency(self) -> Adjacency:
         """The adjacency of the round's releases: their cohorts' natural one (they must agree)."""
-        found = {release.cohort.adjacency for release in self.releases}
+        found = {release.adjacency for release in self.releases}
         if len(found) > 1:
             names = sorted(a.value for a in found)
             raise ValueError(
@@ -173,6 +184,7 @@ class CohortView:
         client_fn: ClientFn,
         broadcast: PyTree,
         key: jax.Array,
+        statistic: Statistic = sum_messages,
     ) -> tuple[PyTree, PyTree, dict]:
         """One privatized release over the cohort.
 
@@ -183,6 +195,8 @@ class CohortView:
           client_fn: ``client_fn(broadcast, record, key) -> update`` for ONE client.
           broadcast: what every client receives.
           key: the server's key for this release (used once).
+          statistic: how a chunk of preprocessed records is reduced (default: their sum; e.g.
+            second moments ``X^T X`` of a chunk, computed as one product); additive over chunks.
 
         Returns:
           ``(value, state, diagnostics)``: the aggregator's release, its next state, and its
@@ -198,7 +212,7 @@ class CohortView:
         c = self._clients
         if c.ledger is not None:
             c.ledger.record(aggregator, self.cohort, c.population.n_clients, params)
-        summed = self.sum(contribution, broadcast)
+        summed = self.sum(contribution, broadcast, statistic)
         value, state, diagnostics = aggregator.release(params, state, summed, key)
         diagnostics = dict(diagnostics, cohort_size=self.info.size, overflow=self.info.overflow)
         return value, state, diagnostics
@@ -266,9 +280,11 @@ class Clients:
         client_fn: ClientFn,
         broadcast: PyTree,
         key: jax.Array,
+        statistic: Statistic = sum_messages,
     ) -> tuple[PyTree, PyTree, dict]:
         """One privatized release over every client (:meth:`CohortView.aggregate`)."""
-        return self._all.aggregate(aggregator, params, state, client_fn, broadcast, key)
+        return self._all.aggregate(aggregator, params, state, client_fn, broadcast, key,
+                                   statistic)  # fmt: skip
 
 
 def trace_releases(

@@ -229,8 +229,13 @@ def method(name: str) -> Method:
 
 
 def method_of(config: Config) -> Method:
-    """The declaration a configuration belongs to."""
+    """The declaration a configuration belongs to. An installed package's configuration is
+    bound to its method when the package's entry point loads: that happens here if nothing has
+    read the registry yet (so ``jfed.run(TheirConfig())`` works right after the import)."""
     name = type(config).method
+    if not name:
+        len(METHODS)  # loads the installed packages' entry points, binding their configurations
+        name = type(config).method
     if not name:
         raise ValueError(
             f"{type(config).__name__} is not the configuration of a registered method "

@@ -15,6 +15,11 @@ argument) holding only structure, and four functions.
   adjacency of one client's contribution. Cohorts wrap it into their sampled event
   (:mod:`jfed.engine.cohort`); a run's guarantee composes the events of every release it made.
 
+Two optional class attributes: ``local = True`` for a local randomizer (each client randomizes
+its own message: the guarantee is the message's, not wrapped by the cohort's sampling) and
+``adjacency`` where the aggregator's event is stated for another adjacency than its cohort's
+(a local randomizer's: :attr:`~jfed.privacy.Adjacency.BOUNDED`).
+
 Every number a sweep varies lives in ``params``, a NamedTuple the algorithm reads from its
 hyper-parameters UNCHANGED (the engine checks this at trace time: the accountant then reads the
 very numbers that ran); what evolves between releases (an adaptive clip norm) lives in the state.
@@ -45,6 +50,7 @@ import jax
 import jax.numpy as jnp
 
 from jfed._validation import check_nonnegative, check_positive
+from jfed.privacy.guarantee import Adjacency
 from jfed.privacy.privatizers import clip_tree, clip_tree_per_layer, gaussian_noise_tree, tree_norm
 
 if TYPE_CHECKING:
@@ -367,6 +373,8 @@ class LocalRandomizerSum:
     randomizer: Any = None
     dim: int | None = None
     Params: ClassVar[type] = LocalNoiseParams
+    local: ClassVar[bool] = True
+    adjacency: ClassVar[Adjacency] = Adjacency.BOUNDED
 
     def _randomizer(self):
         from jfed.privacy.privatizers import GaussianNoise
