@@ -768,6 +768,34 @@ class CorrelatedGaussianSum:
         z = check_nonnegative("noise_multiplier", params.noise_multiplier)
         return dp_accounting.GaussianDpEvent(z * math.sqrt(self.participation.rounds))
 
+    def guarantee(
+        self,
+        params: CorrelatedGaussianSumParams,
+        delta: float,
+        *,
+        accountant: Any = None,
+        adjacency: Any = "add-or-remove",
+    ) -> Any:
+        """The run's :class:`~jfed.privacy.PrivacyGuarantee` (host): :meth:`run_event`
+        certified by :func:`jfed.privacy.accounting.certify` (default PLD), central DP of all of
+        one client's contributions under this participation pattern, no amplification."""
+        from jfed.privacy.accounting import Pld, certify
+
+        pattern = self.participation
+        return certify(
+            self.run_event(params),
+            delta,
+            accountant=Pld() if accountant is None else accountant,
+            adjacency=adjacency,
+            notion="central (eps, delta)-DP",
+            protected=(
+                f"all of one client's clipped updates over {pattern.rounds} rounds (at most "
+                f"{pattern.participations} participations, {pattern.min_separation} or more "
+                "rounds apart; no amplification by sampling assumed)"
+            ),
+            trust_model=f"trusted server adds correlated Gaussian noise ({self.noise.name})",
+        )
+
     def calibrate(
         self,
         epsilon: float,
