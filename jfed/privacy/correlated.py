@@ -93,6 +93,8 @@ class NoiseStrategy(Protocol):
     ``C^T C`` and :meth:`sensitivity` bounds ``sens(C)`` under a participation pattern.
     """
 
+    name: ClassVar[str]
+
     def init(self, template: PyTree) -> PyTree:
         """The buffers before round 0 (``template``: shapes and dtypes of one update)."""
         ...
@@ -149,6 +151,20 @@ def _toeplitz_matrix(coefficients: np.ndarray, rounds: int) -> np.ndarray:
     return np.where(lags >= 0, column[np.clip(lags, 0, None)], 0.0)
 
 
+@functools.cache
+def _compiled_minsep_sensitivity_squared() -> Callable:
+    """jax-privacy's ``toeplitz.minsep_sensitivity_squared`` as one compiled program per shape
+    and pattern (eager, its small operations cost seconds the first time)."""
+    from jax_privacy.matrix_factorization import toeplitz
+
+    def squared(column: jax.Array, min_separation: int, k: int) -> jax.Array:
+        return toeplitz.minsep_sensitivity_squared(
+            column, min_separation, k, n=column.shape[0], skip_checks=True
+        )
+
+    return jax.jit(squared, static_argnums=(1, 2))
+
+
 def _toeplitz_sensitivity(
     coefficients: np.ndarray, participation: Participation, gram: Callable[[int], np.ndarray]
 ) -> float:
@@ -158,8 +174,6 @@ def _toeplitz_sensitivity(
     (``toeplitz.minsep_sensitivity_squared``; the worst case is k participations exactly b
     apart), in O(R). Otherwise, or under epochs (where it may be loose), the dense bound of
     :func:`gram_sensitivity` up to :data:`DENSE_LIMIT` rounds; the least bound is returned."""
-    from jax_privacy.matrix_factorization import toeplitz
-
     rounds = participation.rounds
     column = np.zeros(rounds)
     column[: min(rounds, len(coefficients))] = coefficients[:rounds]
@@ -167,12 +181,8 @@ def _toeplitz_sensitivity(
     if np.all(column >= 0) and np.all(np.diff(column) <= 0):
         # host arithmetic, evaluated now even when called while a round is being traced
         with jax.enable_x64(), jax.ensure_compile_time_eval():
-            squared = toeplitz.minsep_sensitivity_squared(
-                jnp.asarray(column),
-                participation.min_separation,
-                participation.participations,
-                n=rounds,
-                skip_checks=True,
+            squared = _compiled_minsep_sensitivity_squared()(
+                jnp.asarray(column), participation.min_separation, participation.participations
             )
         bounds.append(math.sqrt(float(squared)))
     if (not bounds or participation.epoch_length is not None) and rounds <= DENSE_LIMIT:
@@ -577,12 +587,7 @@ class TreeNoise:
 
 def _unzip(pairs: PyTree, like: PyTree) -> tuple[PyTree, PyTree]:
     """A tree of ``(a, b)`` pairs (structured like ``like``) as ``(tree of a, tree of b)``."""
-    treedef = jax.tree.structure(like)
-    leaves = treedef.flatten_up_to(pairs)
-    return (
-        treedef.unflatten([pair[0] for pair in leaves]),
-        treedef.unflatten([pair[1] for pair in leaves]),
-    )
+    return jax.tree.transpose(jax.tree.structure(like), jax.tree.structure((0, 0)), pairs)
 
 
 def noise_matrix(strategy: NoiseStrategy, rounds: int) -> np.ndarray:
@@ -591,8 +596,13 @@ def noise_matrix(strategy: NoiseStrategy, rounds: int) -> np.ndarray:
     the prefix sums (``B C = A``).
 
     Host side: runs the strategy's own :meth:`~NoiseStrategy.next` in float64 with each draw a
-    unit vector, so it is the linear map the device applies.
+    unit vector, so it is the linear map the device applies (computed once per strategy and R).
     """
+    return _noise_matrix(strategy, rounds).copy()
+
+
+@functools.lru_cache(maxsize=32)
+def _noise_matrix(strategy: NoiseStrategy, rounds: int) -> np.ndarray:
     counts = [strategy.draws(t) for t in range(rounds)]
     offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
     draws = int(sum(counts))
@@ -730,7 +740,8 @@ class CorrelatedGaussianSum:
             ),
             update,
         )
-        draw = lambda j: gaussian_noise_tree(jax.random.fold_in(key, j), template, 1.0)  # noqa: E731
+        unit = jnp.ones((), jnp.float32)
+        draw = lambda j: gaussian_noise_tree(jax.random.fold_in(key, j), template, unit)  # noqa: E731
         increment, buffers = self.noise.next(state.buffers, state.round, draw)
         std = jnp.asarray(self.noise_std(params), jnp.float32)
         released = jax.tree.map(
