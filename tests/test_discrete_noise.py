@@ -1,0 +1,230 @@
+"""The exact discrete samplers against their laws, and the integer pieces they rest on.
+
+Statistical tests run at fixed seeds. A Bernoulli frequency is accepted within 5 standard
+deviations of its probability (false alarm 6e-7 per check); a sample is accepted against a pmf
+when Pearson's chi-square statistic (cells of expected count >= 20, the two tails pooled) stays
+below the chi-square quantile at 1 - 1e-5 (the null law of the statistic). Every check comes with
+a negative control that it rejects: a sampler run at a slightly wrong parameter.
+"""
+
+import math
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from jfed.privacy import discrete
+
+SAMPLES = 100_000
+
+
+def _binomial_ok(successes: int, trials: int, probability: float) -> bool:
+    spread = math.sqrt(trials * probability * (1 - probability))
+    return abs(successes - trials * probability) <= 5 * max(spread, 1e-9)
+
+
+def _chi_square_ok(samples: np.ndarray, log_pmf, reach: int = 5000) -> tuple[bool, float, float]:
+    """(accepted, statistic, threshold) of Pearson's test of ``samples`` against ``log_pmf``
+    (whose mass lies within ``+-reach``): one cell per value of expected count >= 20, and the
+    two tails beyond them."""
+    samples = np.asarray(samples, np.int64)
+    n = samples.size
+    support = np.arange(-reach, reach + 1)
+    expected = n * np.exp(log_pmf(support))
+    kept = support[expected >= 20]
+    low, high = kept.min(), kept.max()
+    inside = (support >= low) & (support <= high)
+    counts = np.bincount(samples[(samples >= low) & (samples <= high)] - low,
+                         minlength=high - low + 1)  # fmt: skip
+    counts = np.concatenate([counts, [np.sum(samples < low), np.sum(samples > high)]])
+    cells = np.concatenate([expected[inside], [expected[support < low].sum(),
+                                               expected[support > high].sum()]])  # fmt: skip
+    statistic = float(np.sum((counts - cells) ** 2 / cells))
+    threshold = float(stats.chi2.ppf(1 - 1e-5, counts.size - 1))
+    return statistic <= threshold, statistic, threshold
+
+
+# ------------------------------------------------------------------------- integer pieces
+
+
+def test_wide_products_and_sums_are_exact():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 2**32, 1000, dtype=np.uint64)
+    b = rng.integers(0, 2**32, 1000, dtype=np.uint64)
+    a[:3], b[:3] = [2**32 - 1, 0, 65535], [2**32 - 1, 7, 65537]
+    high, low = discrete.multiply_wide(jnp.asarray(a, jnp.uint32), jnp.asarray(b, jnp.uint32))
+    got = [
+        (int(h) << 32) + int(lo) for h, lo in zip(np.asarray(high), np.asarray(low), strict=True)
+    ]
+    assert got == [int(x) * int(y) for x, y in zip(a, b, strict=True)]
+    values = rng.integers(2**31, 2**32, 200_000, dtype=np.uint64)  # the sum passes 2^47
+    high, low = discrete.exact_sum(jnp.asarray(values, jnp.uint32))
+    assert (int(high) << 32) + int(low) == sum(int(v) for v in values)
+
+
+def test_norm_checks_are_exact_at_the_bound():
+    vector = jnp.asarray([70_000, -3, 0, 46_341, -1], jnp.int32)  # squares above 2^32
+    squared = sum(int(v) ** 2 for v in np.asarray(vector))
+    assert bool(discrete.squared_norm_at_most(vector, squared))
+    assert not bool(discrete.squared_norm_at_most(vector, squared - 1))
+    absolute = sum(abs(int(v)) for v in np.asarray(vector))
+    assert bool(discrete.absolute_sum_at_most(vector, absolute))
+    assert not bool(discrete.absolute_sum_at_most(vector, absolute - 1))
+    big = jnp.full((300_000,), -40_000, jnp.int32)  # 4.8e14: the high words carry
+    assert bool(discrete.squared_norm_at_most(big, 300_000 * 40_000**2))
+    assert not bool(discrete.squared_norm_at_most(big, 300_000 * 40_000**2 - 1))
+
+
+# ---------------------------------------------------------------------------- Bernoullis
+
+
+@pytest.mark.parametrize(
+    "numerator, denominator", [(1, 3), (2**31 - 5, 2**32 - 1), (0, 5), (7, 7), (9, 8)]
+)
+def test_bernoulli_fraction_frequency(numerator, denominator):
+    draws = jax.jit(discrete.bernoulli_fraction)(
+        jax.random.key(1),
+        jnp.full(SAMPLES, numerator, jnp.uint32),
+        jnp.full(SAMPLES, denominator, jnp.uint32),
+    )
+    probability = min(1.0, numerator / denominator)
+    assert _binomial_ok(int(draws.sum()), SAMPLES, probability)
+    # negative control: the frequency of a probability off by 1% of the trials' spread scale
+    if 0 < probability < 1:
+        assert not _binomial_ok(int(draws.sum()), SAMPLES, probability * 1.05)
+
+
+def test_a_tied_word_continues_with_the_remainder():
+    """The word 1431655765 ties for 1/3 (its product with 3 is 2^32 - 1): the verdict is then
+    the next bits' Bernoulli((2^32 - low) / 3) = Bernoulli(1/3), drawn afresh per lane."""
+    word = jnp.full(SAMPLES, 1431655765, jnp.uint32)
+    ones, threes = jnp.ones(SAMPLES, jnp.uint32), jnp.full(SAMPLES, 3, jnp.uint32)
+    below, tie, remainder = discrete._fraction_from_word(word, ones, threes)
+    assert bool(jnp.all(tie)) and not bool(jnp.any(below)) and bool(jnp.all(remainder == 1))
+    draws = discrete._bernoulli_from_word(jax.random.key(2), word, ones, threes)
+    assert _binomial_ok(int(draws.sum()), SAMPLES, 1 / 3)
+    assert not _binomial_ok(0, SAMPLES, 1 / 3)  # a tie read as "not below" would be caught
+
+
+@pytest.mark.parametrize("numerator, denominator", [(0, 1), (1, 2), (1, 1), (5, 2), (7, 3)])
+def test_bernoulli_exp_frequency(numerator, denominator):
+    run = jax.jit(discrete.bernoulli_exp)
+    draws = run(
+        jax.random.key(3),
+        jnp.full(SAMPLES, numerator, jnp.uint32),
+        jnp.full(SAMPLES, denominator, jnp.uint32),
+    )
+    assert _binomial_ok(int(draws.sum()), SAMPLES, math.exp(-numerator / denominator))
+    wrong = run(
+        jax.random.key(3),
+        jnp.full(SAMPLES, numerator + 1, jnp.uint32),
+        jnp.full(SAMPLES, denominator, jnp.uint32),
+    )
+    assert not _binomial_ok(int(wrong.sum()), SAMPLES, math.exp(-numerator / denominator))
+
+
+# ---------------------------------------------------------------------------- the samplers
+
+
+@pytest.fixture(scope="module")
+def gaussian_draws():
+    return jax.jit(lambda key, k, m: discrete.discrete_gaussian(key, (SAMPLES,), k, m))
+
+
+@pytest.mark.parametrize("bits, quotient", [(0, 1), (2, 3), (7, 79)])
+def test_discrete_gaussian_matches_its_pmf(gaussian_draws, bits, quotient):
+    sigma_squared = 2**bits * quotient
+    samples = np.asarray(gaussian_draws(jax.random.key(bits), bits, quotient))
+
+    def log_pmf(x):
+        return discrete.discrete_gaussian_log_pmf(x, sigma_squared)
+
+    accepted, statistic, threshold = _chi_square_ok(samples, log_pmf)
+    assert accepted, (statistic, threshold)
+    # negative control: a sampler at a 10% larger variance, tested against this pmf
+    wider = np.asarray(gaussian_draws(jax.random.key(bits), bits, math.ceil(quotient * 1.1)))
+    assert not _chi_square_ok(wider, log_pmf)[0]
+
+
+def test_discrete_laplace_matches_its_pmf():
+    bits, divisor = discrete.discrete_laplace_parameters(10.0)
+    draw = jax.jit(lambda key, s: discrete.discrete_laplace(key, (SAMPLES,), bits, s))
+    scale = 2.0**bits / divisor
+    assert 10.0 <= scale < 10.0 * (1 + 10.0 / 2**bits)
+
+    def log_pmf(x):
+        return discrete.discrete_laplace_log_pmf(x, scale)
+
+    accepted, statistic, threshold = _chi_square_ok(np.asarray(draw(jax.random.key(5), divisor)),
+                                                    log_pmf)  # fmt: skip
+    assert accepted, (statistic, threshold)
+    wider = np.asarray(draw(jax.random.key(5), discrete.discrete_laplace_parameters(11.0)[1]))
+    assert not _chi_square_ok(wider, log_pmf)[0]
+
+
+def test_samplers_trace_once_and_run_under_vmap():
+    traces = []
+
+    @jax.jit
+    def shares(keys, bits, quotient):
+        traces.append(1)
+        return jax.vmap(lambda k: discrete.discrete_gaussian(k, (64,), bits, quotient))(keys)
+
+    keys = jax.random.split(jax.random.key(6), 8)
+    first = shares(keys, jnp.uint32(3), jnp.uint32(5))
+    second = shares(keys, jnp.uint32(4), jnp.uint32(9))  # other parameters, no retrace
+    assert first.shape == second.shape == (8, 64) and first.dtype == jnp.int32
+    again = shares(keys, jnp.uint32(3), jnp.uint32(5))
+    np.testing.assert_array_equal(first, again)  # keys fix every draw
+    assert len(traces) == 1
+
+
+# ------------------------------------------------------------------------ parameters, rounding
+
+
+def test_gaussian_parameters_agree_on_host_and_device():
+    rng = np.random.default_rng(7)
+    edges = [1, 2, 3, 4, 7, 8, 2**31 - 2**16 - 1]
+    variances = np.concatenate([edges, rng.integers(1, 2**31 - 2**16, 2000)]).astype(np.uint32)
+    host_bits, host_quotient = discrete.discrete_gaussian_parameters(variances)
+    device_bits, device_quotient = discrete.discrete_gaussian_parameters(jnp.asarray(variances))
+    np.testing.assert_array_equal(host_bits, np.asarray(device_bits))
+    np.testing.assert_array_equal(host_quotient, np.asarray(device_quotient))
+    scale = 2 ** host_bits.astype(np.int64)
+    product = scale * host_quotient.astype(np.int64)
+    assert np.all(product >= variances) and np.all(product < variances.astype(np.int64) + scale)
+    assert np.all(product < 2**31)
+    sigma = np.sqrt(variances.astype(np.float64))
+    assert np.all(scale > sigma / math.sqrt(2) - 1e-9) and np.all(scale <= sigma * math.sqrt(2))
+
+
+def test_variance_at_least_covers_the_exact_product():
+    rng = np.random.default_rng(8)
+    multipliers = np.concatenate([rng.uniform(0.3, 5.0, 500), [1.0, 0.7, 1 / 3]])
+    for bound in (1, 4097**2, 12_345_679):
+        variance = jax.jit(discrete.variance_at_least, static_argnums=1)(multipliers, bound)
+        for z, v in zip(multipliers, np.asarray(variance), strict=True):
+            assert Fraction(int(v)) >= Fraction(float(z)) ** 2 * bound  # the float64 z itself
+
+
+def test_randomized_rounding_is_unbiased_and_conditional_rounding_meets_its_bound():
+    values = jnp.full((SAMPLES,), 2.3, jnp.float32)
+    rounded = discrete.randomized_round(jax.random.key(9), values)
+    fraction = float(np.float32(2.3) - 2)
+    assert set(np.unique(np.asarray(rounded))) == {2, 3}
+    assert _binomial_ok(int(np.sum(np.asarray(rounded) == 3)), SAMPLES, fraction)
+    assert not _binomial_ok(int(np.sum(np.asarray(rounded) == 3)), SAMPLES, 0.0)  # rounding down
+
+    x = jnp.asarray(np.random.default_rng(10).normal(size=1000) * 3, jnp.float32)
+    bound = discrete.rounded_squared_norm_bound(float(jnp.linalg.norm(x)), 1000, math.exp(-0.5))
+    for seed in range(5):
+        vector, fell_back = discrete.conditional_round(jax.random.key(seed), x, bound, 10)
+        assert int(np.sum(np.asarray(vector, np.int64) ** 2)) <= bound and float(fell_back) == 0
+    # an impossible bound: after the tries, zeros, and the fallback is counted
+    vector, fell_back = discrete.conditional_round(jax.random.key(0), x, 0, 3)
+    assert not np.any(np.asarray(vector)) and float(fell_back) == 1.0
+    assert discrete.rounded_squared_norm_bound(10.0, 100, 0.0) == 400  # (L + sqrt d)^2
+    assert discrete.rounded_absolute_sum_bound(64, 1, 0.5) == 64  # one coordinate: ceil|x|
