@@ -168,8 +168,7 @@ def _quadrature_delta(epsilon, first, second):
     return max(one(first, second), one(second, first))
 
 
-@pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("delta", [1e-2, 1e-5])
+@pytest.mark.parametrize(("seed", "delta"), [(0, 1e-2), (1, 1e-5), (2, 1e-2)])
 def test_two_gaussians_epsilon_unequal_stds_against_quadrature(seed, delta):
     rng = np.random.default_rng(seed)
     mean_0, std_0, mean_1, std_1 = rng.uniform(0.0, 3.0, 4) + np.array([0.0, 0.3, 0.0, 0.3])
@@ -217,13 +216,13 @@ def test_one_run_bound_stays_below_a_correct_release_and_refutes_a_broken_one():
 
 def test_one_run_bound_holds_at_its_confidence_for_randomized_response():
     """The tightest pure eps-DP release per canary: randomized response (each canary's bit kept
-    with probability e^eps / (1 + e^eps)), scored with an independent jitter. Over 200 seeded
+    with probability e^eps / (1 + e^eps)), scored with an independent jitter. Over 100 seeded
     audits of 500 canaries the bound may exceed eps = 1 in at most 5% of them (3 binomial sd
-    allowance: 9.6%); it did in 1%. Negative control: the best number of guesses taken at the
-    full significance (no Bonferroni share) exceeds eps in 16.5% of the same audits."""
+    allowance: 11.5%); it did in 2%. Negative control: the best number of guesses taken at the
+    full significance (no Bonferroni share) exceeds eps in 20% of the same audits."""
     from jax_privacy import auditing
 
-    epsilon, count, runs = 1.0, 500, 200
+    epsilon, count, runs = 1.0, 500, 100
     allowed = 0.05 + 3 * math.sqrt(0.05 * 0.95 / runs)
     rng = np.random.default_rng(0)
     valid, uncorrected = [], []

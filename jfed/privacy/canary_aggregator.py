@@ -1,0 +1,201 @@
+"""Canary clients for any aggregator: :class:`WithCanaries` wraps an aggregator so that every
+release also carries M canary clients, and scores them against what it releases.
+
+A run that aggregates through ``WithCanaries(inner, canaries=M, ...)`` instead of ``inner`` gets
+an audit of its own releases (:mod:`jfed.privacy.canaries`, :mod:`jfed.privacy.canary_audit`):
+
+- canary i's update is its fixed direction ``u_i`` (:func:`~jfed.privacy.canaries.canary_update`),
+  sent far beyond any clip norm (``canary_scale``, 10^6) so that the inner aggregator's own
+  clipping brings it to the clip norm C, exactly as it clips a real client's large update;
+- canary i takes part in the run with probability 1/2 (its coin, drawn once per run), and an
+  included canary takes part in each release with probability ``participation`` (the cohort's
+  sampling rate; 1 when every client takes part), drawn per release and canary;
+- each taking part is ``inner.preprocess`` on the canary's update (the same clipping, and for a
+  local randomizer the same local noise from a key of its own), added to the cohort's sum
+  before ``inner.release``, which adds its noise as it would to the real clients' sum alone;
+- after each release the canaries are scored against the released value (a pytree like the
+  update): ``inner_product_sum`` and ``max_cosine`` of
+  :class:`~jfed.privacy.canaries.CanaryScores`, the white-box observation of every round.
+
+Nothing of the real clients changes: ``inner`` receives the same key, its parameters and event
+are ``inner``'s (one canary is one client, protected as any other), and the real clients' draws
+are not touched (the canaries draw from the audit key, fixed by ``seed``, and from named streams
+of the release key that ``inner`` does not read). Without the wrapper nothing runs at all.
+
+What is audited is the guarantee of one client of the run: the run's certified eps (its
+releases composed over the rounds, each wrapped by the cohort's sampling) against
+:func:`audit` of the final state. The canaries sample themselves as a Poisson cohort of rate
+``participation``: for a Poisson cohort of rate q and for full participation (q = 1) that is
+the cohort's own sampling; a fixed-size cohort's (K of N, without replacement, replace-one
+adjacency) is only approximated by q = K / N.
+
+Diagnostics: the inner aggregator's, computed over real clients and canaries together (its
+clipped count counts the canaries that took part, which are always clipped), plus
+``canaries_taking_part``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jfed import random as jfed_random
+from jfed._validation import check_int_range
+from jfed.privacy import canaries as canary_lib
+from jfed.privacy.canary_audit import AuditSummary, one_run_lower_bound
+
+PyTree = Any
+
+PARTICIPATION_STREAM = "canary-participation"
+PREPROCESS_STREAM = "canary-preprocess"
+CANARY_CHUNK = 32  # canaries whose updates are drawn and preprocessed at once (memory: 32 * d)
+
+
+class CanaryState(NamedTuple):
+    """State of :class:`WithCanaries`.
+
+    Attributes:
+      inner: the inner aggregator's state.
+      included: ``bool[M]`` each canary's coin (fixed for the run).
+      scores: the canaries' :class:`~jfed.privacy.canaries.CanaryScores` so far.
+    """
+
+    inner: PyTree
+    included: jax.Array
+    scores: canary_lib.CanaryScores
+
+
+@dataclass(frozen=True)
+class WithCanaries:
+    """``inner`` with M canary clients in every release (see the module docstring).
+
+    Attributes:
+      inner: the aggregator audited (one that clips: a non-private sum would pass the canaries'
+        10^6-norm updates on unclipped).
+      canaries: M >= 2, the number of canary clients.
+      participation: the probability that an included canary takes part in one release, in
+        (0, 1] (the cohort's Poisson rate; 1 for every client).
+      seed: the audit key's seed (``jax.random.key(seed)``): the canaries' directions and coins.
+      canary_scale: the norm a canary's update is sent with, far above the clip norm.
+    """
+
+    inner: Any
+    canaries: int
+    participation: float = 1.0
+    seed: int = 0
+    canary_scale: float = 1e6
+
+    def __post_init__(self) -> None:
+        check_int_range("canaries", self.canaries, 2, 2**31 - 1)
+        if not 0.0 < float(self.participation) <= 1.0:
+            raise ValueError(f"expected participation in (0, 1], got {self.participation}")
+
+    @property
+    def Params(self) -> type:  # noqa: N802 (the protocol's name)
+        return self.inner.Params
+
+    def __getattr__(self, name: str) -> Any:
+        # what the engine may ask of an aggregator beyond the protocol (``local``,
+        # ``adjacency``) is the inner aggregator's
+        if name.startswith("__") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def audit_key(self) -> jax.Array:
+        """The key of the canaries' directions and coins."""
+        return jax.random.key(self.seed)
+
+    def init(self, params: Any, template: PyTree) -> CanaryState:
+        return CanaryState(
+            inner=self.inner.init(params, template),
+            included=canary_lib.canaries_included(self.audit_key(), self.canaries),
+            scores=canary_lib.init_scores(self.canaries),
+        )
+
+    def preprocess(self, params: Any, state: CanaryState, update: PyTree, key: jax.Array) -> Any:
+        """A real client's record: ``inner``'s."""
+        return self.inner.preprocess(params, state.inner, update, key)
+
+    def _canary_sum(
+        self, params: Any, state: CanaryState, template: PyTree, taking_part: jax.Array,
+        key: jax.Array,
+    ) -> PyTree:  # fmt: skip
+        """The sum of the records of the canaries taking part, ``CANARY_CHUNK`` at a time."""
+        audit_key = self.audit_key()
+        preprocess_key = jfed_random.named(key, PREPROCESS_STREAM)
+
+        def record(canary_id):
+            update = canary_lib.canary_update(audit_key, canary_id, template, self.canary_scale)
+            return self.inner.preprocess(
+                params, state.inner, update, jax.random.fold_in(preprocess_key, canary_id)
+            )
+
+        chunks = -(-self.canaries // CANARY_CHUNK)
+        ids = jnp.arange(chunks * CANARY_CHUNK, dtype=jnp.int32).reshape(chunks, CANARY_CHUNK)
+        padding = chunks * CANARY_CHUNK - self.canaries
+        weights = jnp.pad(taking_part.astype(jnp.float32), (0, padding)).reshape(ids.shape)
+
+        def add_chunk(total, chunk):
+            chunk_ids, chunk_weights = chunk
+            records = jax.vmap(record)(chunk_ids)
+            weighted = jax.tree.map(
+                lambda r: jnp.tensordot(chunk_weights.astype(r.dtype), r, 1), records
+            )
+            return jax.tree.map(jnp.add, total, weighted), None
+
+        zero = jax.tree.map(jnp.zeros_like, jax.eval_shape(record, jnp.int32(0)))
+        total, _ = jax.lax.scan(add_chunk, zero, (ids, weights))
+        return total
+
+    def release(
+        self, params: Any, state: CanaryState, summed: PyTree, key: jax.Array
+    ) -> tuple[PyTree, CanaryState, dict]:
+        """``inner``'s release of the real clients' sum plus the canaries', the canaries scored
+        against it."""
+        template = jax.eval_shape(lambda: self.inner.release(params, state.inner, summed, key)[0])
+        participation_key = jfed_random.named(key, PARTICIPATION_STREAM)
+        ids = jnp.arange(self.canaries, dtype=jnp.int32)
+        sampled = jax.vmap(
+            lambda i: (
+                jfed_random.uniform(jax.random.fold_in(participation_key, i)) < self.participation
+            )
+        )(ids)
+        taking_part = state.included & sampled
+        canary_sum = self._canary_sum(params, state, template, taking_part, key)
+        together = jax.tree.map(jnp.add, summed, canary_sum)
+        value, inner_state, diagnostics = self.inner.release(params, state.inner, together, key)
+        scores = canary_lib.update_scores(state.scores, self.audit_key(), ids, value)
+        diagnostics = dict(diagnostics, canaries_taking_part=jnp.sum(taking_part, dtype=jnp.int32))
+        return value, CanaryState(inner_state, state.included, scores), diagnostics
+
+    def event(self, params: Any):
+        """``inner``'s event: a canary is one client, protected as any other."""
+        return self.inner.event(params)
+
+
+def audit(state: CanaryState, delta: float, confidence: float = 0.95) -> AuditSummary:
+    """The one-run lower bound (Steinke et al. 2023) from a run's final :class:`CanaryState`.
+
+    The score is each canary's largest cosine with a release (``max_cosine``): a canary that
+    took part in few of the rounds shows in those, which the sum over rounds would drown in
+    the others' noise. Any score gives a valid bound; this one is the sharper under sampling
+    (a run with a tenth of its noise, 500 canaries at q = 0.1 over 10 rounds, d = 5,000: 2.95
+    against 1.53 from ``inner_product_sum``).
+
+    Andrew et al.'s one-shot estimate is not offered here: its normal fit of the largest
+    cosines assumes every canary takes part in a fixed number of rounds; under Poisson
+    participation the included canaries' maxima are a mixture (those that never took part
+    look like the null), and on the correct run above it estimated 1.91 where 1.30 is proved.
+    """
+    return one_run_lower_bound(state.scores.max_cosine, state.included, delta, confidence)
+
+
+__all__ = [
+    "CANARY_CHUNK",
+    "CanaryState",
+    "WithCanaries",
+    "audit",
+]

@@ -1,0 +1,198 @@
+"""Canary clients inside a federated run (jfed.privacy.canary_aggregator.WithCanaries).
+
+A small algorithm built on the engine's clients API, as DP-FedAvg's round is: a Poisson cohort
+(q = 0.1 of N = 1,000 clients) sends clipped updates (C = 1), the aggregator adds N(0, (z C)^2)
+to their sum and divides by the fixed denominator q N, the server adds the average to its model.
+Its certified eps is the one the engine's ledger composes (PLD over R = 10 rounds); the audit
+wraps the same aggregator with M = 500 canaries sampled at q. The broken run's aggregator adds
+z / 10 of noise while its event states z (a deliberate bug, written here only:
+``MisScaledGaussianSum`` at noise scale 0.1). Seeds are fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from dp_accounting.pld import pld_privacy_accountant
+
+from jfed.data.population import ArrayClients
+from jfed.engine import Poisson, simulate, trace_releases
+from jfed.privacy import canaries
+from jfed.privacy.aggregators import FixedDenominatorMean, GaussianSum, GaussianSumParams
+from jfed.privacy.canary_aggregator import CanaryState, WithCanaries, audit
+
+N, DIM, RATE, ROUNDS, CANARIES = 1000, 2000, 0.1, 10, 500
+NOISE, CLIP, DELTA = 1.5, 1.0, 1e-5  # certified eps 1.30
+
+
+class Hyper(NamedTuple):
+    privacy: Any
+
+
+class State(NamedTuple):
+    model: jax.Array
+    aggregator: Any
+
+
+@dataclass(frozen=True)
+class MeanUpdates:
+    """The server adds the private average of its cohort's updates ``x_i y_i`` to its model."""
+
+    aggregator: Any
+
+    def init(self, hyper: Hyper, key: jax.Array) -> State:
+        model = jnp.zeros((DIM,), jnp.float32)
+        return State(model, self.aggregator.init(hyper.privacy, model))
+
+    def client(self, model, record, key):
+        x, y = record
+        return x * y
+
+    def round(self, state: State, hyper: Hyper, key: jax.Array, clients: Any):
+        cohort = clients.sample(Poisson(RATE))
+        average, aggregator_state, diagnostics = cohort.aggregate(
+            self.aggregator, hyper.privacy, state.aggregator, self.client, state.model, key
+        )
+        return State(state.model + average, aggregator_state), diagnostics
+
+
+class ScaledParams(NamedTuple):
+    clip_norm: Any
+    noise_multiplier: Any
+    noise_scale: Any
+
+
+@dataclass(frozen=True)
+class MisScaledGaussianSum(GaussianSum):
+    """GaussianSum with a bug when ``noise_scale != 1``: it adds ``noise_scale z C`` of noise
+    and states z in its event (at ``noise_scale = 1`` its release is GaussianSum's, number for
+    number). The scale is a hyper-parameter so that the correct and the broken run share one
+    compiled program."""
+
+    Params: ClassVar[type] = ScaledParams
+
+    def release(self, params, state, summed, key):
+        noise = GaussianSumParams(params.clip_norm, params.noise_multiplier * params.noise_scale)
+        return super().release(noise, state, summed, key)
+
+    def event(self, params):
+        return super().event(GaussianSumParams(params.clip_norm, params.noise_multiplier))
+
+
+def population() -> ArrayClients:
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(N, DIM)) * (2.0 / np.sqrt(DIM))  # norms near 2: all clipped
+    return ArrayClients.from_numpy(features, rng.choice([-1.0, 1.0], N))
+
+
+def hyper(noise_scale: float | None = None, numbers=jnp.float32) -> Hyper:
+    """The run's hyper-parameters: GaussianSum's, or the mis-scaled sum's with ``noise_scale``
+    (``numbers=float``: as the host reads them)."""
+    if noise_scale is None:
+        return Hyper(GaussianSumParams(numbers(CLIP), numbers(NOISE)))
+    return Hyper(ScaledParams(numbers(CLIP), numbers(NOISE), numbers(noise_scale)))
+
+
+def certified_epsilon(algorithm, clients, noise_scale=None) -> float:
+    """What the run claims: the ledger's releases, the cohort's sampling, R rounds, PLD."""
+    host = hyper(noise_scale, float)
+    event = trace_releases(algorithm, clients, hyper(noise_scale)).event(host, ROUNDS)
+    accountant = pld_privacy_accountant.PLDAccountant()
+    accountant.compose(event)
+    return accountant.get_epsilon(DELTA)
+
+
+PLAIN = MeanUpdates(FixedDenominatorMean(GaussianSum(), RATE * N))
+AUDITED = MeanUpdates(WithCanaries(FixedDenominatorMean(MisScaledGaussianSum(), RATE * N),
+                                   CANARIES, RATE))  # fmt: skip
+RUNS = {"plain": (PLAIN, None), "audited": (AUDITED, 1.0), "broken": (AUDITED, 0.1)}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Each run once: ``{name: (algorithm, clients, final state, infos, noise scale)}``."""
+    clients = population()
+    found = {}
+    for name, (algorithm, scale) in RUNS.items():
+        state, infos = simulate(algorithm, clients, hyper(scale), jax.random.key(0), ROUNDS)
+        found[name] = (algorithm, clients, state, infos, scale)
+    return found
+
+
+def test_canaries_leave_the_guarantee_and_the_real_clients_draws_as_they_are(runs):
+    plain_algorithm, clients, plain, _, _ = runs["plain"]
+    audited_algorithm, _, audited, infos, scale = runs["audited"]
+    # the same releases, the same event: what the accountant certifies does not change
+    claim = certified_epsilon(audited_algorithm, clients, scale)
+    assert claim == certified_epsilon(plain_algorithm, clients)
+    np.testing.assert_allclose(claim, 1.295, atol=1e-3)
+    release = trace_releases(audited_algorithm, clients, hyper(scale)).releases[0]
+    assert release.event(hyper(scale, float)) == dp_accounting.PoissonSampledDpEvent(
+        RATE, dp_accounting.GaussianDpEvent(NOISE)
+    )
+    # the canaries are the only difference: the model moved by the same real clients' average
+    # and the same noise, plus (C / (q N)) u_i for every release canary i took part in
+    state = audited.aggregator
+    assert isinstance(state, CanaryState)
+    difference = np.asarray(audited.model - plain.model, np.float64)
+    directions = np.asarray(
+        jax.vmap(lambda i: canaries._flat_direction(jax.random.key(0), i, DIM))(
+            jnp.arange(CANARIES)
+        ),
+        np.float64,
+    )
+    # least squares by the normal equations (the directions are nearly orthogonal)
+    coefficients = np.linalg.solve(directions @ directions.T, directions @ difference)
+    residual = difference - directions.T @ coefficients
+    # a difference outside the canaries' span (any real client's draw changed) would leave
+    # about sqrt(1 - M / d) = 87% of its norm; float32 rounding leaves ~1e-6
+    assert np.linalg.norm(residual) < 1e-4 * np.linalg.norm(difference)
+    participations = coefficients * RATE * N / CLIP
+    np.testing.assert_allclose(participations, np.round(participations), atol=1e-3)
+    included = np.asarray(state.included)
+    assert np.all(np.round(participations)[~included] == 0)
+    assert np.all(np.round(participations) >= 0)
+    taking_part = np.asarray(infos["canaries_taking_part"])
+    assert np.round(participations).sum() == taking_part.sum()
+    # every canary that took part was clipped (sent at norm 10^6): counted with the clients
+    _, _, _, plain_infos, _ = runs["plain"]
+    np.testing.assert_array_equal(
+        infos["clipped_count"], plain_infos["clipped_count"] + taking_part
+    )
+    # about 250 included, each taking part with q = 0.1: 25 a round; 4 sd of the mean of R
+    # rounds of Binomial(500, 0.05)
+    sd = np.sqrt(CANARIES * 0.05 * 0.95 / ROUNDS)
+    assert abs(taking_part.mean() - CANARIES * 0.5 * RATE) < 4 * sd
+    assert int(state.scores.rounds) == ROUNDS
+
+
+def test_audit_of_a_correct_run_stays_below_its_claim_and_refutes_a_broken_one(runs):
+    """Measured: the correct run's bound 0, the broken run's 2.59, against a claim of 1.30."""
+    algorithm, clients, correct, _, scale = runs["audited"]
+    claim = certified_epsilon(algorithm, clients, scale)
+    bound = audit(correct.aggregator, DELTA, 0.95)
+    assert bound.canaries == CANARIES and bound.epsilon < claim
+    broken_algorithm, _, broken, _, broken_scale = runs["broken"]
+    # what the broken run claims: the same
+    assert certified_epsilon(broken_algorithm, clients, broken_scale) == claim
+    caught = audit(broken.aggregator, DELTA, 0.95)
+    assert caught.epsilon > claim
+
+
+def test_the_wrapper_is_its_inner_aggregator_to_the_engine_and_refuses_bad_settings():
+    from jfed.privacy.aggregators import LocalNoiseParams, LocalRandomizerSum
+
+    local = WithCanaries(LocalRandomizerSum(), 4)
+    assert local.Params is LocalNoiseParams and local.local and local.adjacency.value == "bounded"
+    params = LocalNoiseParams(1.0, 1.0)
+    assert local.event(params) == LocalRandomizerSum().event(params)
+    with pytest.raises(ValueError, match="participation"):
+        WithCanaries(GaussianSum(), 8, participation=0.0)
+    with pytest.raises(Exception, match="canaries"):
+        WithCanaries(GaussianSum(), 1)
