@@ -1,0 +1,388 @@
+"""The guarantees of the discrete mechanisms: their events, RDP curves, exact 1-D deltas, and an
+RDP accountant that composes them.
+
+Host side, float64. dp-accounting has ``DiscreteLaplaceDpEvent`` (its PLD accountant composes it,
+add-or-remove) but no discrete Gaussian or Skellam event, so they are defined here in the style of
+``dp_accounting.dp_event``:
+
+- :class:`DiscreteGaussianDpEvent`: an integer-valued query plus discrete Gaussian noise, either
+  drawn by the server (``shares = 1``, Canonne, Kamath and Steinke 2020) or as the sum of
+  ``shares`` clients' independent shares (the distributed discrete Gaussian of Kairouz, Liu and
+  Steinke 2021, whose sum is only close to a discrete Gaussian: their ``tau`` term).
+- :class:`SkellamDpEvent`: an integer-valued query plus symmetric Skellam noise (Agarwal, Kairouz
+  and Liu 2021), closed under sums, so it does not matter how many shares made it.
+
+All sensitivities are in grid units (the integers the noise is added to), and every event states
+its noise through ``noise_multiplier`` ``z``: the variance of the whole noise per coordinate is at
+least ``(z l2_sensitivity)^2`` (the jfed convention, z = noise std / sensitivity).
+
+What each accountant does with them (:func:`rdp_curve`, :func:`zcdp_event`):
+
+=======================  ====================================================================
+event                    guarantee
+=======================  ====================================================================
+discrete Gaussian        ``rho = Delta_2^2 / (2 sigma^2) = 1 / (2 z^2)``-zCDP in any dimension
+(``shares = 1``)         (CKS Theorem 14), as the continuous Gaussian's; RDP ``alpha rho``. In
+                         one dimension the exact delta(eps) by summation
+                         (:func:`discrete_gaussian_delta`, CKS Theorem 7), which dp-accounting's
+                         PLD of the discrete Gaussian reproduces (tested).
+distributed discrete     RDP ``min(alpha/2 l2^2 + tau d, alpha/2 (l2^2 + 2 l1 tau + tau^2 d),
+Gaussian (``shares =     alpha/2 (l2 + sqrt(d) tau)^2)``, ``l2 = 1/z``, ``l1 = Delta_1 / sigma``,
+n``)                     ``tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 s^2 k / (k + 1))`` with
+                         ``s^2 = sigma^2 / n`` a share's variance (KLS Theorem 1, Proposition 14).
+Skellam                  RDP ``alpha Delta_2^2 / (2 mu) + min(((2 alpha - 1) Delta_2^2 + 6
+                         Delta_1) / (4 mu^2), 3 Delta_1 / (2 mu))``, ``mu`` the variance
+                         (AKL Theorem 3.5 / Corollary 3.6); integer orders.
+discrete Laplace         pure ``eps = a Delta_1`` (``DiscreteLaplaceDpEvent(a, Delta_1)``);
+                         RDP ``min(eps, alpha eps^2 / 2)``.
+=======================  ====================================================================
+
+Poisson sampling of any of them (``PoissonSampledDpEvent``) is amplified by Zhu and Wang's (2019)
+general upper bound for integer orders (:func:`poisson_subsampled_rdp`), as google-research's
+distributed-DP accounting does; it holds for any mechanism with the given RDP curve. The
+discrete Gaussian's curve equals the continuous Gaussian's, but the Gaussian's sharper subsampled
+analysis (Mironov et al. 2019) is proved for the continuous Gaussian only, so it is not used.
+
+:class:`DiscreteRdpAccountant` composes all of these (and Gaussian, Poisson-subsampled Gaussian
+and zCDP events, as dp-accounting's RDP accountant does) over integer orders and converts with
+dp-accounting's RDP-to-(eps, delta) conversion. Stated for the adjacency of the events: the
+aggregators that emit them say which (add-or-remove for the central ones, zero-out for the
+distributed ones).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import attr
+import dp_accounting
+import numpy as np
+from dp_accounting import dp_event as events
+from dp_accounting.privacy_accountant import NeighboringRelation
+from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
+from scipy import special
+
+from jfed._validation import check_nonnegative, check_open_unit, check_positive
+
+ORDERS = (*range(2, 257), 320, 384, 512, 768, 1024)
+"""Integer RDP orders (the general subsampling bound needs integers)."""
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class DiscreteGaussianDpEvent(events.DpEvent):
+    """An integer-valued query plus discrete Gaussian noise per coordinate.
+
+    The query's outputs on neighbouring inputs differ by an integer vector of L2 norm at most
+    ``l2_sensitivity`` and L1 norm at most ``l1_sensitivity``; the noise is the sum of ``shares``
+    independent vectors of ``N_Z(0, s^2)`` coordinates with ``shares s^2 >= (z
+    l2_sensitivity)^2`` (one share: the server's; several: clients' shares summed by secure
+    aggregation, where ``shares`` is the least number of shares in any release).
+
+    Attributes:
+      noise_multiplier: z > 0.
+      l2_sensitivity: Delta_2 > 0 (grid units; an integer's square root in practice).
+      l1_sensitivity: Delta_1 > 0 (grid units); used by the distributed bound only.
+      dimension: d >= 1, the number of coordinates.
+      shares: n >= 1.
+    """
+
+    noise_multiplier: float
+    l2_sensitivity: float
+    l1_sensitivity: float
+    dimension: int
+    shares: int = 1
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class SkellamDpEvent(events.DpEvent):
+    """An integer-valued query plus symmetric Skellam noise (``Poisson(mu/2) - Poisson(mu/2)``,
+    variance ``mu``) per coordinate, ``mu >= (z l2_sensitivity)^2``; a sum of Skellam shares is
+    Skellam, so shares need no counting.
+
+    Attributes:
+      noise_multiplier: z > 0.
+      l2_sensitivity: Delta_2 > 0 (grid units).
+      l1_sensitivity: Delta_1 > 0 (grid units).
+      dimension: d >= 1 (not used by the bound; stated for the record).
+    """
+
+    noise_multiplier: float
+    l2_sensitivity: float
+    l1_sensitivity: float
+    dimension: int
+
+
+def _check_event(event) -> None:
+    check_positive("noise_multiplier", event.noise_multiplier)
+    check_positive("l2_sensitivity", event.l2_sensitivity)
+    check_positive("l1_sensitivity", event.l1_sensitivity)
+    if int(event.dimension) != event.dimension or event.dimension < 1:
+        raise ValueError(f"expected dimension >= 1 (integer), got dimension={event.dimension}")
+
+
+# ------------------------------------------------------------------------------- RDP curves
+
+
+def distributed_tau(share_variance: float, shares: int) -> float:
+    """Kairouz, Liu and Steinke's ``tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 s^2 k / (k + 1))``
+    (Theorem 1): how far a sum of ``n`` discrete Gaussians of variance parameter ``s^2`` is from
+    one discrete Gaussian; 0 for one share."""
+    k = np.arange(1, int(shares), dtype=np.float64)
+    return float(10.0 * np.sum(np.exp(-2.0 * math.pi**2 * share_variance * k / (k + 1.0))))
+
+
+def discrete_gaussian_rdp(event: DiscreteGaussianDpEvent, orders: Sequence[float]) -> np.ndarray:
+    """RDP of one release at ``orders`` (see the module table)."""
+    _check_event(event)
+    orders = np.asarray(orders, np.float64)
+    l2_scale = 1.0 / event.noise_multiplier
+    if event.shares == 1:
+        return orders * l2_scale**2 / 2.0
+    variance = (event.noise_multiplier * event.l2_sensitivity) ** 2
+    tau = distributed_tau(variance / event.shares, event.shares)
+    l1_scale = event.l1_sensitivity / math.sqrt(variance)
+    dimension = event.dimension
+    return np.minimum.reduce([
+        orders / 2.0 * l2_scale**2 + tau * dimension,
+        orders / 2.0 * (l2_scale**2 + 2.0 * l1_scale * tau + tau**2 * dimension),
+        orders / 2.0 * (l2_scale + math.sqrt(dimension) * tau) ** 2,
+    ])  # fmt: skip
+
+
+def skellam_rdp(event: SkellamDpEvent, orders: Sequence[float]) -> np.ndarray:
+    """RDP of one Skellam release at ``orders`` (AKL 2021, for integer orders > 1)."""
+    _check_event(event)
+    orders = np.asarray(orders, np.float64)
+    variance = (event.noise_multiplier * event.l2_sensitivity) ** 2
+    squared, l1 = event.l2_sensitivity**2, event.l1_sensitivity
+    gaussian = orders * squared / (2.0 * variance)
+    surcharge = np.minimum(
+        ((2.0 * orders - 1.0) * squared + 6.0 * l1) / (4.0 * variance**2),
+        3.0 * l1 / (2.0 * variance),
+    )
+    return gaussian + surcharge
+
+
+def pure_rdp(epsilon: float, orders: Sequence[float]) -> np.ndarray:
+    """RDP of a pure eps-DP release: ``min(eps, alpha eps^2 / 2)`` (Bun and Steinke 2016)."""
+    orders = np.asarray(orders, np.float64)
+    return np.minimum(epsilon, orders * epsilon**2 / 2.0)
+
+
+def discrete_laplace_epsilon(event: events.DiscreteLaplaceDpEvent) -> float:
+    """Pure eps of ``DiscreteLaplaceDpEvent(a, Delta_1)``: ``a Delta_1`` (any adjacency whose
+    neighbouring outputs differ by at most Delta_1 in L1)."""
+    return float(event.noise_parameter) * float(event.sensitivity)
+
+
+def rdp_curve(event: events.DpEvent, orders: Sequence[float]) -> np.ndarray:
+    """RDP at ``orders`` of one unsampled discrete event (or a discrete Laplace)."""
+    if isinstance(event, DiscreteGaussianDpEvent):
+        return discrete_gaussian_rdp(event, orders)
+    if isinstance(event, SkellamDpEvent):
+        return skellam_rdp(event, orders)
+    if isinstance(event, events.DiscreteLaplaceDpEvent):
+        return pure_rdp(discrete_laplace_epsilon(event), orders)
+    raise ValueError(f"no discrete RDP curve for {type(event).__name__}")
+
+
+def poisson_subsampled_rdp(
+    rdp: Callable[[np.ndarray], np.ndarray], sampling_rate: float, orders: Sequence[int]
+) -> np.ndarray:
+    """RDP at integer ``orders`` of a mechanism whose RDP curve is ``rdp`` (a function of an
+    array of integer orders) run on a Poisson sample of rate q: Zhu and Wang's (2019) general
+    upper bound, taken with the ``min`` of the unsampled curve,
+
+        (1 / (alpha - 1)) log[(1 - q)^(alpha - 1) (alpha q - q + 1)
+            + C(alpha, 2) q^2 (1 - q)^(alpha - 2) e^eps(2)
+            + 3 sum_{l=3}^alpha C(alpha, l) (1 - q)^(alpha - l) q^l e^((l - 1) eps(l))],
+
+    summed in log space (``scipy.special.logsumexp``)."""
+    q = float(sampling_rate)
+    if not 0.0 < q <= 1.0:
+        raise ValueError(f"expected sampling_rate in (0, 1], got sampling_rate={sampling_rate}")
+    orders = np.asarray(orders)
+    if np.any(orders < 2) or np.any(orders != np.round(orders)):
+        raise ValueError(f"expected integer orders >= 2, got {orders}")
+    orders = orders.astype(np.int64)
+    top = int(orders.max())
+    curve = np.concatenate([[0.0, 0.0], np.asarray(rdp(np.arange(2, top + 1)), np.float64)])
+    unsampled = curve[orders]
+    if q == 1.0:
+        return unsampled
+    result = []
+    for alpha in orders:
+        levels = np.arange(3, alpha + 1, dtype=np.float64)
+        log_binomial = (
+            special.gammaln(alpha + 1) - special.gammaln(levels + 1)
+            - special.gammaln(alpha - levels + 1)
+        )  # fmt: skip
+        log_terms = np.concatenate([
+            [0.0, float(curve[2])],
+            (levels - 1) * curve[3 : alpha + 1] + log_binomial
+            + (alpha - levels) * math.log1p(-q) + levels * math.log(q),
+        ])  # fmt: skip
+        weights = np.concatenate([
+            [(1 - q) ** (alpha - 1) * (alpha * q - q + 1),
+             special.comb(alpha, 2) * q**2 * (1 - q) ** (alpha - 2)],
+            np.full(levels.shape, 3.0),
+        ])  # fmt: skip
+        result.append(special.logsumexp(log_terms, b=weights) / (alpha - 1))
+    return np.minimum(unsampled, np.asarray(result))
+
+
+def zcdp_event(event: events.DpEvent) -> events.ZCDpEvent:
+    """The event as ``ZCDpEvent(rho, xi)`` (RDP ``xi + rho alpha`` at every order), for zCDP
+    accountants: the discrete Gaussian ``rho = 1 / (2 z^2)``; the distributed one the better of
+    its two pure-rho bounds (``(1/z + sqrt(d) tau)^2 / 2`` and ``(1/z^2 + 2 l1 tau + tau^2 d) /
+    2``); Skellam ``rho = Delta^2 / (2 mu) + Delta^2 / (2 mu^2)``, ``xi = (6 Delta_1 -
+    Delta^2)^+ / (4 mu^2)``; a discrete Laplace ``rho = eps^2 / 2``."""
+    if isinstance(event, DiscreteGaussianDpEvent):
+        _check_event(event)
+        l2_scale = 1.0 / event.noise_multiplier
+        if event.shares == 1:
+            return events.ZCDpEvent(rho=l2_scale**2 / 2.0)
+        variance = (event.noise_multiplier * event.l2_sensitivity) ** 2
+        tau = distributed_tau(variance / event.shares, event.shares)
+        l1_scale = event.l1_sensitivity / math.sqrt(variance)
+        rho = min(
+            (l2_scale + math.sqrt(event.dimension) * tau) ** 2 / 2.0,
+            (l2_scale**2 + 2.0 * l1_scale * tau + tau**2 * event.dimension) / 2.0,
+        )
+        return events.ZCDpEvent(rho=rho)
+    if isinstance(event, SkellamDpEvent):
+        _check_event(event)
+        variance = (event.noise_multiplier * event.l2_sensitivity) ** 2
+        squared = event.l2_sensitivity**2
+        rho = squared / (2.0 * variance) + squared / (2.0 * variance**2)
+        xi = max(0.0, (6.0 * event.l1_sensitivity - squared) / (4.0 * variance**2))
+        return events.ZCDpEvent(rho=rho, xi=xi)
+    if isinstance(event, events.DiscreteLaplaceDpEvent):
+        return events.ZCDpEvent(rho=discrete_laplace_epsilon(event) ** 2 / 2.0)
+    raise ValueError(f"no zCDP form for {type(event).__name__}")
+
+
+# --------------------------------------------------------------------- exact 1-D discrete Gaussian
+
+
+def discrete_gaussian_delta(epsilon: float, sigma_squared: float, sensitivity: int = 1) -> float:
+    """Exact smallest delta for which one release ``x + N_Z(0, sigma^2)`` of an integer ``x``
+    with ``|x - x'| <= sensitivity`` is (eps, delta)-DP (Canonne, Kamath and Steinke, Theorem 7):
+    the largest, over integer shifts ``1 <= s <= sensitivity``, of
+    ``sum_y max(0, P(y) - e^eps P(y - s))`` (the law is symmetric, so one direction suffices).
+
+    Summed in float64 over ``|y| <= 40 sigma + 40 + s`` (the mass beyond is below 1e-340);
+    relative error of order 1e-15 per term."""
+    epsilon = check_nonnegative("epsilon", epsilon)
+    sigma_squared = check_positive("sigma_squared", sigma_squared)
+    if int(sensitivity) != sensitivity or sensitivity < 1:
+        raise ValueError(f"expected an integer sensitivity >= 1, got {sensitivity}")
+    from jfed.privacy.discrete import discrete_gaussian_log_pmf
+
+    reach = int(40 * math.sqrt(sigma_squared)) + 40 + int(sensitivity)
+    support = np.arange(-reach, reach + 1, dtype=np.float64)
+    log_p = discrete_gaussian_log_pmf(support, sigma_squared)
+    worst = 0.0
+    for shift in range(1, int(sensitivity) + 1):
+        log_q = discrete_gaussian_log_pmf(support - shift, sigma_squared)
+        loss = log_p - log_q
+        above = loss > epsilon
+        terms = np.exp(log_p[above]) * -np.expm1(epsilon - loss[above])
+        worst = max(worst, float(np.sum(terms)))
+    return worst
+
+
+def discrete_gaussian_epsilon(delta: float, sigma_squared: float, sensitivity: int = 1) -> float:
+    """The least eps with :func:`discrete_gaussian_delta` ``<= delta`` (bisection to 1e-10)."""
+    delta = check_open_unit("delta", delta)
+    low, high = 0.0, 1.0
+    while discrete_gaussian_delta(high, sigma_squared, sensitivity) > delta:
+        high *= 2.0
+    if discrete_gaussian_delta(0.0, sigma_squared, sensitivity) <= delta:
+        return 0.0
+    while high - low > 1e-10 * max(1.0, high):
+        middle = 0.5 * (low + high)
+        if discrete_gaussian_delta(middle, sigma_squared, sensitivity) <= delta:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+# ------------------------------------------------------------------------------- the accountant
+
+
+class DiscreteRdpAccountant(dp_accounting.PrivacyAccountant):
+    """An RDP accountant (integer orders, :data:`ORDERS`) for the discrete events, alone or
+    Poisson-sampled, next to Gaussian, Poisson-subsampled Gaussian and zCDP events (the same
+    curves as dp-accounting's RDP accountant) and discrete Laplace events; converts to (eps,
+    delta) with dp-accounting's conversion. Add-or-remove adjacency (the neighbouring relation
+    of the events' sensitivities: zero-out for the distributed events, see their aggregators).
+    """
+
+    def __init__(self, orders: Sequence[int] = ORDERS) -> None:
+        super().__init__(NeighboringRelation.ADD_OR_REMOVE_ONE)
+        self._orders = np.asarray(orders, np.float64)
+        self._rdp = np.zeros_like(self._orders)
+
+    def _curve(self, event: events.DpEvent) -> np.ndarray | None:
+        if isinstance(event, DiscreteGaussianDpEvent | SkellamDpEvent):
+            return rdp_curve(event, self._orders)
+        if isinstance(event, events.DiscreteLaplaceDpEvent):
+            return rdp_curve(event, self._orders)
+        if isinstance(event, events.GaussianDpEvent):
+            if event.noise_multiplier == 0:
+                return np.full_like(self._orders, np.inf)
+            return rdp_lib._compute_rdp_poisson_subsampled_gaussian(
+                1.0, event.noise_multiplier, self._orders
+            )
+        if isinstance(event, events.ZCDpEvent):
+            return event.xi + event.rho * self._orders
+        if isinstance(event, events.PoissonSampledDpEvent):
+            inner = event.event
+            q = event.sampling_probability
+            if isinstance(inner, events.GaussianDpEvent) and inner.noise_multiplier > 0:
+                return rdp_lib._compute_rdp_poisson_subsampled_gaussian(
+                    q, inner.noise_multiplier, self._orders
+                )
+            if q == 0:
+                return np.zeros_like(self._orders)
+            if isinstance(
+                inner, DiscreteGaussianDpEvent | SkellamDpEvent | events.DiscreteLaplaceDpEvent
+            ):
+                return poisson_subsampled_rdp(
+                    lambda alphas: rdp_curve(inner, alphas), q, self._orders.astype(int)
+                )
+        return None
+
+    def _maybe_compose(self, event, count, do_compose):
+        if isinstance(event, events.NoOpDpEvent):
+            return None
+        if isinstance(event, events.NonPrivateDpEvent):
+            if do_compose:
+                self._rdp = self._rdp + np.inf
+            return None
+        if isinstance(event, events.SelfComposedDpEvent):
+            return self._maybe_compose(event.event, event.count * count, do_compose)
+        if isinstance(event, events.ComposedDpEvent):
+            for inner in event.events:
+                error = self._maybe_compose(inner, count, do_compose)
+                if error is not None:
+                    return error
+            return None
+        curve = self._curve(event)
+        if curve is None:
+            return self.CompositionErrorDetails(
+                invalid_event=event,
+                error_message=f"the discrete RDP accountant cannot compose {type(event).__name__}",
+            )
+        if do_compose:
+            self._rdp = self._rdp + count * curve
+        return None
+
+    def get_epsilon(self, target_delta: float) -> float:
+        return float(rdp_lib.compute_epsilon(self._orders, self._rdp, target_delta)[0])
+
+    def get_delta(self, target_epsilon: float) -> float:
+        return float(rdp_lib.compute_delta(self._orders, self._rdp, target_epsilon)[0])
