@@ -30,8 +30,9 @@ the cohort's own sampling; a fixed-size cohort's (K of N, without replacement, r
 adjacency) is only approximated by q = K / N.
 
 Diagnostics: the inner aggregator's, computed over real clients and canaries together (its
-clipped count counts the canaries that took part, which are always clipped), plus
-``canaries_taking_part``.
+clipped count counts the canaries that took part, which are always clipped, and a norm sum
+their norms of 10^6 before clipping), plus ``canaries_taking_part``: a record that reports
+clipping statistics of the real clients alone subtracts them.
 """
 
 from __future__ import annotations
