@@ -70,8 +70,12 @@ IMAGE_DATASETS = ("digits", "procedural-mnist")
 IMAGE_SPLITS = ("iid", "by-label")
 LDP_FL_MODELS = ("cnn", "mlp", "logistic")
 
-# DP-FedAvg
-FEDERATED_DATASETS = ("synthetic", "digits-dirichlet")
+# DP-FedAvg: populations (the last three read the user's files, --data-dir) and models
+FILE_DATASETS = ("cifar10", "cifar100", "femnist")
+FEDERATED_DATASETS = ("synthetic", "digits-dirichlet", "shakespeare", *FILE_DATASETS)
+FEATURE_DATASETS = ("synthetic", "digits-dirichlet")  # records are feature vectors
+SPLITS = ("iid", "dirichlet", "natural")  # how pooled records become clients (natural: by writer)
+FEDERATED_MODELS = ("logistic", "mlp", "char-lstm", "femnist-cnn", "cifar-cnn", "transformer-lm")
 COHORTS = ("poisson", "uniform")
 SERVER_OPTIMIZERS = ("sgd", "adam", "adagrad", "yogi")
 CLIPPINGS = ("flat", "per-layer")

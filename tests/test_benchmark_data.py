@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from data_files import write_cifar as _write_cifar
+from data_files import write_leaf as _write_leaf
 
 from jfed.data.cifar import load_cifar
 from jfed.data.clients import DataFileError, from_arrays, partition
@@ -93,22 +95,6 @@ def test_shakespeare_lines_read_each_line_from_a_begin_token():
 # ------------------------------------------------------------------------------ CIFAR
 
 
-def _write_cifar(folder, per_batch=6, seed=0):
-    rng = np.random.default_rng(seed)
-    folder.mkdir()
-    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-    written = {}
-    for name in names:
-        data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
-        labels = [int(v) for v in rng.integers(0, 10, per_batch)]
-        batch = {b"batch_label": name.encode(), b"labels": labels, b"data": data,
-                 b"filenames": [f"{name}_{i}.png".encode() for i in range(per_batch)]}  # fmt: skip
-        with open(folder / name, "wb") as handle:
-            pickle.dump(batch, handle, protocol=2)
-        written[name] = (data, labels)
-    return written
-
-
 def test_cifar_python_batches_are_read_and_split(tmp_path):
     written = _write_cifar(tmp_path / "cifar-10-batches-py")
     task = load_cifar(str(tmp_path), n_clients=6, split="iid", seed=1)
@@ -151,19 +137,6 @@ def test_a_pickle_that_builds_other_objects_is_refused(tmp_path):
 
 
 # ------------------------------------------------------------------------------ FEMNIST
-
-
-def _write_leaf(folder, users, seed=0):
-    rng = np.random.default_rng(seed)
-    for part, per_user in (("train", 4), ("test", 2)):
-        (folder / part).mkdir(parents=True)
-        data = {"users": users, "num_samples": [per_user] * len(users), "user_data": {}}
-        for user in users:
-            x = rng.integers(0, 256, (per_user, 784)) / 255.0
-            labels = [int(v) for v in rng.integers(0, 62, per_user)]
-            data["user_data"][user] = {"x": x.tolist(), "y": labels}
-        with open(folder / part / f"all_data_0_niid_1_keep_0_{part}_9.json", "w") as handle:
-            json.dump(data, handle)
 
 
 def test_leaf_femnist_files_give_one_client_per_writer(tmp_path):

