@@ -352,8 +352,13 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
             update_noise = privacy.update_noise_multiplier(noise_multiplier, count_noise)
         except ValueError as error:
             raise UsageError(f"method {self.name}: {error} (--count-noise)") from None
-        params = privacy.AdaptiveClipParams(config.update_clip, update_noise, count_noise,
-                                            config.target_quantile, config.clip_learning_rate)
+        params = privacy.AdaptiveClipParams(
+            config.update_clip,
+            update_noise,
+            count_noise,
+            config.target_quantile,
+            config.clip_learning_rate,
+        )
         return _hyperparams(params, **common)
 
     def count_noise(self, config: declared.DPFedAvg) -> float:

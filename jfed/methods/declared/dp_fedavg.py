@@ -34,8 +34,10 @@ EXPERIMENTS = "jfed.methods.dp_fedavg:"
 SYNTHETIC_ONLY = (lambda c: c.dataset == "synthetic", "only with --dataset synthetic")
 FILES_ONLY = (lambda c: c.dataset in catalog.FILE_DATASETS,
               f"only with --dataset {', '.join(catalog.FILE_DATASETS)}")  # fmt: skip
-NOT_ROLES = (lambda c: c.dataset != "shakespeare",
-             "not with --dataset shakespeare (its clients are the plays' speaking roles)")
+NOT_ROLES = (
+    lambda c: c.dataset != "shakespeare",
+    "not with --dataset shakespeare (its clients are the plays' speaking roles)",
+)
 DATA_SOURCES = {
     "cifar10": "the CIFAR-10 python version, https://www.cs.toronto.edu/~kriz/cifar.html "
     "(extract cifar-10-python.tar.gz and give the cifar-10-batches-py folder)",
