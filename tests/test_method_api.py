@@ -204,6 +204,24 @@ def test_calibrated_privacy_must_state_the_guarantee(clean_registry):
     assert privacy["epsilon_certified"] == 2.0 and privacy["accountant"] == "pld"
 
 
+def test_reading_a_field_that_varies_across_runs_from_the_fixed_configuration_raises(
+    clean_registry,
+):
+    """An experiment builds its program from the fixed fields: reading eps, the seed or a
+    tunable field there would fix the base value for every run of a sweep, silently; it raises,
+    naming the method and the field. Negative control: the run's own configuration (what
+    calibrate and evaluate receive) reads every field, and fixed fields read as before."""
+    register(declaration())
+    experiment = GoodExperiment(GoodConfig(step=0.3))
+    for name in ("step", "epsilon", "seed"):
+        with pytest.raises(ValueError, match=f"method test-good: {name} varies from run to run"):
+            getattr(experiment.config, name)
+    assert experiment.base_config.step == 0.3
+    assert experiment.config.replace(step=0.5).step == 0.5  # a whole configuration again
+    with pytest.raises(AttributeError):
+        experiment.config.step = 1.0  # type: ignore[misc]
+
+
 def test_the_decorator_registers_the_experiment_class(clean_registry):
     @dataclass(frozen=True)
     class DecoratedConfig(Config):

@@ -206,6 +206,43 @@ def guarantee_of(record: dict) -> PrivacyGuarantee:
 
 ConfigT = TypeVar("ConfigT", bound=Config)
 
+
+class FixedFields:
+    """A configuration as an experiment's program may read it: its fixed fields.
+
+    The fields that vary across a sweep's runs (``epsilon``, ``seed`` and every tunable field)
+    raise :class:`~jfed._validation.UsageError` naming the method and the field: read there, the
+    base configuration's value would be fixed silently for every run. ``replace`` and every other
+    attribute are the configuration's own.
+    """
+
+    def __init__(self, config: Config, method: str) -> None:
+        from jfed.methods.fields import fields_of
+
+        varying = {f.name for f in fields_of(type(config)) if f.tunable} | {"epsilon", "seed"}
+        object.__setattr__(self, "_config", config)
+        object.__setattr__(self, "_varying", frozenset(varying))
+        object.__setattr__(self, "_method", method)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._varying:
+            from jfed._validation import UsageError
+
+            raise UsageError(
+                f"method {self._method}: {name} varies from run to run (eps, the seed or a "
+                f"tunable field): read it from the run's configuration, the config argument of "
+                f"calibrate(config) or evaluate(outputs, config); self.config.{name} would fix "
+                "its base value for every run of a sweep"
+            )
+        return getattr(self._config, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a configuration is frozen")
+
+    def __repr__(self) -> str:
+        return f"FixedFields({self._config!r})"
+
+
 _CALIBRATIONS: dict[tuple, float] = {}
 """Noise multipliers already searched, by setting (:meth:`Experiment.noise_multiplier_for`)."""
 
@@ -244,9 +281,17 @@ class Experiment(Generic[ConfigT]):
     def __init__(self, config: ConfigT) -> None:
         from jfed.methods.registry import method_of
 
-        self.config = config.check()
+        self.base_config = config.check()
         self.method = method_of(config)
         self.name = self.method.name
+
+    @property
+    def config(self) -> ConfigT:
+        """The fixed configuration the program is built from (:class:`FixedFields`): reading a
+        field that varies from run to run (eps, the seed, a tunable field) raises, since its
+        base value would be fixed silently for every run of a sweep; each run's value reaches
+        :meth:`calibrate` and :meth:`evaluate` as their ``config``."""
+        return FixedFields(self.base_config, self.name)  # type: ignore[return-value]
 
     # -- what a subclass may keep as it is
     @property
@@ -269,7 +314,7 @@ class Experiment(Generic[ConfigT]):
     @property
     def rounds(self) -> int:
         """Rounds of one run (default: the configuration's ``rounds``, else 1)."""
-        return int(getattr(self.config, "rounds", 1))
+        return int(getattr(self.base_config, "rounds", 1))
 
     def prepare(self, configs: list[ConfigT]) -> None:
         del configs  # nothing shared to calibrate up front
@@ -321,7 +366,8 @@ class Experiment(Generic[ConfigT]):
         algorithm = self.algorithm
         cache = self.__dict__.setdefault("_ledgers", {})
         if algorithm not in cache:
-            structure = self.hyperparams(self.config, 1.0 if self.method.private else None)
+            # the base values give the structure of the hyper-parameters (the numbers are unused)
+            structure = self.hyperparams(self.base_config, 1.0 if self.method.private else None)
             cache[algorithm] = trace_releases(algorithm, self.population, structure)
         return cache[algorithm]
 

@@ -278,7 +278,7 @@ def run_sweep(
       The rows of every configuration of ``configs``.
     """
     for config in configs:
-        if type(config) is not type(experiment.config):
+        if type(config) is not type(experiment.base_config):
             raise UsageError(
                 f"expected {experiment.name} configurations, got {type(config).__name__}"
             )
@@ -294,7 +294,7 @@ def run_sweep(
         return _run(experiment, configs, None, done, dataclasses.replace(options, progress=False))
     if results_path is None:
         return _run(experiment, configs, None, [], options)
-    manifest = schema.manifest(experiment.config, swept or schema.varying(configs))
+    manifest = schema.manifest(experiment.base_config, swept or schema.varying(configs))
     folder = os.path.dirname(os.path.abspath(results_path))
     with folder_lock(folder):  # one writer per folder: rows are never written twice
         check_manifest(results_path, manifest, resume)
