@@ -1,29 +1,33 @@
-"""Privacy layer: mechanisms, calibration and accounting, host-side float64.
+"""Privacy layer: aggregators, mechanisms, calibration and accounting, host-side float64.
 
-Knows nothing about clients or models: algorithms compute their sensitivity and ask this layer
-for the noise (or for the eps a noise spends). Every reported eps names its accountant.
+Knows nothing about clients or models. Privacy is a piece of the computation: an aggregator
+clips, sums and noises and states the event of its release from its own parameters; a run's
+guarantee is the composition of those events, certified through ONE accountant system.
 
+- :mod:`~jfed.privacy.aggregators`: ``GaussianSum``, ``QuantileAdaptiveGaussianSum``,
+  ``FixedDenominatorMean``, ``PlainSum``, ``CohortMean``, ``LocalRandomizerSum`` (the DPQuery
+  shape: ``init``, ``preprocess``, ``release``, ``event``).
+- :mod:`~jfed.privacy.accounting`: the accountant specs (``Pld()``, ``Rdp()``, ``Zcdp()``,
+  ``Analytic()``, ``Classic()``, ``Basic()``, ``Advanced()``, ``OptimalPure()``) in one table,
+  :data:`ACCOUNTANTS`, each making a ``dp_accounting.PrivacyAccountant``; ``Adjacency``;
+  ``certify`` turns the event a run emitted into its guarantee, ``calibrate`` /
+  ``calibrate_grid`` find the noise for a target through the same accountant.
+- :mod:`~jfed.privacy.accountants`: jfed's own accountants (zCDP, the analytic and classic
+  Gaussian, basic, advanced and optimal composition, parallel composition) and the events
+  dp-accounting lacks.
 - :mod:`~jfed.privacy.zcdp`, :mod:`~jfed.privacy.gaussian` (classic and exact analytic),
   :mod:`~jfed.privacy.laplace`, :mod:`~jfed.privacy.anisotropic`, :mod:`~jfed.privacy.two_point`:
   closed forms, both ways; :mod:`~jfed.privacy.two_point` and
   :mod:`~jfed.privacy.randomized_response` sample exactly at every eps (64-bit thresholds).
 - :mod:`~jfed.privacy.mechanisms`: mechanism objects that sample (jittable) and describe
   themselves (``dp_event``).
-- :mod:`~jfed.privacy.accountants`: zCDP, advanced composition, RDP / PLD (dp-accounting),
-  parallel composition, with one interface.
-- :mod:`~jfed.privacy.accounting`: accountants as objects (``Pld()``, ``Rdp()``, ``Zcdp()``,
-  ``Analytic()``, ``Classic()``, ``Basic()``); ``certify`` turns the event a run emitted into its
-  guarantee, ``calibrate`` finds the noise for a target through the same accountant.
-- :mod:`~jfed.privacy.privatizers`: clipping and noise over pytrees, ``GaussianSumQuery``, the
-  ``NoiseRandomizer`` protocol; :mod:`~jfed.privacy.plan`: ``PrivacyPlan`` (noise, event and
-  guarantee built together).
-- :mod:`~jfed.privacy.calibration`: noise for a target eps, one or a grid.
+- :mod:`~jfed.privacy.privatizers`: clipping and noise over pytrees, the ``NoiseRandomizer``
+  protocol; :mod:`~jfed.privacy.plan`: ``PrivacyPlan`` of the local randomizers.
+- :mod:`~jfed.privacy.calibration`: subsampled Gaussian steps (``jfed account``).
 - :mod:`~jfed.privacy.shuffle`, :mod:`~jfed.privacy.last_iterate`: amplification by shuffling
   (closed form, and the numerical "clones" bound composed over many shuffles) and the
-  last-iterate accountant of projected noisy SGD; the optimal composition of pure eps-DP
-  releases is :func:`randomized_response_composition_epsilon`.
-- :mod:`~jfed.privacy.audit`: empirical lower bounds on eps, and audits of each local
-  randomizer as its method runs it.
+  last-iterate accountant of projected noisy SGD.
+- :mod:`~jfed.privacy.audit`, :mod:`~jfed.privacy.canaries`: empirical lower bounds on eps.
 """
 
 # Each public name and the module that defines it. They load on first use (PEP 562), so
