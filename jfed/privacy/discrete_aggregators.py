@@ -1,0 +1,378 @@
+"""Central aggregators on an integer grid: the guarantee holds for the program as it runs.
+
+Each client's update is clipped, scaled so that the clip norm C becomes ``grid_norm`` L grid
+units, and rounded to integers by conditional randomized rounding (redrawn until its norm meets
+an integer bound, checked exactly; Kairouz, Liu and Steinke 2021), so one client moves the
+integer sum by a vector whose norm is at most that bound, exactly. The server adds exactly
+sampled discrete noise (:mod:`jfed.privacy.discrete`) to the integer sum and only then scales
+back to floats: everything after the noise is post-processing, so floating point cannot break
+the guarantee.
+
+- :class:`DiscreteGaussianSum`: L2 clipping, discrete Gaussian noise (DP-FedAvg, the silo
+  methods' sums). Event :class:`~jfed.privacy.discrete_accounting.DiscreteGaussianDpEvent`:
+  ``rho = 1 / (2 z^2)``-zCDP, the continuous Gaussian's at the same ``z``.
+- :class:`DiscreteLaplaceSum`: L1 clipping, discrete Laplace noise (pure eps; estimation).
+  Event ``dp_accounting``'s ``DiscreteLaplaceDpEvent`` (eps ``1 / z``).
+
+Both follow the aggregator protocol of :mod:`jfed.privacy.aggregators` (``init``,
+``preprocess`` for one client, ``release`` from the summed records, ``event`` on the host), with
+add-or-remove adjacency of one client's contribution. The noise multiplier keeps its jfed meaning,
+``z = noise std / sensitivity``, with the sensitivity measured on the grid: the noise's variance
+(grid units) is at least ``z^2`` times the integer bound on a rounded update's squared norm (L2)
+or its scale at least ``z`` times the L1 bound. The bound exceeds ``L^2`` by the rounding's
+``d / 4 + O(L)`` (:func:`~jfed.privacy.discrete.rounded_squared_norm_bound`), so the noise on the
+float sum is ``z C sqrt(B) / L``, slightly above the float Gaussian's ``z C``: the price of
+exactness, shown by :meth:`DiscreteGaussianSum.noise_inflation`.
+
+Diagnostics named in :data:`NOT_PRIVATE` are computed from unnoised data (outside the guarantee).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jfed._validation import check_positive
+from jfed.privacy import discrete
+
+if TYPE_CHECKING:
+    import dp_accounting
+
+PyTree = Any
+
+NOT_PRIVATE = ("clipped_count", "norm_sum", "rounding_fallbacks", "survivors", "withheld",
+               "wrapped_coordinates")  # fmt: skip
+"""Diagnostics computed from unnoised client data or from who took part: a record that keeps
+them says they are outside the guarantee."""
+
+DEFAULT_BETA = math.exp(-0.5)
+"""Conditional rounding's concentration parameter (Kairouz, Liu and Steinke's recommendation):
+one rounding exceeds the bound with probability at most e^-0.5, and is then redrawn."""
+
+
+# ------------------------------------------------------------------------- shared pieces
+
+
+def flatten(tree: PyTree) -> jax.Array:
+    """``f32[d]``: every leaf of ``tree`` raveled and concatenated in ``tree_leaves`` order."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    return jnp.concatenate([jnp.ravel(leaf).astype(jnp.float32) for leaf in leaves])
+
+
+def unflatten(vector: jax.Array, like: PyTree) -> PyTree:
+    """``vector`` cut into leaves shaped (and typed) like those of ``like``."""
+    leaves, treedef = jax.tree_util.tree_flatten(like)
+    sizes = [int(np.prod(jnp.shape(leaf))) for leaf in leaves]
+    pieces = jnp.split(vector, np.cumsum(sizes)[:-1]) if len(sizes) > 1 else [vector]
+    return jax.tree_util.tree_unflatten(
+        treedef,
+        [piece.reshape(jnp.shape(leaf)).astype(jnp.result_type(leaf))
+         for piece, leaf in zip(pieces, leaves, strict=True)],
+    )  # fmt: skip
+
+
+def _check_dimension(name: str, dimension: int, update_size: int) -> None:
+    if update_size != dimension:
+        raise ValueError(
+            f"{name}: expected an update of dimension={dimension} coordinates, got {update_size}"
+        )
+
+
+def clip_l2(vector: jax.Array, clip_norm: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(vector * min(1, C / ||vector||_2), clipped: f32[], norm: f32[])``."""
+    norm = jnp.linalg.norm(vector)
+    scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, jnp.finfo(jnp.float32).tiny))
+    return vector * scale, (norm > clip_norm).astype(jnp.float32), norm
+
+
+def clip_l1(vector: jax.Array, clip_norm: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(vector * min(1, C / ||vector||_1), clipped: f32[], norm: f32[])``."""
+    norm = jnp.sum(jnp.abs(vector))
+    scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, jnp.finfo(jnp.float32).tiny))
+    return vector * scale, (norm > clip_norm).astype(jnp.float32), norm
+
+
+def on_grid(vector: jax.Array, clip_norm: jax.Array, grid_norm: int) -> jax.Array:
+    """The clipped ``vector`` in grid units: C becomes ``grid_norm``."""
+    return vector * (np.float32(grid_norm) / clip_norm)
+
+
+def grid_check(name: str, grid_norm: int, beta: float, max_tries: int) -> None:
+    """Host checks of the static grid parameters (``ValueError`` naming the field)."""
+    if int(grid_norm) != grid_norm or not 1 <= grid_norm <= 2**24:
+        raise ValueError(f"{name}: expected an integer grid_norm in [1, 2^24], got {grid_norm}")
+    if not 0.0 <= beta < 1.0:
+        raise ValueError(f"{name}: expected beta in [0, 1), got {beta}")
+    if int(max_tries) != max_tries or max_tries < 1:
+        raise ValueError(f"{name}: expected max_tries >= 1, got {max_tries}")
+
+
+# --------------------------------------------------------------------------- discrete Gaussian
+
+
+class DiscreteGaussianSumParams(NamedTuple):
+    """Parameters of :class:`DiscreteGaussianSum` (``f32[]`` on device, floats on the host).
+
+    Attributes:
+      clip_norm: C > 0, the L2 bound on one client's update (before rounding).
+      noise_multiplier: z > 0; the noise variance on the grid is at least ``z^2 B``.
+    """
+
+    clip_norm: Any
+    noise_multiplier: Any
+
+
+@dataclass(frozen=True)
+class DiscreteGaussianSum:
+    """Clipped sum of client updates on an integer grid plus exact discrete Gaussian noise.
+
+    A client: L2-clip to C, scale to ``L = grid_norm`` grid units, round (conditionally, until
+    the squared norm is at most ``B = rounded_squared_norm_bound(L, d, beta)``; after
+    ``max_tries`` failures it sends zeros, counted). The server: the integer sum plus
+    ``N_Z(0, sigma^2)`` per coordinate with ``sigma^2 >= z^2 B`` (an integer of the form ``2^k
+    m``), then ``C / L`` times that as floats.
+
+    The int32 sum must not wrap: ``clients * sqrt(B) + 40 sigma < 2^31`` keeps it exact (with
+    the defaults, ``B`` about ``L^2 = 2^24``: up to 10^5 clients at z = 1); a wrapped sum is only
+    a wrong value, never a privacy failure (the noise is added modulo 2^32 all the same).
+
+    Attributes:
+      dimension: d, the number of coordinates of a client's update (checked at trace time).
+      grid_norm: L, the clip norm in grid units (an integer; larger: finer grid, more bits).
+      beta: conditional rounding's parameter in [0, 1) (0: the deterministic bound).
+      max_tries: roundings drawn before a client falls back to zeros.
+    """
+
+    dimension: int
+    grid_norm: int = 2**12
+    beta: float = DEFAULT_BETA
+    max_tries: int = 32
+    Params: ClassVar[type] = DiscreteGaussianSumParams
+
+    def __post_init__(self) -> None:
+        grid_check(type(self).__name__, self.grid_norm, self.beta, self.max_tries)
+        if int(self.dimension) != self.dimension or self.dimension < 1:
+            raise ValueError(f"expected dimension >= 1, got dimension={self.dimension}")
+
+    @property
+    def squared_bound(self) -> int:
+        """B: the exact integer bound on a rounded update's squared L2 norm (grid units)."""
+        return discrete.rounded_squared_norm_bound(self.grid_norm, self.dimension, self.beta)
+
+    def noise_inflation(self) -> float:
+        """``sqrt(B) / L``: the noise std on the float sum over the float Gaussian's ``z C``."""
+        return math.sqrt(self.squared_bound) / self.grid_norm
+
+    def init(self, params: DiscreteGaussianSumParams, template: PyTree) -> tuple:
+        del params, template
+        return ()
+
+    def preprocess(
+        self, params: DiscreteGaussianSumParams, state: tuple, update: PyTree, key: jax.Array
+    ) -> dict:
+        """ONE client's record: ``{"value": its rounded update (int32 leaves shaped like the
+        update), "clipped", "norm" (before clipping), "rounding_fallbacks"}``."""
+        del state
+        vector = flatten(update)
+        _check_dimension(type(self).__name__, self.dimension, vector.shape[0])
+        clipped, was_clipped, norm = clip_l2(vector, params.clip_norm)
+        rounded, fell_back = discrete.conditional_round(
+            key, on_grid(clipped, params.clip_norm, self.grid_norm), self.squared_bound,
+            self.max_tries,
+        )  # fmt: skip
+        value = unflatten(rounded, jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.int32),
+                                                update))  # fmt: skip
+        return {"value": value, "clipped": was_clipped, "norm": norm,
+                "rounding_fallbacks": fell_back}  # fmt: skip
+
+    def noise_parameters(self, params: DiscreteGaussianSumParams):
+        """``(k, m, in_range)``: the noise ``N_Z(0, 2^k m)`` with ``2^k m >= z^2 B``
+        (:func:`~jfed.privacy.discrete.variance_at_least`, then
+        :func:`~jfed.privacy.discrete.discrete_gaussian_parameters`), and whether it is in the
+        sampler's range."""
+        least = discrete.variance_at_least(params.noise_multiplier, self.squared_bound)
+        bits, quotient = discrete.discrete_gaussian_parameters(least)
+        return bits, quotient, discrete.variance_in_range(least)
+
+    def release(
+        self, params: DiscreteGaussianSumParams, state: tuple, summed: dict, key: jax.Array
+    ) -> tuple[PyTree, tuple, dict]:
+        """The integer sum plus discrete Gaussian noise (from ``key``), as floats: ``C / L`` times
+        it. NaN everywhere if the variance left its range (the host's :meth:`event` refuses such
+        parameters first)."""
+        total = jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree.leaves(summed["value"])])
+        bits, quotient, in_range = self.noise_parameters(params)
+        noise = discrete.discrete_gaussian(key, total.shape, bits, quotient)
+        noised = (total + noise).astype(jnp.float32) * (params.clip_norm / self.grid_norm)
+        noised = jnp.where(in_range, noised, jnp.nan)
+        variance = ((jnp.uint32(1) << bits) * quotient).astype(jnp.float32)
+        diagnostics = {
+            "clip": jnp.asarray(params.clip_norm, jnp.float32),
+            "noise_std": jnp.sqrt(variance) * params.clip_norm / self.grid_norm,
+            "clipped_count": summed["clipped"],
+            "norm_sum": summed["norm"],
+            "rounding_fallbacks": summed["rounding_fallbacks"],
+        }
+        like = jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.float32), summed["value"])
+        return unflatten(noised, like), state, diagnostics
+
+    def event(self, params: DiscreteGaussianSumParams) -> dp_accounting.DpEvent:
+        """``DiscreteGaussianDpEvent(z, sqrt(B), min(B, sqrt(d B)), d)`` of one release (host);
+        ``ValueError`` if the grid's variance would leave the sampler's range."""
+        from jfed.privacy.discrete_accounting import DiscreteGaussianDpEvent
+
+        check_positive("clip_norm", params.clip_norm)
+        z = check_positive("noise_multiplier", params.noise_multiplier)
+        check_variance(z, self.squared_bound, 1, self.grid_norm)
+        bound = self.squared_bound
+        return DiscreteGaussianDpEvent(
+            z, math.sqrt(bound), l1_bound(bound, self.dimension), self.dimension
+        )
+
+
+def l1_bound(squared_bound: int, dimension: int) -> float:
+    """The L1 bound an integer vector of squared norm at most B meets: ``min(B, sqrt(d B))``
+    (``|x| <= x^2`` for integers; Cauchy-Schwarz)."""
+    return float(min(squared_bound, math.sqrt(dimension * squared_bound)))
+
+
+def check_variance(noise_multiplier: float, squared_bound: int, shares: int, grid_norm: int):
+    """Host: ``ValueError`` naming the parameters unless the variance the device computes
+    (at most ``z^2 B (1 + 2^-16) + 1``, shared by ``shares``) stays in the sampler's range."""
+    most = (noise_multiplier**2 * squared_bound * (1 + 2.0**-16) + 1) / shares + 1
+    if most >= discrete.SIGMA_SQUARED_LIMIT - 2**16:
+        raise ValueError(
+            f"noise_multiplier={noise_multiplier:g} on a grid of grid_norm={grid_norm} needs a "
+            f"discrete Gaussian variance of {most:.4g} grid units, above the sampler's 2^31 - "
+            "2^16: lower grid_norm"
+        )
+
+
+# ---------------------------------------------------------------------------- discrete Laplace
+
+
+class DiscreteLaplaceSumParams(NamedTuple):
+    """Parameters of :class:`DiscreteLaplaceSum` (``f32[]`` on device, floats on the host).
+
+    Attributes:
+      clip_norm: C > 0, the L1 bound on one client's contribution (a scalar: ``|x| <= C``).
+      noise_multiplier: z > 0, the noise scale over the L1 sensitivity: pure eps ``1 / z``
+        (add-or-remove; ``2 / z`` replace-one).
+    """
+
+    clip_norm: Any
+    noise_multiplier: Any
+
+
+LAPLACE_SCALE_BITS = 20
+"""The discrete Laplace's proposal scale ``2^20`` (int32 conditioning below ``2 e^-2046``)."""
+
+
+@dataclass(frozen=True)
+class DiscreteLaplaceSum:
+    """Clipped sum on an integer grid plus exact discrete Laplace noise: pure eps-DP.
+
+    A client: L1-clip to C, scale to ``L = grid_norm``, round conditionally until the L1 norm is
+    at most ``B_1 = rounded_absolute_sum_bound(L, d, beta)`` (``L`` for one coordinate). The
+    server: the integer sum plus ``DLap(b)`` per coordinate, ``P(x) ∝ exp(-|x| / b)``, with ``b =
+    2^20 / s >= z B_1`` (``s`` an integer computed on device, rounded so the scale only grows),
+    then ``C / L`` times that as floats.
+
+    Attributes:
+      dimension: d (1 for a scalar release).
+      grid_norm: L (an integer); ``z B_1 <= 2^20`` is required.
+      beta: conditional rounding's parameter (for d > 1).
+      max_tries: roundings drawn before falling back to zeros.
+    """
+
+    dimension: int = 1
+    grid_norm: int = 2**10
+    beta: float = DEFAULT_BETA
+    max_tries: int = 32
+    Params: ClassVar[type] = DiscreteLaplaceSumParams
+
+    def __post_init__(self) -> None:
+        grid_check(type(self).__name__, self.grid_norm, self.beta, self.max_tries)
+        if int(self.dimension) != self.dimension or self.dimension < 1:
+            raise ValueError(f"expected dimension >= 1, got dimension={self.dimension}")
+
+    @property
+    def absolute_bound(self) -> int:
+        """B_1: the exact integer bound on a rounded contribution's L1 norm (grid units)."""
+        return discrete.rounded_absolute_sum_bound(self.grid_norm, self.dimension, self.beta)
+
+    def init(self, params: DiscreteLaplaceSumParams, template: PyTree) -> tuple:
+        del params, template
+        return ()
+
+    def preprocess(
+        self, params: DiscreteLaplaceSumParams, state: tuple, update: PyTree, key: jax.Array
+    ) -> dict:
+        """ONE client's record: its rounded contribution (int32 leaves), "clipped", "norm" (L1,
+        before clipping), "rounding_fallbacks"."""
+        del state
+        vector = flatten(update)
+        _check_dimension(type(self).__name__, self.dimension, vector.shape[0])
+        clipped, was_clipped, norm = clip_l1(vector, params.clip_norm)
+        rounded, fell_back = discrete.conditional_round(
+            key, on_grid(clipped, params.clip_norm, self.grid_norm), self.absolute_bound,
+            self.max_tries, norm="l1",
+        )  # fmt: skip
+        value = unflatten(rounded, jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.int32),
+                                                update))  # fmt: skip
+        return {"value": value, "clipped": was_clipped, "norm": norm,
+                "rounding_fallbacks": fell_back}  # fmt: skip
+
+    def divisor(self, params: DiscreteLaplaceSumParams) -> jax.Array:
+        """``u32[]``: s with ``2^20 / s >= z B_1`` (float32 with a 2^-16 margin, then floor)."""
+        scale = (jnp.asarray(params.noise_multiplier, jnp.float32)
+                 * np.float32(self.absolute_bound) * np.float32(1 + 2.0**-16))  # fmt: skip
+        return jnp.maximum(jnp.floor(np.float32(2.0**LAPLACE_SCALE_BITS) / scale), 1.0).astype(
+            jnp.uint32
+        )
+
+    def release(
+        self, params: DiscreteLaplaceSumParams, state: tuple, summed: dict, key: jax.Array
+    ) -> tuple[PyTree, tuple, dict]:
+        """The integer sum plus discrete Laplace noise (from ``key``), as floats."""
+        total = jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree.leaves(summed["value"])])
+        divisor = self.divisor(params)
+        noise = discrete.discrete_laplace(key, total.shape, LAPLACE_SCALE_BITS, divisor)
+        noised = (total + noise).astype(jnp.float32) * (params.clip_norm / self.grid_norm)
+        scale = np.float32(2.0**LAPLACE_SCALE_BITS) / divisor.astype(jnp.float32)
+        diagnostics = {
+            "clip": jnp.asarray(params.clip_norm, jnp.float32),
+            "noise_scale": scale * params.clip_norm / self.grid_norm,
+            "clipped_count": summed["clipped"],
+            "norm_sum": summed["norm"],
+            "rounding_fallbacks": summed["rounding_fallbacks"],
+        }
+        like = jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.float32), summed["value"])
+        return unflatten(noised, like), state, diagnostics
+
+    def event(self, params: DiscreteLaplaceSumParams) -> dp_accounting.DpEvent:
+        """``DiscreteLaplaceDpEvent(1 / (z B_1), B_1)``: pure eps ``1 / z`` of one release under
+        add-or-remove (host)."""
+        return self._event(params, self.absolute_bound)
+
+    def replace_one_event(self, params: DiscreteLaplaceSumParams) -> dp_accounting.DpEvent:
+        """The same release under replace-one (a contribution changes, the sum moves by up to
+        ``2 B_1``): ``DiscreteLaplaceDpEvent(1 / (z B_1), 2 B_1)``, pure eps ``2 / z``."""
+        return self._event(params, 2 * self.absolute_bound)
+
+    def _event(self, params: DiscreteLaplaceSumParams, sensitivity: int):
+        from dp_accounting.dp_event import DiscreteLaplaceDpEvent
+
+        check_positive("clip_norm", params.clip_norm)
+        z = check_positive("noise_multiplier", params.noise_multiplier)
+        if z * self.absolute_bound * (1 + 2.0**-16) > 2.0**LAPLACE_SCALE_BITS:
+            raise ValueError(
+                f"noise_multiplier={z:g} on a grid of grid_norm={self.grid_norm} needs a "
+                f"discrete Laplace scale above 2^{LAPLACE_SCALE_BITS} grid units: lower grid_norm"
+            )
+        return DiscreteLaplaceDpEvent(1.0 / (z * self.absolute_bound), int(sensitivity))

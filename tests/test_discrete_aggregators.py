@@ -1,0 +1,251 @@
+"""The integer-grid aggregators: their records meet the accounted bounds exactly, their releases
+estimate the clipped sum with the stated noise, and their events say what ran.
+
+Statistical checks at fixed seeds: a mean within 5 standard errors of its target (the noise's
+own variance over the repetitions), each with a negative control the same check rejects.
+"""
+
+import functools
+import math
+from fractions import Fraction
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from dp_accounting.dp_event import DiscreteLaplaceDpEvent
+
+from jfed.privacy import discrete
+from jfed.privacy.discrete_accounting import (
+    ORDERS,
+    DiscreteGaussianDpEvent,
+    DiscreteRdpAccountant,
+    SkellamDpEvent,
+)
+from jfed.privacy.discrete_aggregators import (
+    NOT_PRIVATE,
+    DiscreteGaussianSum,
+    DiscreteGaussianSumParams,
+    DiscreteLaplaceSum,
+    DiscreteLaplaceSumParams,
+)
+from jfed.privacy.distributed_dp import (
+    DistributedDiscreteGaussianSum,
+    DistributedSumParams,
+    SkellamSum,
+    grid_norm_for_bits,
+    hadamard,
+    rotate,
+    unrotate,
+)
+
+CLIENTS, REPEATS = 8, 64
+
+
+def _updates(dimension: int, seed: int = 0) -> dict:
+    """A pytree of two leaves per client: ``{"w": f32[clients, dim - 1], "b": f32[clients]}``."""
+    values = np.random.default_rng(seed).normal(size=(CLIENTS, dimension)).astype(np.float32)
+    values[0] *= 40.0  # one client far outside the ball
+    return {"w": jnp.asarray(values[:, :-1]), "b": jnp.asarray(values[:, -1])}
+
+
+@functools.cache
+def _program(aggregator):
+    """Releases of one cohort, one per key (a jitted function of the parameters, the updates
+    and the keys, compiled once per aggregator): vmapped preprocess, the records summed,
+    release."""
+
+    def once(params, updates, key):
+        state = aggregator.init(params, jax.tree.map(lambda x: x[0], updates))
+        client_keys = jax.random.split(jax.random.fold_in(key, 0), CLIENTS)
+        records = jax.vmap(lambda u, k: aggregator.preprocess(params, state, u, k))(
+            updates, client_keys
+        )
+        summed = jax.tree.map(lambda x: jnp.sum(x, axis=0), records)
+        value, _, diagnostics = aggregator.release(
+            params, state, summed, jax.random.fold_in(key, 1)
+        )
+        return value, diagnostics, records
+
+    return jax.jit(jax.vmap(once, in_axes=(None, None, 0)))
+
+
+def _rounds(aggregator, params, updates, keys):
+    return _program(aggregator)(params, updates, keys)
+
+
+def _clipped_sum(updates, clip_norm, order=2):
+    flat = np.concatenate([np.asarray(updates["w"]), np.asarray(updates["b"])[:, None]], axis=1)
+    norms = np.linalg.norm(flat, ord=order, axis=1, keepdims=True)
+    return np.sum(flat * np.minimum(1.0, clip_norm / norms), axis=0)
+
+
+def _flat(value) -> np.ndarray:
+    return np.concatenate([np.asarray(value["w"]), np.asarray(value["b"])[..., None]], axis=-1)
+
+
+def test_discrete_gaussian_sum_meets_its_bound_and_estimates_the_clipped_sum():
+    aggregator = DiscreteGaussianSum(dimension=6, grid_norm=2**10)
+    params = DiscreteGaussianSumParams(clip_norm=1.5, noise_multiplier=0.8)
+    updates = _updates(6)
+    keys = jax.random.split(jax.random.key(0), REPEATS)
+    value, diagnostics, records = _rounds(aggregator, params, updates, keys)
+    rounded = _flat(records["value"]).astype(np.int64)
+    assert rounded.dtype == np.int64 and np.all(
+        np.sum(rounded**2, axis=-1) <= aggregator.squared_bound
+    )
+    assert float(np.max(records["rounding_fallbacks"])) == 0.0
+    # the noise std on the float sum: z C sqrt(B) / L, a little above z C (the rounding's price)
+    noise_std = float(diagnostics["noise_std"][0])
+    assert noise_std >= 0.8 * 1.5 * aggregator.noise_inflation()
+    assert noise_std == pytest.approx(0.8 * 1.5 * aggregator.noise_inflation(), rel=1e-3)
+    target = _clipped_sum(updates, 1.5)
+    error = _flat(value).mean(axis=0) - target
+    standard_error = math.sqrt(noise_std**2 + CLIENTS / 4 * (1.5 / 2**10) ** 2) / math.sqrt(REPEATS)
+    assert np.all(np.abs(error) < 5 * standard_error), error / standard_error
+    unclipped = _flat(updates).sum(axis=0)
+    assert np.any(np.abs(_flat(value).mean(axis=0) - unclipped) > 5 * standard_error)
+    spread = _flat(value).std(axis=0, ddof=1)
+    assert np.all(np.abs(spread / noise_std - 1) < 5 / math.sqrt(2 * (REPEATS - 1)))
+    assert float(diagnostics["clipped_count"][0]) >= 1 and "clipped_count" in NOT_PRIVATE
+
+
+def test_discrete_gaussian_sum_event_and_its_range():
+    aggregator = DiscreteGaussianSum(dimension=1000)
+    params = DiscreteGaussianSumParams(1.0, 1.1)
+    event = aggregator.event(params)
+    bound = aggregator.squared_bound
+    l1 = min(bound, math.sqrt(1000 * bound))
+    assert event == DiscreteGaussianDpEvent(1.1, math.sqrt(bound), l1, 1000)
+    # the Gaussian's RDP at the same multiplier (and the same integer orders)
+    reference = dp_accounting.rdp.RdpAccountant(list(ORDERS)).compose(
+        dp_accounting.GaussianDpEvent(1.1)
+    )
+    assert DiscreteRdpAccountant().compose(event).get_epsilon(1e-5) == pytest.approx(
+        reference.get_epsilon(1e-5), rel=1e-6)  # fmt: skip
+    with pytest.raises(ValueError, match="lower grid_norm"):
+        DiscreteGaussianSum(dimension=10, grid_norm=2**14).event(
+            DiscreteGaussianSumParams(1.0, 5.0)
+        )
+    with pytest.raises(ValueError, match="dimension=6"):
+        DiscreteGaussianSum(dimension=6).preprocess(params, (), jnp.ones(5), jax.random.key(0))
+
+
+def test_the_device_variance_is_never_below_the_accounted_one():
+    aggregator = DiscreteGaussianSum(dimension=100, grid_norm=2**11)
+    for z in (0.37, 0.5, 1.0, 1.1, 2.9):
+        bits, quotient, in_range = jax.jit(aggregator.noise_parameters)(
+            DiscreteGaussianSumParams(1.0, z)
+        )
+        assert bool(in_range)
+        assert (
+            Fraction(2 ** int(bits) * int(quotient)) >= Fraction(z) ** 2 * aggregator.squared_bound
+        )
+
+
+def test_discrete_laplace_sum_is_pure_eps_and_its_scale_covers_the_claim():
+    aggregator = DiscreteLaplaceSum(dimension=1, grid_norm=2**10)
+    assert aggregator.absolute_bound == 2**10  # one coordinate: |round(x)| <= L
+    for z in (0.25, 1.0, 3.7):
+        params = DiscreteLaplaceSumParams(2.0, z)
+        divisor = int(jax.jit(aggregator.divisor)(params))
+        assert Fraction(2**20, divisor) >= Fraction(z) * aggregator.absolute_bound
+        event = aggregator.event(params)
+        assert isinstance(event, DiscreteLaplaceDpEvent)
+        pld = dp_accounting.pld.PLDAccountant().compose(event)  # pure eps 1 / z, tight
+        assert pld.get_epsilon(1e-12) == pytest.approx(1.0 / z, rel=1e-3)
+        assert pld.get_delta(1.0 / z * 0.9) > 1e-3
+        assert aggregator.replace_one_event(params).sensitivity == 2 * event.sensitivity
+    with pytest.raises(ValueError, match="lower grid_norm"):
+        aggregator.event(DiscreteLaplaceSumParams(1.0, 2.0**11))
+
+    params = DiscreteLaplaceSumParams(2.0, 0.5)
+    updates = {"w": jnp.zeros((CLIENTS, 0)), "b": jnp.linspace(-3.0, 3.0, CLIENTS)}
+    value, diagnostics, records = _rounds(aggregator, params, updates,
+                                          jax.random.split(jax.random.key(1), REPEATS))  # fmt: skip
+    assert np.all(np.abs(np.asarray(records["value"]["b"])) <= 2**10)
+    scale = float(diagnostics["noise_scale"][0])
+    assert scale == pytest.approx(0.5 * 2.0, rel=1e-3)  # z C in float units
+    target = np.clip(np.linspace(-3.0, 3.0, CLIENTS), -2.0, 2.0).sum()
+    standard_error = math.sqrt(2) * scale / math.sqrt(REPEATS)
+    assert abs(float(np.mean(value["b"])) - target) < 5 * standard_error
+
+
+def test_hadamard_rotation_is_orthonormal_and_inverted():
+    x = jnp.asarray(np.random.default_rng(2).normal(size=64), jnp.float32)
+    np.testing.assert_allclose(hadamard(hadamard(x)), x, atol=1e-5)
+    rotation = jax.random.key_data(jax.random.key(3))
+    np.testing.assert_allclose(unrotate(rotate(x, rotation), rotation), x, atol=1e-5)
+    assert float(jnp.linalg.norm(rotate(x, rotation))) == pytest.approx(float(jnp.linalg.norm(x)),
+                                                                       rel=1e-5)  # fmt: skip
+    spike = jnp.zeros(64).at[5].set(8.0)
+    assert float(jnp.max(jnp.abs(rotate(spike, rotation)))) == pytest.approx(1.0, rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", [DistributedDiscreteGaussianSum, SkellamSum])
+def test_distributed_sums_estimate_the_clipped_sum_inside_the_field(kind):
+    aggregator = kind(dimension=6, min_clients=CLIENTS, bits=20, grid_norm=2**9)
+    params = DistributedSumParams(clip_norm=1.5, noise_multiplier=0.8, dropout_rate=0.0)
+    updates = _updates(6, seed=4)
+    value, diagnostics, records = _rounds(aggregator, params, updates,
+                                          jax.random.split(jax.random.key(5), REPEATS))  # fmt: skip
+    assert records["value"].shape == (REPEATS, CLIENTS, 8)  # messages of 8 = 2^3 coordinates
+    assert _flat(value).shape == (REPEATS, 6)  # the pytree comes back
+    assert float(np.max(diagnostics["wrapped_coordinates"])) == 0.0
+    assert np.all(np.asarray(diagnostics["survivors"]) == CLIENTS)
+    noise_std = float(diagnostics["noise_std_at_least"][0])
+    assert noise_std >= 0.8 * 1.5
+    target = _clipped_sum(updates, 1.5)
+    error = _flat(value).mean(axis=0) - target
+    standard_error = noise_std * 1.01 / math.sqrt(REPEATS)  # the shares' rounding up: < 1%
+    assert np.all(np.abs(error) < 5 * standard_error), error / standard_error
+    assert np.any(
+        np.abs(_flat(value).mean(axis=0) - _flat(updates).sum(axis=0)) > 5 * standard_error
+    )
+    event = aggregator.event(params)
+    assert isinstance(event, DiscreteGaussianDpEvent if kind is DistributedDiscreteGaussianSum
+                      else SkellamDpEvent)  # fmt: skip
+    assert event.dimension == 8 and event.noise_multiplier == 0.8
+
+
+def test_a_small_field_wraps_and_the_wraps_are_counted():
+    # the count is the pipeline's, whatever the shares (Skellam's compile faster)
+    aggregator = SkellamSum(dimension=6, min_clients=CLIENTS, bits=8, grid_norm=2**9)
+    params = DistributedSumParams(1.5, 0.8, 0.0)
+    _, diagnostics, _ = _rounds(aggregator, params, _updates(6, seed=4),
+                                jax.random.split(jax.random.key(6), 4))  # fmt: skip
+    assert float(np.min(diagnostics["wrapped_coordinates"])) > 0
+    assert "wrapped_coordinates" in NOT_PRIVATE
+
+
+def test_dropouts_below_the_accounted_shares_withhold_the_release():
+    aggregator = DistributedDiscreteGaussianSum(
+        dimension=6, min_clients=CLIENTS, bits=20, grid_norm=2**9
+    )  # the estimate test's program
+    params = DistributedSumParams(1.5, 0.8, 0.5)  # half the clients drop out
+    value, diagnostics, records = _rounds(aggregator, params, _updates(6, seed=4),
+                                          jax.random.split(jax.random.key(7), REPEATS))  # fmt: skip
+    survivors = np.asarray(diagnostics["survivors"])
+    np.testing.assert_array_equal(survivors, np.asarray(records["count"]).sum(axis=1))
+    withheld = np.asarray(diagnostics["withheld"]) == 1.0
+    np.testing.assert_array_equal(withheld, survivors < CLIENTS)
+    assert withheld.sum() >= REPEATS - 2 and not np.any(_flat(value)[withheld])
+    dropped = np.asarray(records["count"]) == 0
+    assert np.all(np.asarray(records["value"])[dropped] == 0)  # a dropout sends nothing
+    assert 0.3 < dropped.mean() < 0.7
+    with pytest.raises(ValueError, match="dropout_rate"):
+        aggregator.event(DistributedSumParams(1.0, 1.0, 1.0))
+
+
+def test_grid_norm_for_bits_is_the_largest_that_fits():
+    grid = grid_norm_for_bits(16, 100, 1.0, 1024)
+    beta = math.exp(-0.5)
+
+    def spread(norm):
+        bound = discrete.rounded_squared_norm_bound(norm, 1024, beta)
+        return 4.0 * math.sqrt((100 * norm) ** 2 / 1024 + 25.0 + bound)
+
+    assert spread(grid) < 2**15 <= spread(grid + 1)
+    with pytest.raises(ValueError, match="raise bits"):
+        grid_norm_for_bits(4, 10_000, 1.0, 16)
