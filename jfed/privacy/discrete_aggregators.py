@@ -112,6 +112,56 @@ def grid_check(name: str, grid_norm: int, beta: float, max_tries: int) -> None:
         raise ValueError(f"{name}: expected max_tries >= 1, got {max_tries}")
 
 
+class _GridSum:
+    """What the central grid sums share: the static fields' checks, the client's rounded record
+    and the release's scaling back. Subclasses define ``dimension``, ``grid_norm``, ``beta``,
+    ``max_tries``, ``_norm`` ("l2" or "l1") and ``_bound`` (the exact integer bound)."""
+
+    _norm: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        grid_check(type(self).__name__, self.grid_norm, self.beta, self.max_tries)
+        if int(self.dimension) != self.dimension or self.dimension < 1:
+            raise ValueError(f"expected dimension >= 1, got dimension={self.dimension}")
+
+    def init(self, params: Any, template: PyTree) -> tuple:
+        del params, template
+        return ()
+
+    def preprocess(self, params: Any, state: tuple, update: PyTree, key: jax.Array) -> dict:
+        """ONE client's record: ``{"value": its rounded update (int32 leaves shaped like the
+        update), "clipped", "norm" (before clipping, in the clipping's norm),
+        "rounding_fallbacks"}``."""
+        del state
+        vector = flatten(update)
+        _check_dimension(type(self).__name__, self.dimension, vector.shape[0])
+        clip = clip_l2 if self._norm == "l2" else clip_l1
+        clipped, was_clipped, norm = clip(vector, params.clip_norm)
+        rounded, fell_back = discrete.conditional_round(
+            key, on_grid(clipped, params.clip_norm, self.grid_norm), self._bound,
+            self.max_tries, norm=self._norm,
+        )  # fmt: skip
+        value = unflatten(rounded, jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.int32),
+                                                update))  # fmt: skip
+        return {"value": value, "clipped": was_clipped, "norm": norm,
+                "rounding_fallbacks": fell_back}  # fmt: skip
+
+    def _released(self, params: Any, summed: dict, noise_of) -> tuple[PyTree, dict]:
+        """``C / L`` times (the integer sum plus ``noise_of(shape)``), as float leaves, and the
+        diagnostics every grid sum reports."""
+        total = jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree.leaves(summed["value"])])
+        noised = (total + noise_of(total.shape)).astype(jnp.float32)
+        noised = noised * (params.clip_norm / self.grid_norm)
+        like = jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.float32), summed["value"])
+        diagnostics = {
+            "clip": jnp.asarray(params.clip_norm, jnp.float32),
+            "clipped_count": summed["clipped"],
+            "norm_sum": summed["norm"],
+            "rounding_fallbacks": summed["rounding_fallbacks"],
+        }
+        return unflatten(noised, like), diagnostics
+
+
 # --------------------------------------------------------------------------- discrete Gaussian
 
 
@@ -128,7 +178,7 @@ class DiscreteGaussianSumParams(NamedTuple):
 
 
 @dataclass(frozen=True)
-class DiscreteGaussianSum:
+class DiscreteGaussianSum(_GridSum):
     """Clipped sum of client updates on an integer grid plus exact discrete Gaussian noise.
 
     A client: L2-clip to C, scale to ``L = grid_norm`` grid units, round (conditionally, until
@@ -153,42 +203,20 @@ class DiscreteGaussianSum:
     beta: float = DEFAULT_BETA
     max_tries: int = 32
     Params: ClassVar[type] = DiscreteGaussianSumParams
-
-    def __post_init__(self) -> None:
-        grid_check(type(self).__name__, self.grid_norm, self.beta, self.max_tries)
-        if int(self.dimension) != self.dimension or self.dimension < 1:
-            raise ValueError(f"expected dimension >= 1, got dimension={self.dimension}")
+    _norm: ClassVar[str] = "l2"
 
     @property
     def squared_bound(self) -> int:
         """B: the exact integer bound on a rounded update's squared L2 norm (grid units)."""
         return discrete.rounded_squared_norm_bound(self.grid_norm, self.dimension, self.beta)
 
+    @property
+    def _bound(self) -> int:
+        return self.squared_bound
+
     def noise_inflation(self) -> float:
         """``sqrt(B) / L``: the noise std on the float sum over the float Gaussian's ``z C``."""
         return math.sqrt(self.squared_bound) / self.grid_norm
-
-    def init(self, params: DiscreteGaussianSumParams, template: PyTree) -> tuple:
-        del params, template
-        return ()
-
-    def preprocess(
-        self, params: DiscreteGaussianSumParams, state: tuple, update: PyTree, key: jax.Array
-    ) -> dict:
-        """ONE client's record: ``{"value": its rounded update (int32 leaves shaped like the
-        update), "clipped", "norm" (before clipping), "rounding_fallbacks"}``."""
-        del state
-        vector = flatten(update)
-        _check_dimension(type(self).__name__, self.dimension, vector.shape[0])
-        clipped, was_clipped, norm = clip_l2(vector, params.clip_norm)
-        rounded, fell_back = discrete.conditional_round(
-            key, on_grid(clipped, params.clip_norm, self.grid_norm), self.squared_bound,
-            self.max_tries,
-        )  # fmt: skip
-        value = unflatten(rounded, jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.int32),
-                                                update))  # fmt: skip
-        return {"value": value, "clipped": was_clipped, "norm": norm,
-                "rounding_fallbacks": fell_back}  # fmt: skip
 
     def noise_parameters(self, params: DiscreteGaussianSumParams):
         """``(k, m, in_range)``: the noise ``N_Z(0, 2^k m)`` with ``2^k m >= z^2 B``
@@ -205,21 +233,14 @@ class DiscreteGaussianSum:
         """The integer sum plus discrete Gaussian noise (from ``key``), as floats: ``C / L`` times
         it. NaN everywhere if the variance left its range (the host's :meth:`event` refuses such
         parameters first)."""
-        total = jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree.leaves(summed["value"])])
         bits, quotient, in_range = self.noise_parameters(params)
-        noise = discrete.discrete_gaussian(key, total.shape, bits, quotient)
-        noised = (total + noise).astype(jnp.float32) * (params.clip_norm / self.grid_norm)
-        noised = jnp.where(in_range, noised, jnp.nan)
+        value, diagnostics = self._released(
+            params, summed, lambda shape: discrete.discrete_gaussian(key, shape, bits, quotient)
+        )
+        value = jax.tree.map(lambda leaf: jnp.where(in_range, leaf, jnp.nan), value)
         variance = ((jnp.uint32(1) << bits) * quotient).astype(jnp.float32)
-        diagnostics = {
-            "clip": jnp.asarray(params.clip_norm, jnp.float32),
-            "noise_std": jnp.sqrt(variance) * params.clip_norm / self.grid_norm,
-            "clipped_count": summed["clipped"],
-            "norm_sum": summed["norm"],
-            "rounding_fallbacks": summed["rounding_fallbacks"],
-        }
-        like = jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.float32), summed["value"])
-        return unflatten(noised, like), state, diagnostics
+        diagnostics["noise_std"] = jnp.sqrt(variance) * params.clip_norm / self.grid_norm
+        return value, state, diagnostics
 
     def event(self, params: DiscreteGaussianSumParams) -> dp_accounting.DpEvent:
         """``DiscreteGaussianDpEvent(z, sqrt(B), min(B, sqrt(d B)), d)`` of one release (host);
@@ -274,7 +295,7 @@ LAPLACE_SCALE_BITS = 20
 
 
 @dataclass(frozen=True)
-class DiscreteLaplaceSum:
+class DiscreteLaplaceSum(_GridSum):
     """Clipped sum on an integer grid plus exact discrete Laplace noise: pure eps-DP.
 
     A client: L1-clip to C, scale to ``L = grid_norm``, round conditionally until the L1 norm is
@@ -295,38 +316,16 @@ class DiscreteLaplaceSum:
     beta: float = DEFAULT_BETA
     max_tries: int = 32
     Params: ClassVar[type] = DiscreteLaplaceSumParams
-
-    def __post_init__(self) -> None:
-        grid_check(type(self).__name__, self.grid_norm, self.beta, self.max_tries)
-        if int(self.dimension) != self.dimension or self.dimension < 1:
-            raise ValueError(f"expected dimension >= 1, got dimension={self.dimension}")
+    _norm: ClassVar[str] = "l1"
 
     @property
     def absolute_bound(self) -> int:
         """B_1: the exact integer bound on a rounded contribution's L1 norm (grid units)."""
         return discrete.rounded_absolute_sum_bound(self.grid_norm, self.dimension, self.beta)
 
-    def init(self, params: DiscreteLaplaceSumParams, template: PyTree) -> tuple:
-        del params, template
-        return ()
-
-    def preprocess(
-        self, params: DiscreteLaplaceSumParams, state: tuple, update: PyTree, key: jax.Array
-    ) -> dict:
-        """ONE client's record: its rounded contribution (int32 leaves), "clipped", "norm" (L1,
-        before clipping), "rounding_fallbacks"."""
-        del state
-        vector = flatten(update)
-        _check_dimension(type(self).__name__, self.dimension, vector.shape[0])
-        clipped, was_clipped, norm = clip_l1(vector, params.clip_norm)
-        rounded, fell_back = discrete.conditional_round(
-            key, on_grid(clipped, params.clip_norm, self.grid_norm), self.absolute_bound,
-            self.max_tries, norm="l1",
-        )  # fmt: skip
-        value = unflatten(rounded, jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.int32),
-                                                update))  # fmt: skip
-        return {"value": value, "clipped": was_clipped, "norm": norm,
-                "rounding_fallbacks": fell_back}  # fmt: skip
+    @property
+    def _bound(self) -> int:
+        return self.absolute_bound
 
     def divisor(self, params: DiscreteLaplaceSumParams) -> jax.Array:
         """``u32[]``: s with ``2^20 / s >= z B_1`` (float32 with a 2^-16 margin, then floor)."""
@@ -340,20 +339,14 @@ class DiscreteLaplaceSum:
         self, params: DiscreteLaplaceSumParams, state: tuple, summed: dict, key: jax.Array
     ) -> tuple[PyTree, tuple, dict]:
         """The integer sum plus discrete Laplace noise (from ``key``), as floats."""
-        total = jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree.leaves(summed["value"])])
         divisor = self.divisor(params)
-        noise = discrete.discrete_laplace(key, total.shape, LAPLACE_SCALE_BITS, divisor)
-        noised = (total + noise).astype(jnp.float32) * (params.clip_norm / self.grid_norm)
+        value, diagnostics = self._released(
+            params, summed,
+            lambda shape: discrete.discrete_laplace(key, shape, LAPLACE_SCALE_BITS, divisor),
+        )  # fmt: skip
         scale = np.float32(2.0**LAPLACE_SCALE_BITS) / divisor.astype(jnp.float32)
-        diagnostics = {
-            "clip": jnp.asarray(params.clip_norm, jnp.float32),
-            "noise_scale": scale * params.clip_norm / self.grid_norm,
-            "clipped_count": summed["clipped"],
-            "norm_sum": summed["norm"],
-            "rounding_fallbacks": summed["rounding_fallbacks"],
-        }
-        like = jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.float32), summed["value"])
-        return unflatten(noised, like), state, diagnostics
+        diagnostics["noise_scale"] = scale * params.clip_norm / self.grid_norm
+        return value, state, diagnostics
 
     def event(self, params: DiscreteLaplaceSumParams) -> dp_accounting.DpEvent:
         """``DiscreteLaplaceDpEvent(1 / (z B_1), B_1)``: pure eps ``1 / z`` of one release under
