@@ -1,0 +1,98 @@
+"""The stated guarantee checked on the program's own output laws, one coordinate, two
+neighbouring inputs (exact hockey-stick divergence): the integer-grid releases meet their
+(eps, delta); the float32 releases of the float mechanisms (the negative controls) do not.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jfed.privacy import exact_release as er
+from jfed.privacy.discrete_accounting import DiscreteRdpAccountant, discrete_gaussian_delta
+from jfed.privacy.discrete_aggregators import (
+    DiscreteGaussianSum,
+    DiscreteGaussianSumParams,
+    DiscreteLaplaceSum,
+    DiscreteLaplaceSumParams,
+)
+from jfed.privacy.gaussian import analytic_gaussian_noise
+from jfed.privacy.privatizers import gaussian_noise_tree
+
+
+def test_hockey_stick_of_small_laws():
+    truthful = math.e / (1 + math.e)  # randomized response at eps = 1
+    p = er.ReleaseLaw(np.array([0.0, 1.0]), np.array([truthful, 1 - truthful]))
+    q = er.ReleaseLaw(np.array([0.0, 1.0]), np.array([1 - truthful, truthful]))
+    assert er.hockey_stick(p, q, 1.0) == pytest.approx(0.0, abs=1e-15)
+    assert er.hockey_stick(p, q, 0.5) == pytest.approx(truthful - math.exp(0.5) * (1 - truthful))
+    disjoint = er.ReleaseLaw(np.array([2.0]), np.array([1.0]))
+    assert er.hockey_stick(p, disjoint, 10.0) == 1.0  # outputs the other never produces
+    # unknown mass may sit on the outputs: it is charged against the excess
+    vague = er.ReleaseLaw(np.array([0.0]), np.array([0.5]), unknown=0.5)
+    assert er.hockey_stick(er.ReleaseLaw(np.array([0.0]), np.array([1.0])), vague, 0.0) == 0.0
+
+
+@pytest.fixture(scope="module")
+def private_normals():
+    """Every value jfed's private normal noise (gaussian_noise_tree at stddev 1) can draw."""
+    return er.enumerated_noise(
+        lambda key, shape: gaussian_noise_tree(key, jnp.zeros(shape, jnp.float32), 1.0)
+    )
+
+
+def test_the_enumeration_covers_the_real_draws(private_normals):
+    real = np.asarray(gaussian_noise_tree(jax.random.key(0), jnp.zeros(20_000), 1.0))
+    bulk = np.delete(private_normals, er.PRIVATE_NORMAL_TAIL_CELLS)
+    assert np.isin(real, bulk).mean() == 1.0  # a tail draw has probability 2^-22 each
+    laplace = er.enumerated_noise(jax.random.laplace)
+    assert np.isin(np.asarray(jax.random.laplace(jax.random.key(1), (20_000,))), laplace).all()
+
+
+def test_the_discrete_gaussian_release_meets_its_stated_guarantee(private_normals):
+    """DP-FedAvg's sum on the grid (one coordinate; the default grid's own numbers): the exact
+    delta of the output laws on sums 0 and L (one client's largest move) against the delta its
+    event states; the float32 Gaussian sum at the same claim is the negative control."""
+    aggregator = DiscreteGaussianSum(dimension=1, grid_norm=2**6)
+    params = DiscreteGaussianSumParams(clip_norm=1.0, noise_multiplier=1.0)
+    sensitivity = math.isqrt(aggregator.squared_bound)  # the largest |v| with v^2 <= B: L
+    assert sensitivity == 2**6
+    without = er.grid_release_law(aggregator, params, 0)
+    with_client = er.grid_release_law(aggregator, params, sensitivity)
+    stated = DiscreteRdpAccountant().compose(aggregator.event(params))
+    bits, quotient, _ = aggregator.noise_parameters(DiscreteGaussianSumParams(1.0, 1.0))
+    variance = 2 ** int(bits) * int(quotient)
+    for epsilon in (0.5, 1.0, 2.0):
+        exact = er.hockey_stick(without, with_client, epsilon)
+        assert exact <= stated.get_delta(epsilon)
+        # the float map is one-to-one here: the integers' own delta (Canonne et al., Thm 7)
+        assert exact == pytest.approx(discrete_gaussian_delta(epsilon, variance, sensitivity),
+                                      rel=1e-9)  # fmt: skip
+
+    # negative control: float32 noise of the analytic calibration for (1, 1e-5), as
+    # GaussianSum draws it (gaussian_noise_tree), on float32 sums 0 and C = 1
+    stddev = float(analytic_gaussian_noise(1.0, 1.0, 1e-5))
+    noise = np.asarray(jnp.float32(stddev) * jnp.asarray(private_normals))
+    low = er.float_release_law(0.0, noise, er.PRIVATE_NORMAL_TAIL_CELLS)
+    high = er.float_release_law(1.0, noise, er.PRIVATE_NORMAL_TAIL_CELLS)
+    delta = er.hockey_stick(low, high, 1.0)
+    assert delta > 0.5 > 1e-5  # most outputs with the client are impossible without it
+
+
+def test_the_discrete_laplace_release_is_pure_and_float_laplace_is_not():
+    """Estimation's release on the grid (one site total, the default grid): pure eps = 1 / z
+    exactly, on totals 0 and the largest move; jax.random.laplace's float32 release is not."""
+    aggregator = DiscreteLaplaceSum(dimension=1)
+    params = DiscreteLaplaceSumParams(clip_norm=1.0, noise_multiplier=1.0)
+    sensitivity = aggregator.absolute_bound
+    without = er.grid_release_law(aggregator, params, 0)
+    with_client = er.grid_release_law(aggregator, params, -sensitivity)
+    assert er.hockey_stick(without, with_client, 1.0) <= 1e-12  # pure 1-DP: zero delta
+    assert er.hockey_stick(without, with_client, 0.9) > 1e-3  # and no smaller eps
+
+    scale = np.float32(1.0)  # Laplace b = sensitivity / eps for sums 0 and -1
+    laplace = np.asarray(scale * jnp.asarray(er.enumerated_noise(jax.random.laplace)))
+    low, high = er.float_release_law(0.0, laplace), er.float_release_law(-1.0, laplace)
+    assert er.hockey_stick(low, high, 1.0) > 0.5  # claimed delta 0
