@@ -1,12 +1,15 @@
 """A run's memory and work are estimated from its configuration before anything compiles, and a
 run that cannot fit is refused with one line naming the flag and the largest value that fits."""
 
+import dataclasses
+from dataclasses import dataclass
+
 import pytest
 
 from jfed._validation import UsageError
 from jfed.cli.main import main
-from jfed.methods import declared
-from jfed.methods.cost import FLOAT32, available_memory, check_fits, estimate
+from jfed.methods import Config, declared, integers, param
+from jfed.methods.cost import FLOAT32, Cost, available_memory, check_fits, estimate, pld_points
 
 GIB = 2**30
 ONE_SHOT = declared.ModulatedOneShot(synthetic=True, dim=100_000, clients=1000)
@@ -50,9 +53,78 @@ def test_units_drawn_in_one_sum_cost_nothing_per_unit():
     assert estimate(central, 4096).memory < 10**7 < estimate(local, 4096).memory
 
 
-def test_methods_without_an_estimate_pass():
-    assert estimate(declared.NoisyMBSGD(), 4096) is None
-    assert check_fits(declared.NoisyMBSGD(), chunk=4096, memory=1) is None
+def test_every_built_in_method_declares_a_cost():
+    """Every method of jfed's own declares its cost hook, and its defaults cost something."""
+    from jfed.methods import METHODS
+
+    built_in = [m for m in METHODS.values() if m.config.__module__.startswith("jfed.")]
+    assert len(built_in) >= 15
+    for method in built_in:
+        assert method.cost is not None, method.name
+        cost = estimate(method.config(), 4096)
+        assert cost.memory > 0 and cost.work > 0, method.name
+
+
+@dataclass(frozen=True)
+class _Grid(Config):
+    size: int = param(10, "cells", range=integers(1, 10**9))
+
+
+@pytest.fixture
+def plug_in():
+    """A method registered as a plug-in registers it: a configuration whose cost grows as its
+    ``size`` (8 bytes a cell), and another without a hook."""
+    from jfed.methods import Method, register
+    from jfed.methods.registry import METHODS
+
+    def cost(config, plan):
+        del plan
+        return Cost(8 * config.size, config.size, ("size",))
+
+    register(Method("cost-test-grid", _Grid, "cells", "none", "nothing", "x", "nowhere:Nothing",
+                    private=False, cost=cost), replace=True)  # fmt: skip
+    yield _Grid
+    METHODS.remove("cost-test-grid")
+    type.__setattr__(_Grid, "method", "")
+
+
+def test_a_plug_in_cost_joins_the_refusal(plug_in):
+    """Its hook is asked like a built-in's: the refusal names its flag and the largest size
+    that fits (8000 bytes: 1000 cells). Negative control: without a hook nothing is refused."""
+    with pytest.raises(UsageError, match=r"^--size=5000 needs .*: the largest --size that fits "
+                       r"is 1000$"):  # fmt: skip
+        check_fits(plug_in(size=5000), chunk=1, memory=8000, given=("size",))
+    assert check_fits(plug_in(size=1000), chunk=1, memory=8000) is not None
+    from jfed.methods.registry import METHODS
+
+    bare = dataclasses.replace(METHODS["cost-test-grid"], cost=None)
+    METHODS.add(bare, replace=True)
+    assert check_fits(plug_in(size=5000), chunk=1, memory=8000) is None
+
+
+def test_pld_points_bound_what_dp_accounting_holds():
+    """The model of a composed PLD's grid lies between what dp-accounting holds and 3x that,
+    with and without sampling (the regimes the command line meets)."""
+    import dp_accounting
+    from dp_accounting.pld import privacy_loss_distribution
+
+    for noise, steps, rate in ((1.0, 10, 1.0), (1.0, 100, 0.1), (2.0, 1000, 0.01)):
+        pld = privacy_loss_distribution.from_gaussian_mechanism(
+            noise, sampling_prob=rate, value_discretization_interval=1e-4,
+            neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+        ).self_compose(steps)  # fmt: skip
+        held = len(pld._pmf_remove._probs)
+        assert held <= pld_points(noise, steps, rate) <= 3 * held, (noise, steps, rate, held)
+
+
+def test_the_ldp_fl_shapes_are_the_programs():
+    """The cost's parameter counts are those of the flax models it describes."""
+    from jfed.algorithms import ldp_fl
+    from jfed.methods.declared.ldp_fl import model_shape
+
+    for model, side in (("cnn", 8), ("cnn", 28), ("mlp", 8), ("logistic", 28)):
+        program = ldp_fl.LDPFL(model, side, 10, 10, 2, 30)
+        assert model_shape(model, side)[0] == program.unravel()[2], (model, side)
 
 
 def test_available_memory_is_the_hosts():
@@ -79,3 +151,65 @@ def test_the_command_refuses_before_compiling(argv, flag, capsys, tmp_path, monk
     err = capsys.readouterr().err
     assert err.startswith(f"jfed: error: {flag}=") and "the largest" in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []  # nothing written, no results folder
+
+
+GIB_FREE = 16 * GIB
+
+
+@pytest.fixture
+def sixteen_gib(monkeypatch):
+    """A machine with 16 GiB free, whatever this one has: the refusals below are the same on
+    every machine."""
+    import jfed.methods.cost as cost
+
+    monkeypatch.setattr(cost, "available_memory", lambda: GIB_FREE)
+    monkeypatch.setattr(cost, "memory_budget", lambda: GIB_FREE)
+    monkeypatch.setattr(cost, "work_budget", lambda: cost.MAX_WORK["cpu"])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # 10^6 Gaussian rounds composed by PLD: the calibration's first try held 371 GiB
+        (["run", "dpsgd", "--accountant", "pld", "--epsilon", "1e-6", "--rounds", "1000000",
+          "--synthetic", "--clients", "10"],
+         r"^--rounds=1000000 needs about .* GiB of host memory for its privacy accounting, 16 "
+         r"GiB is free \(--accountant zcdp or analytic answers at once\): the largest --rounds "
+         r"that fits is \d+$"),
+        # K R = 2.5e8 local steps, each over the whole silo, and their PLD composition
+        (["run", "local-sgd", "--batch", "10000000"],
+         r"^--batch=10000000 needs about .* operations, more than 1 hour's work here .*: the "
+         r"largest --batch that fits is \d+$"),
+        (["run", "estimation", "--sites", "100000", "--units", "10000000", "--replications",
+          "1000000"], r"^--replications=1000000 needs about 4e\+14 operations.*fits is 90000$"),
+        # the CNN evaluated on 60,000 images at once (jfed.algorithms.ldp_fl.accuracy)
+        (["run", "ldp-fl", "--dataset", "procedural-mnist", "--clients", "2000", "--batch", "1",
+          "--fraction", "0.1", "--rounds", "2"],
+         r"^this configuration needs about 75.2 GiB of arrays, 16 GiB is free.*--model mlp"),
+        (["account", "gaussian", "--noise-multiplier", "0.01", "--delta", "1e-5", "--steps",
+          "1000000", "--sampling-rate", "0.5", "--accountant", "pld"],
+         r"^--steps=1000000 of noise multiplier 0.01 with --accountant pld needs about .* TiB "
+         r"of host memory .* the largest --steps that fits is \d+$"),
+        (["account", "last-iterate", "--eta", "0.5", "--lipschitz", "1", "--radius", "1",
+          "--sigma", "1.5", "--n", "1000000000000", "--sampling-rate", "1e-12", "--epsilon",
+          "1"], r"^--n=1000000000000 at --sampling-rate=1e-12 composes n / m = 1000000000000 "
+         r"steps by PLD .* give --sampling-rate at least"),
+        (["sweep", "estimation", "--seeds", "100", "--epsilon", "1,2,3,4,5,6,7,8,9,10",
+          "--grid", "sites=10,20,30,40,50,60,70,80,90,100",
+          "--grid", "units=10,20,30,40,50,60,70,80,90,100",
+          "--grid", "mean=0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1"],
+         r"^this sweep of 1000000 runs \(10 eps x 100 seeds x 10 sites x 10 units x 10 mean\) "
+         r"needs .*: the most --seeds that fit are \d+$"),
+    ],
+)  # fmt: skip
+def test_what_hung_or_exhausted_the_machine_is_refused_at_once(
+    argv, message, sixteen_gib, capsys, tmp_path, monkeypatch
+):
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jfed: error: ") and err.count("\n") == 1, err
+    assert re.search(message, err[len("jfed: error: ") :].strip()), err
+    assert list(tmp_path.iterdir()) == []

@@ -9,6 +9,7 @@ start-up log never precedes it). The library's own checks still guard the Python
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -222,6 +223,71 @@ def _check_account_calibration(args: argparse.Namespace) -> None:
         )
 
 
+def _host_excess(cost) -> str | None:
+    """What a host computation exceeds (the host's memory, an hour), in words, or ``None``."""
+    from jfed.methods.cost import Budget
+
+    return Budget(memory=2**62).excess(cost)
+
+
+def _refuse_costly(what: str, cost: Callable[[int], object], name: str, value: int) -> None:
+    """Refuse a host computation beyond the machine (``cost(value)``), naming ``--name`` and its
+    largest value that fits."""
+    from jfed.methods.cost import largest_integer
+
+    excess = _host_excess(cost(value))
+    if excess is None:
+        return
+    largest = largest_integer(lambda v: _host_excess(cost(v)) is None, 1, value - 1)
+    flag = flag_name(name)
+    where = f"the largest {flag} that fits is {largest}" if largest else f"lower {flag}"
+    raise UsageError(f"{what} needs {excess}: {where}")
+
+
+def _check_account_cost(args: argparse.Namespace) -> None:
+    """``jfed account``'s PLD compositions, estimated before any is computed
+    (:func:`jfed.methods.cost.pld_cost`): refused beyond the host's memory or an hour."""
+    from jfed.methods.cost import largest_integer, pld_calibration_cost, pld_cost
+
+    question = args.question
+    if question in ("gaussian", "calibrate") and args.accountant == "pld":
+        rate, replace_one = args.sampling_rate, args.neighboring == "replace-one"
+        if question == "gaussian":
+            noise = args.noise_multiplier
+            what = f"--steps={args.steps} of noise multiplier {noise:g} with --accountant pld"
+            _refuse_costly(
+                what, lambda steps: pld_cost(noise, steps, rate, replace_one=replace_one),
+                "steps", args.steps,
+            )  # fmt: skip
+        else:
+            epsilon = max(parse_numbers("--epsilon", args.epsilon))
+            _refuse_costly(
+                f"calibrating --steps={args.steps} with --accountant pld",
+                lambda steps: pld_calibration_cost(
+                    steps, rate, epsilon, args.delta, replace_one=replace_one
+                ),
+                "steps", args.steps,
+            )  # fmt: skip
+    if question == "last-iterate":
+        # the Poisson comparison composes T = n / m steps by PLD (replace-one), twice at most
+        batch = max(1, round(args.sampling_rate * args.n))
+        steps = -(-args.n // batch)
+        multiplier = math.sqrt(batch) * args.sigma / (2.0 * args.lipschitz)
+
+        def cost(count: int):
+            return pld_cost(multiplier, count, args.sampling_rate, replace_one=True, evaluations=2)
+
+        excess = _host_excess(cost(steps))
+        if excess is not None:
+            largest = largest_integer(lambda count: _host_excess(cost(count)) is None, 1, steps - 1)
+            rate = f"at least {1 / largest:.3g}" if largest else "a larger one"
+            raise UsageError(
+                f"--n={args.n} at --sampling-rate={args.sampling_rate:g} composes n / m = "
+                f"{steps} steps by PLD (the Poisson comparison), which needs {excess}: give "
+                f"--sampling-rate {rate}"
+            )
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """Raise ``UsageError`` naming the first flag outside its range, among the flags that are not
     a method's fields (output paths, the engine plan, the sweep's grid sizes, ``jfed account``)."""
@@ -233,6 +299,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if command == "account":
         _check_account(args)
         _check_account_calibration(args)
+        _check_account_cost(args)
     for dest, check in CHECKS.items():
         value = getattr(args, dest, None)
         if value is not None:

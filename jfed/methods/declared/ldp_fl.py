@@ -7,6 +7,14 @@ from dataclasses import dataclass
 
 from jfed import catalog
 from jfed.methods.config import Rounds
+from jfed.methods.cost import (
+    CLIENT_OPERATIONS,
+    FLOAT32,
+    MATMUL_OPERATIONS,
+    MESSAGE_COPIES,
+    Cost,
+    CostPlan,
+)
 from jfed.methods.declared.common import CLIENTS, batch, data_seed, learning_rate
 from jfed.methods.fields import EPSILON, OPEN_UNIT, Range, integers, param
 from jfed.methods.registry import Method, register
@@ -65,6 +73,68 @@ class LDPFL(Rounds):
     learning_rate: float = learning_rate(0.1)
 
 
+# ------------------------------------------------------------------------------------- costs
+# (jfed.methods.cost) the image data sets: side, training and test images; the models' shapes
+# are jfed.algorithms.ldp_fl's (the CNN: 3x3 kernels of 16 and 32 channels below 16 pixels a
+# side, else 5x5 of 32 and 64; two 2x2 poolings; a dense layer of 4 x channels). XLA held 1.4x
+# the activations counted here when it evaluated the CNN (70 GiB for 60,000 28x28 images).
+
+IMAGES = {"digits": (8, 1438, 359), "procedural-mnist": (28, 60_000, 10_000)}
+CLASSES = 10
+ACTIVATION_COPIES = 1.5  # evaluation; training holds the backward pass's too: 3x
+HIDDEN = 64  # the MLP's hidden units
+
+
+def model_shape(model: str, side: int) -> tuple[int, int, int]:
+    """``(parameters P, activations per image, multiply-adds per image)`` of a forward pass."""
+    pixels = side * side
+    if model == "logistic":
+        return pixels * CLASSES + CLASSES, CLASSES, pixels * CLASSES
+    if model == "mlp":
+        weights = pixels * HIDDEN + HIDDEN * CLASSES
+        return weights + HIDDEN + CLASSES, HIDDEN + CLASSES, weights
+    kernel, width = (25, 32) if side >= 16 else (9, 16)
+    half, flat = (side // 2) ** 2, (side // 4) ** 2 * 2 * width
+    parameters = (kernel * width + width) + (kernel * width * 2 * width + 2 * width)
+    parameters += (flat * 4 * width + 4 * width) + (4 * width * CLASSES + CLASSES)
+    activations = pixels * (kernel + width) + half * (width + kernel * width + 2 * width) + flat
+    products = pixels * kernel * width + half * kernel * width * 2 * width + flat * 4 * width
+    return parameters, activations + 4 * width + CLASSES, products + 4 * width * CLASSES
+
+
+def ldp_fl_cost(config: LDPFL, plan: CostPlan) -> Cost:
+    """The clients' images on the device; per chunk of the round's cohort, a client's weights,
+    optimizer state and report (``[P]`` each) and the activations of one local batch (3x for
+    the backward pass); the evaluation of every round's model on the test images and of the
+    last on the pooled training images, all of them at once (as ``jfed.algorithms.ldp_fl.
+    accuracy`` evaluates today). Work: the local steps' forward and backward passes, the
+    evaluations, and one two-point draw per weight."""
+    side, training, test = IMAGES[config.dataset]
+    clients = max(1, min(config.clients, training))
+    images = training // clients  # per client
+    pooled = images * clients
+    selected = max(1, round(config.fraction * config.clients))
+    parameters, activations, products = model_shape(config.model, side)
+    batch = min(config.batch, max(images, 1))
+    steps = config.local_epochs * (images // batch)
+    data = FLOAT32 * (pooled + test) * (side * side + 1)
+    training_memory = (
+        min(plan.chunk, selected)
+        * FLOAT32
+        * (MESSAGE_COPIES * parameters + 3 * ACTIVATION_COPIES * batch * activations)
+    )
+    evaluation = FLOAT32 * ACTIVATION_COPIES * max(pooled, test) * activations
+    memory = int(data + max(training_memory, evaluation))
+    per_client = steps * batch * 3 * products * MATMUL_OPERATIONS + CLIENT_OPERATIONS * parameters
+    evaluations = (config.rounds * test + pooled) * products * MATMUL_OPERATIONS
+    work = int(config.rounds * selected * per_client + evaluations)
+    hint = (
+        "its evaluation holds the activations of every training image at once: --model mlp or "
+        "logistic, or --dataset digits, need far less" if evaluation > training_memory else ""
+    )  # fmt: skip
+    return Cost(memory, work, ("batch", "local_epochs", "rounds", "clients"), hint=hint)
+
+
 register(Method(
     "ldp-fl", LDPFL, "LDP-FL: local training, two-point weight perturbation, split and shuffle",
     "local (eps, delta)-DP of a client's whole transcript (every weight of every round it "
@@ -73,5 +143,5 @@ register(Method(
     "untrusted cloud that sees every report (the client-level eps needs no anonymity; the "
     "shuffled eps in the record assumes a trusted split-and-shuffle channel)",
     "jfed.methods.ldp_fl:LDPFLExperiment",
-    LDP_FL_PAPER, "two-point weight perturbation with split and shuffle",
+    LDP_FL_PAPER, "two-point weight perturbation with split and shuffle", cost=ldp_fl_cost,
 ))  # fmt: skip

@@ -9,6 +9,17 @@ from typing import Self
 
 from jfed import catalog
 from jfed.methods.config import Config, Rounds
+from jfed.methods.cost import (
+    CLIENT_OPERATIONS,
+    DRAW_OPERATIONS,
+    FLOAT32,
+    FLOAT64,
+    MESSAGE_COPIES,
+    SOLVE_COPIES,
+    Cost,
+    CostPlan,
+    pld_calibration_cost,
+)
 from jfed.methods.declared.common import (
     CLIENTS,
     MAX_DIM,
@@ -159,25 +170,80 @@ class OLS(RegressionData):
     compared with."""
 
 
+# ------------------------------------------------------------------------------------- costs
+# (jfed.methods.cost) chunk: clients vmapped at once; float32 on the device, float64 on the host
+
+LARGEST_REAL_TASK = 20_190  # records of randhie, the largest regression task (`jfed datasets`)
+
+
+def _clients(config: RegressionData) -> int:
+    """n of a regression configuration (the real tasks: at most the largest one's records)."""
+    if config.synthetic:
+        return config.clients or catalog.SYNTHETIC_CLIENTS
+    return LARGEST_REAL_TASK
+
+
+def _with_accounting(cost: Cost, config: LocalPrivacy, rounds: int) -> Cost:
+    """``cost`` and, with ``--accountant pld``, its calibration over the rounds: R Gaussian
+    releases composed under replace-one adjacency (the closed forms cost nothing)."""
+    if config.accountant != "pld":
+        return cost
+    return cost.plus_host(pld_calibration_cost(
+        rounds, 1.0, config.epsilon, config.delta, replace_one=True,
+        hint="--accountant zcdp or analytic answers at once",
+    ))  # fmt: skip
+
+
+def modulated_cost(config: Modulated, plan: CostPlan) -> Cost:
+    """A chunk's messages ``[chunk, m]`` with ``m = d`` (``2 d`` when a sweep's eps share their
+    draws), their second moments ``[m, m]`` summed chunk by chunk, a solve of ``[d, d]``, the
+    directions ``[d, k]``. Work per client and round: its draws (m of them) and ``m^2``."""
+    d, n = config.dimension, _clients(config)
+    m = 2 * d if plan.shared else d
+    rounds = getattr(config, "rounds", 1)
+    memory = FLOAT32 * (
+        MESSAGE_COPIES * min(plan.chunk, n) * m + SOLVE_COPIES * m * m + d * config.directions
+    )
+    work = rounds * n * (CLIENT_OPERATIONS + DRAW_OPERATIONS * m + m * m)
+    return _with_accounting(Cost(memory, work, ("dim", "clients", "rounds")), config, rounds)
+
+
+def dpsgd_cost(config: DPSGD, plan: CostPlan) -> Cost:
+    """``[chunk, d]`` gradients and their noise. Work per client and round: 2 d draws."""
+    d, n = config.dimension, _clients(config)
+    memory = FLOAT32 * MESSAGE_COPIES * min(plan.chunk, n) * d
+    work = config.rounds * n * (CLIENT_OPERATIONS + 2 * DRAW_OPERATIONS * d)
+    cost = Cost(memory, work, ("dim", "clients", "rounds"))
+    return _with_accounting(cost, config, config.rounds)
+
+
+def ols_cost(config: OLS, plan: CostPlan) -> Cost:
+    """``[chunk, d]`` and ``[d, d]`` on the device, the solve in float64 on the host."""
+    d, n = config.dimension, _clients(config)
+    memory = FLOAT32 * (MESSAGE_COPIES * min(plan.chunk, n) * d + SOLVE_COPIES * d * d)
+    work = n * (CLIENT_OPERATIONS + d * d)
+    return Cost(memory + FLOAT64 * SOLVE_COPIES * d * d, work, ("dim", "clients"))
+
+
 register(Method(
     "modulated-iterative", ModulatedIterative,
     "modulated learning, iterative estimator: T rounds of debiased modulated gradients",
     LOCAL, FEATURES, UNTRUSTED, EXPERIMENTS + "ModulatedIterativeExperiment",
-    MODULATED_PAPER, "iterative modulated estimator",
+    MODULATED_PAPER, "iterative modulated estimator", cost=modulated_cost,
 ))  # fmt: skip
 register(Method(
     "modulated-one-shot", ModulatedOneShot,
     "modulated learning, one-shot estimator: one release, a ridge solve",
     LOCAL, FEATURES, UNTRUSTED, EXPERIMENTS + "ModulatedOneShotExperiment",
-    MODULATED_PAPER, "one-shot modulated estimator",
+    MODULATED_PAPER, "one-shot modulated estimator", cost=modulated_cost,
 ))  # fmt: skip
 register(Method(
     "dpsgd", DPSGD, "DP-SGD FedAvg, one sample per client (the modulated paper's baseline)",
     LOCAL, RECORD, UNTRUSTED, EXPERIMENTS + "DPSGDExperiment",
-    MODULATED_PAPER, "DP-SGD FedAvg baseline",
+    MODULATED_PAPER, "DP-SGD FedAvg baseline", cost=dpsgd_cost,
 ))  # fmt: skip
 register(Method(
     "ols", OLS, "non-private least squares (the reference)",
     "none", "nothing", "trusted server sees raw data", EXPERIMENTS + "OLSExperiment",
-    MODULATED_PAPER, "ordinary least squares", private=False,
+    MODULATED_PAPER, "ordinary least squares", private=False, cost=ols_cost,
 ))  # fmt: skip
