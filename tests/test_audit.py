@@ -6,11 +6,14 @@ correct mechanism must never be caught (lower bound <= claimed eps); each negati
 under-noised mechanism whose true eps is about 3 times the claim, must be caught. Seeds are fixed.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from jfed.privacy.audit import audit_threshold, clopper_pearson
+from jfed.privacy.audit import audit_threshold, clopper_pearson, largest_detectable_epsilon
 from jfed.privacy.mechanisms import GaussianMechanism, LaplaceMechanism, TwoPointMechanism
 
 N = 400_000
@@ -62,3 +65,18 @@ def test_clopper_pearson_brackets_the_proportion():
     assert clopper_pearson(0, 50, 0.05)[0] == 0.0 and clopper_pearson(50, 50, 0.05)[1] == 1.0
     # the exact interval is wider than the normal approximation's
     assert high - low > 2 * 1.96 * (0.3 * 0.7 / 100) ** 0.5 * 0.99
+
+
+def test_no_bound_exceeds_the_largest_detectable_epsilon():
+    # perfect separation on n samples: TPR >= alpha^(1/n), FPR <= 1 - alpha^(1/n)
+    n, confidence = 5_000, 0.95
+    alpha = (1 - confidence) / 2
+    edge = alpha ** (1 / n)
+    assert largest_detectable_epsilon(n, confidence) == pytest.approx(math.log(edge / (1 - edge)))
+    never_overlapping = audit_threshold(np.zeros(2 * n), np.ones(2 * n), confidence=confidence)
+    assert never_overlapping.epsilon_lower_bound == pytest.approx(
+        largest_detectable_epsilon(n, confidence)
+    )
+    assert largest_detectable_epsilon(n, confidence, delta=1e-5) < largest_detectable_epsilon(
+        n, confidence
+    )

@@ -52,6 +52,22 @@ def test_the_modulated_message_passes_and_an_under_noised_one_is_caught():
     assert under_noised.caught, under_noised.record()
 
 
+def test_a_claim_beyond_what_the_samples_detect_is_never_consistent():
+    """Randomized response run at eps 50 answers truthfully in float32 every time (eps =
+    infinity). Claimed at 20, its lower bound (about 9.9 from 20,000 evaluation samples) stays
+    below the claim, yet the claim is not "consistent": no sample could have refuted it."""
+    key = jax.random.key(11)
+    infinite = audit.audit_randomized_response(key, 20.0, samples=SAMPLES, run_epsilon=50.0)
+    assert not infinite.caught and infinite.result.epsilon_lower_bound < 20.0
+    assert infinite.detectable_epsilon < 20.0
+    assert infinite.verdict == "inconclusive" and infinite.record()["verdict"] == "inconclusive"
+    # the same randomizer claimed below the samples' reach is caught
+    assert audit.audit_randomized_response(key, 5.0, samples=SAMPLES, run_epsilon=50.0).caught
+    # and an honest claim below the reach is consistent
+    honest = audit.audit_randomized_response(key, 2.0, samples=SAMPLES)
+    assert honest.verdict == "consistent" and 2.0 < honest.detectable_epsilon
+
+
 def test_jfed_audit_prints_a_table_and_writes_the_record(capsys):
     argv = ["audit", "two-point", "--epsilon", "0.5,1", "--samples", "20000"]
     assert main(argv) == 0
@@ -62,6 +78,10 @@ def test_jfed_audit_prints_a_table_and_writes_the_record(capsys):
     record = json.loads(capsys.readouterr().out)
     assert [a["claimed_epsilon"] for a in record["audits"]] == [0.5, 1.0]
     assert all(a["epsilon_lower_bound"] <= a["claimed_epsilon"] for a in record["audits"])
+    assert all(a["largest_detectable_epsilon"] > 7 for a in record["audits"])  # 10,000 each
+    assert main(["audit", "two-point", "--epsilon", "20", "--samples", "20000"]) == 0
+    out = capsys.readouterr().out
+    assert "detectable up to" in out and "inconclusive" in out.splitlines()[1]
     assert main(["audit", "ldp-fl", "--epsilon", "1", "--samples", "20000", "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["audits"][0]["randomizer"] == "two-point"
 

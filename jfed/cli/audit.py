@@ -9,8 +9,9 @@ Each audit draws ``--samples`` outputs on each of two worst-case inputs (the can
 a threshold test on half of them and bounds eps from below with Clopper-Pearson intervals on the
 other half (:mod:`jfed.privacy.audit`): the bound holds with probability ``--confidence``. A
 bound above the claimed eps proves the claim false (verdict VIOLATED); a bound below it is
-consistent with the claim, not a proof of it. With N samples no bound much exceeds
-``ln(N / 6)``, so large eps can only be found consistent.
+consistent with the claim, not a proof of it. The samples cap what can be proven: every row
+prints the largest eps its samples can detect (about ``ln(N / 2 / ln(2 / (1 - confidence)))``
+for N samples per input), and a claim at or above it is "inconclusive", never "consistent".
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def audits(args: argparse.Namespace) -> list:
 def table(results: list) -> str:
     """The human answer: one line per audit."""
     header = ("randomizer", "claimed eps", "notion", "adjacency", "unit", "lower bound",
-              "samples/input", "confidence", "verdict")  # fmt: skip
+              "detectable up to", "samples/input", "confidence", "verdict")  # fmt: skip
     rows = [header]
     for result in results:
         record = result.record()
@@ -126,7 +127,8 @@ def table(results: list) -> str:
             notion += f", delta={record['delta']:g}"
         rows.append((
             record["randomizer"], claim, notion, record["adjacency"], record["unit"],
-            f"{record['epsilon_lower_bound']:.4f}", str(record["samples"]),
+            f"{record['epsilon_lower_bound']:.4f}",
+            f"{record['largest_detectable_epsilon']:.4f}", str(record["samples"]),
             f"{record['confidence']:g}", record["verdict"],
         ))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -142,7 +144,9 @@ def run(args: argparse.Namespace) -> int:
         print(table(results))
         print(
             "lower bound: eps proven by the samples (Clopper-Pearson, one-sided, at the given "
-            "confidence, half of the samples per input); VIOLATED: above the claim"
+            "confidence, half of the samples per input); VIOLATED: above the claim; detectable "
+            "up to: the largest eps these samples can prove (outputs never overlapping); "
+            "inconclusive: a claim at or above it, which no result of these samples could refute"
         )
     if args.json:
         from jfed.report import write

@@ -12,6 +12,11 @@ from above on the other half with Clopper-Pearson intervals (Bonferroni over the
 returned lower bound holds with probability at least ``confidence``. A correct mechanism never
 yields a lower bound above its claimed eps (except with probability 1 - confidence); an
 under-noised one does, given enough samples.
+
+The samples also cap what can be proven: even two inputs whose outputs never overlap (eps =
+infinity) give at best TPR >= alpha^(1/n) and FPR <= 1 - alpha^(1/n) on n evaluation samples,
+so no bound exceeds :func:`largest_detectable_epsilon` (about ``ln(n / ln(1/alpha))``). A claim at
+or above it cannot be refuted by the samples: its verdict is "inconclusive", never "consistent".
 """
 
 from __future__ import annotations
@@ -37,6 +42,16 @@ def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, f
 def _one_sided(successes: int, trials: int, alpha: float) -> tuple[float, float]:
     """(lower bound, upper bound) each holding with probability 1 - alpha."""
     return clopper_pearson(successes, trials, 2 * alpha)
+
+
+def largest_detectable_epsilon(samples: int, confidence: float, delta: float = 0.0) -> float:
+    """The largest lower bound :func:`audit_threshold` can return with ``samples`` evaluation
+    samples per input at ``confidence``: its bound at perfect separation (every positive, no
+    false positive). Claims at or above it cannot be refuted by that many samples."""
+    alpha = (1.0 - confidence) / 2.0  # as audit_threshold splits it
+    tpr_lower, _ = _one_sided(samples, samples, alpha)
+    _, fpr_upper = _one_sided(0, samples, alpha)
+    return _bound(tpr_lower, fpr_upper, delta)
 
 
 @dataclass(frozen=True)
@@ -174,8 +189,19 @@ class RandomizerAudit:
         return self.result.epsilon_lower_bound > self.claimed_epsilon
 
     @property
+    def detectable_epsilon(self) -> float:
+        """The largest eps these samples could prove (:func:`largest_detectable_epsilon`)."""
+        return largest_detectable_epsilon(self.result.samples, self.result.confidence,
+                                          self.delta)  # fmt: skip
+
+    @property
     def verdict(self) -> str:
-        return "VIOLATED" if self.caught else "consistent"
+        """``VIOLATED`` (the samples prove more eps than claimed), ``consistent`` (they do not,
+        and could have: the claim is below what they can detect) or ``inconclusive`` (the claim
+        is at or above the largest eps the samples can detect: nothing was tested)."""
+        if self.caught:
+            return "VIOLATED"
+        return "consistent" if self.claimed_epsilon < self.detectable_epsilon else "inconclusive"
 
     def record(self) -> dict:
         """A flat JSON-ready record."""
@@ -188,6 +214,7 @@ class RandomizerAudit:
             "unit": self.unit,
             "canaries": self.canaries,
             "epsilon_lower_bound": self.result.epsilon_lower_bound,
+            "largest_detectable_epsilon": self.detectable_epsilon,
             "samples": self.samples,
             "confidence": self.result.confidence,
             "verdict": self.verdict,
