@@ -14,8 +14,11 @@ clipped per coordinate to ``[-kappa_l, kappa_l]``; then T SGD steps on disjoint 
 functions, ``a <- a - eta_t (a - mean_batch h_i - noise_t)`` with ``eta_t = 1 / (t + 1)``: the
 gradient of the least-squares loss ``E (Y - a^T Phi_r(X))^2`` with the uniform design's Gram
 matrix (the identity) in place of each function's empirical one. The noise is Gaussian, per
-coordinate ``sigma_l`` (anisotropic: shaped by ``kappa_l``; isotropic: one sigma). The aggregator
-averages the S servers' iterates. The error ``||mu~ - mu*||^2_{L2}`` is exact by orthonormality.
+coordinate ``sigma_l`` (anisotropic: shaped by ``kappa_l``; isotropic: one sigma). Each server's
+noisy steps are its release, made through ``clients.aggregate`` with
+:class:`~jfed.algorithms.estimation_aggregators.NoisyBatchMeans` (a local randomizer: each server
+the curator of its own functions only), which states its event; the aggregator averages the S
+servers' iterates. The error ``||mu~ - mu*||^2_{L2}`` is exact by orthonormality.
 """
 
 from __future__ import annotations
@@ -28,15 +31,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jfed._random import private_normals
-from jfed.catalog import FUNCTIONAL_BASES
+from jfed.algorithms.estimation_aggregators import BatchMeansParams, NoisyBatchMeans, sgd_average
 
 MAX_TERMS = 32
 TRUTH_TERMS = 64
 NOISE_STD = 0.5
 DECAY_EXCESS = 0.6  # p = alpha + 0.6: the coefficients are alpha-Sobolev with room to spare
 CLIP_LEVEL = 20.0
-BASES = FUNCTIONAL_BASES
 
 
 class Info(NamedTuple):
@@ -68,41 +69,72 @@ class Hyperparams(NamedTuple):
     clip: jax.Array
 
 
+_VECTORS = {"noise_std": jnp.float32, "clip": jnp.float32}  # the rest are i32 counts
+
+
 def hyperparams(**values) -> Hyperparams:
     return Hyperparams(**{
-        name: jnp.asarray(values[name], jnp.float32 if name in ("noise_std", "clip") else jnp.int32)
+        name: jnp.asarray(values[name], _VECTORS.get(name, jnp.int32))
         for name in Hyperparams._fields
     })  # fmt: skip
 
 
-def basis(name: str, x: jax.Array, terms: int) -> jax.Array:
-    """``Phi(x): f32[..., terms]``, orthonormal on [0, 1]: Fourier ``1, sqrt2 cos(2 pi k x),
-    sqrt2 sin(2 pi k x), ...`` or shifted Legendre ``sqrt(2k + 1) P_k(2x - 1)``."""
-    x = jnp.asarray(x, jnp.float32)[..., None]
-    index = jnp.arange(terms)
-    if name == "fourier":
+@dataclass(frozen=True)
+class FourierBasis:
+    """``1, sqrt2 cos(2 pi k x), sqrt2 sin(2 pi k x), ...``, orthonormal on [0, 1]."""
+
+    def values(self, x: jax.Array, terms: int) -> jax.Array:
+        """``Phi(x): f32[..., terms]``."""
+        x = jnp.asarray(x, jnp.float32)[..., None]
+        index = jnp.arange(terms)
         frequency = ((index + 1) // 2).astype(jnp.float32)
         angle = 2.0 * jnp.pi * frequency * x
         wave = jnp.where(index % 2 == 1, jnp.cos(angle), jnp.sin(angle))
         return jnp.where(index == 0, 1.0, math.sqrt(2.0) * wave)
-    t = 2.0 * x[..., 0] - 1.0
-    values = [jnp.ones_like(t), t]
-    for k in range(1, terms - 1):  # Bonnet: (k+1) P_{k+1} = (2k+1) t P_k - k P_{k-1}
-        values.append(((2 * k + 1) * t * values[k] - k * values[k - 1]) / (k + 1))
-    stacked = jnp.stack(values[:terms], axis=-1)
-    return stacked * jnp.sqrt(2.0 * index + 1.0)
+
+    def sup_norms(self, terms: int) -> np.ndarray:
+        """``sup |phi_l|``: ``f64[terms]``."""
+        return np.where(np.arange(terms) == 0, 1.0, math.sqrt(2.0))
+
+
+@dataclass(frozen=True)
+class LegendreBasis:
+    """Shifted Legendre polynomials ``sqrt(2k + 1) P_k(2x - 1)``, orthonormal on [0, 1]."""
+
+    def values(self, x: jax.Array, terms: int) -> jax.Array:
+        """``Phi(x): f32[..., terms]``."""
+        t = 2.0 * jnp.asarray(x, jnp.float32) - 1.0
+        values = [jnp.ones_like(t), t]
+        for k in range(1, terms - 1):  # Bonnet: (k+1) P_{k+1} = (2k+1) t P_k - k P_{k-1}
+            values.append(((2 * k + 1) * t * values[k] - k * values[k - 1]) / (k + 1))
+        stacked = jnp.stack(values[:terms], axis=-1)
+        return stacked * jnp.sqrt(2.0 * jnp.arange(terms) + 1.0)
+
+    def sup_norms(self, terms: int) -> np.ndarray:
+        return np.sqrt(2.0 * np.arange(terms) + 1.0)
+
+
+BASES: dict[str, FourierBasis | LegendreBasis] = {
+    "fourier": FourierBasis(),
+    "legendre": LegendreBasis(),
+}
+"""The basis each ``--basis`` names."""
 
 
 @dataclass(frozen=True)
 class Model:
-    """The data model: ``basis`` and Sobolev ``smoothness`` alpha (host-side facts included)."""
+    """The data model: ``basis`` (an object of :data:`BASES`) and Sobolev ``smoothness`` alpha
+    (host-side facts included)."""
 
-    basis: str
+    basis: FourierBasis | LegendreBasis
     smoothness: float
 
     def __post_init__(self) -> None:
-        if self.basis not in BASES:
-            raise ValueError(f"unknown basis {self.basis!r}; expected one of {BASES}")
+        if self.basis not in BASES.values():
+            raise ValueError(
+                f"expected basis to be one of the objects of BASES {list(BASES)} (e.g. "
+                f"BASES['fourier']), got {self.basis!r}"
+            )
 
     @property
     def decay(self) -> float:
@@ -117,19 +149,13 @@ class Model:
         """``sum_{l > r} theta_l^2``: the error of the best r-term approximation."""
         return float(np.sum(self.coefficients()[terms:] ** 2))
 
-    def sup_norms(self, terms: int) -> np.ndarray:
-        index = np.arange(terms)
-        if self.basis == "fourier":
-            return np.where(index == 0, 1.0, math.sqrt(2.0))
-        return np.sqrt(2.0 * index + 1.0)
-
     def clip_bounds(self, terms: int, observations: int, functions: int) -> np.ndarray:
         """kappa_l: the largest ``|theta_l + zeta_l|`` plus tau standard deviations of the m-point
         average, tau = sqrt(2 ln(20 r N)) for N functions in all."""
         index = np.arange(1, terms + 1)
         coefficient = (1.0 + math.sqrt(3.0)) * index ** (-self.decay)
         second_moment = 2.0 * np.sum(np.arange(1, TRUTH_TERMS + 1) ** (-2.0 * self.decay))
-        spread = self.sup_norms(terms) * math.sqrt(second_moment + NOISE_STD**2)
+        spread = self.basis.sup_norms(terms) * math.sqrt(second_moment + NOISE_STD**2)
         tau = math.sqrt(2.0 * math.log(CLIP_LEVEL * terms * functions))
         return coefficient + tau * spread / math.sqrt(observations)
 
@@ -163,7 +189,7 @@ class FunctionalMean:
         zeta = decay * jax.random.uniform(coefficient_key, (TRUTH_TERMS,), minval=-math.sqrt(3.0),
                                           maxval=math.sqrt(3.0))  # fmt: skip
         x = jax.random.uniform(point_key, (self.max_observations,))
-        phi = basis(self.model.basis, x, TRUTH_TERMS)  # [m, L]
+        phi = self.model.basis.values(x, TRUTH_TERMS)  # [m, L]
         y = phi @ (theta + zeta) + NOISE_STD * jax.random.normal(
             noise_key, (self.max_observations,)
         )
@@ -173,29 +199,30 @@ class FunctionalMean:
         clipped = jnp.clip(projection, -hp.clip, hp.clip)
         return jnp.where(used, clipped, 0.0), jnp.sum(used & (clipped != projection))
 
-    def server(self, hp: Hyperparams, server_id: jax.Array, key: jax.Array):
-        """One server: its functions' projections, T noisy SGD steps; its final iterate and the
-        iterate of the same steps without noise (``f32[MAX_TERMS]`` each, zero for a masked
-        server), clipped count, and whether it is present."""
-        data_key, noise_key = jax.random.split(key)
+    def server(self, hp: Hyperparams, server_id: jax.Array, key: jax.Array) -> dict:
+        """One server's message to :class:`~jfed.algorithms.estimation_aggregators.NoisyBatchMeans`
+        (which adds the noise and takes the T SGD steps): ``batches: f32[T, MAX_TERMS]``, the
+        means of its clipped projections over T disjoint batches of its functions (function i in
+        batch ``i mod T``); ``weight``, 1.0 for a server of the configuration (0.0 for padding);
+        and diagnostics: ``quiet: f32[MAX_TERMS]``, the iterate of the same steps without noise,
+        and ``clipped``, how many coordinates were clipped."""
+        data_key = jax.random.split(key)[0]  # the functions' data (the noise is the release's)
         index = jnp.arange(self.max_functions)
         projections, clipped = jax.vmap(
             lambda i: self.function_projection(hp, jax.random.fold_in(data_key, i))
         )(index)
         present = index < hp.functions
-        iterate = quiet = jnp.zeros(MAX_TERMS, jnp.float32)
+        batches = []
         for t in range(self.iterations):
             member = (present & (index % self.iterations == t)).astype(jnp.float32)
             # float32 on every backend: the noise is calibrated to the clip, which a GPU's
             # default product (tf32 operands) could exceed by up to 2^-11
             batch = jnp.matmul(member, projections, precision=jax.lax.Precision.HIGHEST)
-            batch = batch / jnp.maximum(jnp.sum(member), 1.0)
-            noise = hp.noise_std * private_normals(jax.random.fold_in(noise_key, t), (MAX_TERMS,))
-            iterate = iterate - (iterate - batch - noise) / (t + 1.0)
-            quiet = quiet - (quiet - batch) / (t + 1.0)
-        here = (server_id < hp.servers).astype(jnp.float32)
+            batches.append(batch / jnp.maximum(jnp.sum(member), 1.0))
+        batches = jnp.stack(batches)
         count = jnp.sum(jnp.where(present, clipped, 0)).astype(jnp.float32)
-        return here * iterate, here * quiet, here * count, here
+        return {"batches": batches, "weight": (server_id < hp.servers).astype(jnp.float32),
+                "diagnostics": {"quiet": sgd_average(batches), "clipped": count}}  # fmt: skip
 
     def squared_error(self, hp: Hyperparams, estimate: jax.Array) -> jax.Array:
         """``||mu~ - mu*||^2_{L2}`` of the r-term estimate ``estimate: f32[MAX_TERMS]`` (exact by
@@ -208,11 +235,11 @@ class FunctionalMean:
         )
         return inside + outside
 
-    def round(
-        self, state: tuple, hp: Hyperparams, key: jax.Array, clients
-    ) -> tuple[tuple, Info]:
-        del key
-        total, quiet, clipped, servers = clients.sum(self.server, hp)
+    def round(self, state: tuple, hp: Hyperparams, key: jax.Array, clients) -> tuple[tuple, Info]:
+        params = BatchMeansParams(hp.noise_std, hp.clip, hp.functions, hp.iterations, hp.terms)
+        summed, _, _ = clients.aggregate(NoisyBatchMeans(), params, (), self.server, hp, key)
+        servers, diagnostics = summed["weight"], summed["diagnostics"]
         coordinates = servers * hp.functions.astype(jnp.float32) * hp.terms.astype(jnp.float32)
-        return state, Info(self.squared_error(hp, total / servers),
-                        self.squared_error(hp, quiet / servers), clipped / coordinates)  # fmt: skip
+        return state, Info(self.squared_error(hp, summed["value"] / servers),
+                           self.squared_error(hp, diagnostics["quiet"] / servers),
+                           diagnostics["clipped"] / coordinates)  # fmt: skip

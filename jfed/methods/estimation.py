@@ -13,39 +13,36 @@ so every grid point is a lane of the same executable.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
+import jax
 import numpy as np
 
 from jfed.algorithms import estimation, functional
+from jfed.algorithms.estimation_aggregators import LaplaceNoise
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_of
-from jfed.privacy import Analytic, Basic, spent
+from jfed.privacy import Analytic, Basic, ParallelDpEvent, spent
 from jfed.privacy.gaussian import analytic_gaussian_noise
-from jfed.privacy.laplace import laplace_scale
 from jfed.privacy.mechanisms import AnisotropicGaussianMechanism, GaussianMechanism
 
-# a site's mean and a located center are trusted within this many standard deviations; the
-# rare site beyond is clipped (the record's clipped_fraction), which costs a little bias and no
-# privacy (the noise is calibrated to the clipping interval whatever its width)
-LOCATION_SPREAD = 3.0
 
-SETTING_NOTIONS = {
-    "none": ("none (non-private)", "nothing", "everyone sees the raw data"),
-    "local-item": ("local item-level eps-DP", "one unit's value",
-                   "nobody: each unit randomizes its own value"),
-    "local-user-small": ("local user-level eps-DP", "all n units of one user (site)",
-                         "nobody: each user randomizes its own mean"),
-    "local-user-large": ("local user-level eps-DP", "all n units of one user (site)",
-                         "nobody: each user randomizes one bit or its clipped mean"),
-    "central-item": ("central item-level eps-DP", "one unit's value",
-                     "one curator sees every unit; the release is private"),
-    "central-user": ("central user-level eps-DP", "all n units of one site",
-                     "one curator sees every unit; the release is private"),
-    "federated": ("item-level eps-DP of each site's release", "one unit of one site",
-                  "each site is the trusted curator of its own units only"),
-}  # fmt: skip
+def setting_of(config: declared.Estimation) -> estimation.Setting:
+    """The setting object ``--setting`` names (:data:`jfed.algorithms.estimation.SETTINGS`)."""
+    return estimation.SETTINGS[config.setting]
+
+
+def program_of(config: declared.Estimation, max_units: int = 1) -> estimation.MeanEstimation:
+    """The static program of ``config``: its setting, noise and data model as objects (units
+    drawn one by one are padded to ``max_units`` where the setting draws them so)."""
+    program = estimation.MeanEstimation(
+        setting_of(config), estimation.MECHANISMS[config.mechanism],
+        estimation.DATA_MODELS[config.data], 1,
+    )  # fmt: skip
+    return dataclasses.replace(program, max_units=max_units) if program.per_unit else program
 
 
 def default_clip(config: declared.Estimation) -> float:
@@ -53,161 +50,101 @@ def default_clip(config: declared.Estimation) -> float:
     (item-level), a site's mean just past [-1, 1] (user-level)."""
     if config.value_clip is not None:
         return config.value_clip
-    if config.data == "rademacher":
-        return 1.0
-    if config.setting in ("local-user-small", "local-user-large", "central-user"):
-        return 1.0 + LOCATION_SPREAD / math.sqrt(config.units)
-    # a unit is clipped past the largest of S n normal draws (rarely reached)
-    return 1.0 + math.sqrt(2.0 * math.log(20.0 * config.sites * config.units))
+    return estimation.DATA_MODELS[config.data].default_clip(
+        setting_of(config).user_level, config.sites, config.units
+    )
 
 
-def noise_scale(sensitivity: float, epsilon: float, delta: float, mechanism: str) -> float:
-    """Laplace ``b`` (pure eps) or the analytic Gaussian std (Balle and Wang) of one release."""
-    if mechanism == "laplace":
-        return laplace_scale(sensitivity, epsilon)
-    return float(analytic_gaussian_noise(sensitivity, epsilon, delta))
+@functools.lru_cache(maxsize=64)
+def round_ledger(algorithm: Any, n_clients: int) -> Any:
+    """The releases one round of ``algorithm`` makes over ``n_clients`` clients, found by
+    tracing it (:func:`jfed.engine.trace_releases`; nothing runs), once per program."""
+    from jfed.engine import trace_releases
+
+    return trace_releases(algorithm, estimation.Sites(n_clients), _structure(algorithm))
 
 
-def noise_variance(scale: float, mechanism: str) -> float:
-    return 2.0 * scale**2 if mechanism == "laplace" else scale**2
+def _structure(algorithm: Any) -> Any:
+    """Hyper-parameters of ``algorithm``'s structure (any values: only shapes are traced)."""
+    if isinstance(algorithm, functional.FunctionalMean):
+        terms = np.ones(functional.MAX_TERMS)
+        return functional.hyperparams(servers=1, functions=1, observations=1, terms=1,
+                                      iterations=1, noise_std=terms, clip=terms)  # fmt: skip
+    return estimation.hyperparams(**{name: 1 for name in estimation.Hyperparams._fields})
 
 
-def difference_std(units: int, center_std: float) -> float:
-    """The standard deviation of a site's mean (variance at most 1/n) minus the located center
-    (``center_std``): their variances add, the locating sites being others (central-user: the
-    center holds 1/S of the site's own mean, a positive correlation, so this still bounds it).
-    The clipping half-width is ``LOCATION_SPREAD`` of these."""
-    return math.sqrt(1.0 / units + center_std**2)
+def round_event(ledger: Any, hyper: Any, disjoint: bool = False) -> Any:
+    """The ``DpEvent`` of one round's releases at host hyper-parameters ``hyper``: each release's
+    event is its aggregator's, at its parameters as they ran (float32, arrays included), composed
+    over the round; where every unit takes part in one release of the round at most
+    (``disjoint``: the sites are split between the releases), the worst release's (parallel
+    composition).
+
+    A run's replications draw fresh data every round, so no unit takes part in two rounds: the
+    run's guarantee is one round's. (What :meth:`jfed.engine.Ledger.event` composes, with two
+    additions it lacks: releases on disjoint units, and parameters that are arrays.)"""
+    import dp_accounting
+
+    leaves = dict(jax.tree_util.tree_flatten_with_path(hyper)[0])
+    events = []
+    for release in ledger.releases:
+        # as Release.params reads them (the f32 numbers that ran), arrays included
+        values = [np.asarray(leaves[path], np.float32).astype(np.float64)
+                  for path in release.params_paths]  # fmt: skip
+        values = [value.item() if value.ndim == 0 else value for value in values]
+        params = jax.tree_util.tree_unflatten(release.params_treedef, values)
+        event = release.aggregator.event(params)
+        if not getattr(release.aggregator, "local", False):
+            event = release.cohort.sampled_event(event, release.n_clients)
+        events.append(event)
+    if not events:
+        return dp_accounting.NoOpDpEvent()
+    if len(events) == 1:
+        return events[0]
+    return ParallelDpEvent(tuple(events)) if disjoint else dp_accounting.ComposedDpEvent(events)
 
 
-def calibrate_mean(config: declared.Estimation) -> tuple[estimation.Hyperparams, dict]:
+def calibrate_mean(
+    config: declared.Estimation, ledger: Any = None
+) -> tuple[estimation.Hyperparams, dict]:
     """The setting's noise, clipping and search parameters for ``config``, and its privacy
     fields: every release is calibrated to (eps, delta) of the setting's neighbouring relation
-    (the central user-level curator splits eps and delta in two halves, basic composition)."""
+    (the central user-level curator splits eps and delta in two halves, basic composition), and
+    the record certifies what the round's releases state (:func:`round_event`, basic
+    composition of the exact releases) at the numbers that ran.
+
+    ``ledger``: the round's releases (default: traced from the program of ``config``)."""
+    setting = setting_of(config)
+    noise = estimation.MECHANISMS[config.mechanism]
     S, n, eps = config.sites, config.units, config.epsilon
-    mechanism, setting = config.mechanism, config.setting
-    delta = config.delta if mechanism == "gaussian" else 0.0
+    delta = noise.delta(config.delta)
     clip = default_clip(config)
-    tau = LOCATION_SPREAD
-    first = second = width = 0.0
-    stages = 0
-
-    releases = []  # (scale, sensitivity) of each release, for the events the run emits
-
-    def scale(sensitivity, share=1.0):
-        releases.append((noise_scale(sensitivity, eps * share, delta * share, mechanism),
-                         sensitivity))  # fmt: skip
-        return releases[-1][0]
-
-    if setting == "local-item":
-        first = scale(2.0 * clip)
-    elif setting == "central-item":
-        first = scale(2.0 * clip / (S * n))
-    elif setting == "federated":
-        first = scale(2.0 * clip / n)
-    elif setting == "local-user-small":
-        first = scale(2.0 * clip)
-        center_std = math.sqrt((noise_variance(first, mechanism) + 1.0 / n) / (S // 2))
-        width = tau * difference_std(n, center_std)
-        second = scale(min(2.0 * width, 2.0 * clip))
-    elif setting == "central-user":
-        first = scale(2.0 * clip / S, 0.5)
-        center_std = math.sqrt(noise_variance(first, mechanism) + 1.0 / (S * n))
-        width = tau * difference_std(n, center_std)
-        second = scale(min(2.0 * width, 2.0 * clip) / S, 0.5)
-    elif setting == "local-user-large":
-        width = tau / math.sqrt(n)  # a site mean's spread
-        # halve (to 3/4) until the interval is 4 spreads wide: every site then votes alike
-        wanted = math.log(2.0 * clip / (4.0 * width)) / math.log(4.0 / 3.0)
-        stages = int(min(max(math.ceil(wanted), 0), S // 2))
-        final = 2.0 * clip * 0.75**stages + 2.0 * width
-        second = scale(min(final, 2.0 * clip))
+    releases = setting.calibrate(noise, S, n, eps, delta, clip)
     truthful = 1.0 / (1.0 + math.exp(-eps))  # e^eps / (1 + e^eps)
     hp = estimation.hyperparams(
-        sites=S, units=n, mean=config.mean, clip=clip, first_noise=first, second_noise=second,
-        width=width, stages=stages, truthful=truthful,
+        sites=S, units=n, mean=config.mean, clip=clip, first_noise=releases.first_noise,
+        second_noise=releases.second_noise, width=releases.width, stages=releases.stages,
+        truthful=truthful,
     )  # fmt: skip
-    # the variance the final release's noise adds to the estimate (the located center's error
-    # and the search's wrong turns enter only through clipping, not counted here)
-    estimate_noise = {
-        "none": 0.0,
-        "local-item": noise_variance(first, mechanism) / (S * n),
-        "central-item": noise_variance(first, mechanism),
-        "federated": noise_variance(first, mechanism) / S,
-        "local-user-small": noise_variance(second, mechanism) / (S - S // 2),
-        "local-user-large": noise_variance(second, mechanism) / (S - S // 2),
-        "central-user": noise_variance(second, mechanism),
-    }[setting]
-    notion, protected, trust = SETTING_NOTIONS[setting]
-    private = setting != "none"
-    if not private:
-        accountant = "none"
-    elif mechanism == "laplace":
-        accountant = "Laplace mechanism (pure eps)"
-    else:
-        accountant = "analytic Gaussian (Balle and Wang)"
-    if setting == "local-user-large":
-        accountant += "; randomized response (pure eps) for the search bits"
-    if setting == "central-user":
-        accountant += "; two releases at eps/2 (and delta/2), basic composition"
-    if setting.startswith("local-user"):
-        accountant += "; each user releases once"
-    if mechanism == "gaussian" and private:
-        notion = notion.replace("eps-DP", "(eps, delta)-DP")
-    certified = math.inf
-    if private:
-        event = mean_event(setting, mechanism, releases, stages, eps)
-        certified = spent(event, delta, accountant=Basic(), adjacency="bounded")
+    accountant, notion, certified = "none", setting.notion, math.inf
+    if setting.private:
+        accountant = noise.accountant + setting.accountant_notes
+        notion = notion.replace("eps-DP", noise.guarantee)
+        ledger = ledger if ledger is not None else round_ledger(program_of(config), S)
+        event = round_event(ledger, hp, setting.disjoint_releases)
+        certified = spent(event, delta, accountant=Basic(), adjacency=ledger.adjacency)
     return hp, {
         "epsilon_certified": certified,
         "delta": delta,
         "accountant": accountant,
         "notion": notion,
-        "protected": protected,
-        "trust_model": trust,
-        "sigma": max(first, second),
+        "protected": setting.protected,
+        "trust_model": setting.trust_model,
+        "sigma": max(releases.first_noise, releases.second_noise),
         "clip_used": clip,
-        "search_stages": stages,
-        "noise_variance": estimate_noise,
+        "search_stages": releases.stages,
+        "noise_variance": setting.estimate_variance(noise, releases, S, n),
     }
-
-
-def mean_event(setting: str, mechanism: str, releases: list, stages: int, epsilon: float):
-    """The event of what one protected unit's data takes part in, in ``setting``: one release
-    (item-level, federated), the two halves of the central user-level curator (composed), or,
-    in the local user-level settings, the one release each user makes (the locating stage's or
-    the final one: disjoint users, parallel composition). ``releases``: (scale, sensitivity) of
-    each release in order."""
-    import dp_accounting
-
-    from jfed.privacy import ApproximateDpEvent, ParallelDpEvent
-
-    kind = dp_accounting.LaplaceDpEvent if mechanism == "laplace" else dp_accounting.GaussianDpEvent
-    made = [kind(scale / sensitivity) for scale, sensitivity in releases]
-    if setting == "central-user":
-        return dp_accounting.ComposedDpEvent(made)
-    if setting == "local-user-small":
-        return ParallelDpEvent(tuple(made))
-    if setting == "local-user-large":
-        # a search bit: randomized response, truthful with probability e^eps / (1 + e^eps),
-        # eps-DP by its closed form (stated exactly: its noise parameter underflows at huge eps)
-        vote = ApproximateDpEvent(epsilon, 0.0)
-        return ParallelDpEvent((vote, *made)) if stages else made[0]
-    return made[0]
-
-
-def theory_rate(setting: str, sites: float, units: float, epsilon: float) -> float:
-    """The minimax rate of the spec's table for ``setting`` (constants omitted)."""
-    S, n, e2 = sites, units, epsilon**2
-    return {
-        "none": 1.0 / (S * n),
-        "local-item": 1.0 / (S * n * e2),
-        "local-user-small": 1.0 / (S * n * e2),
-        "local-user-large": math.exp(-S * e2),
-        "central-item": max(1.0 / (S * n), 1.0 / (S**2 * n**2 * e2)),
-        "central-user": max(1.0 / (S * n), 1.0 / (S**2 * n * e2)),
-        "federated": max(1.0 / (S * n), 1.0 / (S * n**2 * e2)),
-    }[setting]
 
 
 SEARCH_LAW_MAX_STAGES = 22
@@ -231,9 +168,11 @@ def search_law(config: declared.Estimation) -> dict:
     """
     from scipy.stats import binom, norm
 
-    if config.setting != "local-user-large" or config.data != "rademacher":
+    searching = isinstance(setting_of(config), estimation.LocalUserLarge)
+    if not searching or not isinstance(estimation.DATA_MODELS[config.data],
+                                       estimation.RademacherData):  # fmt: skip
         raise ValueError("the search's law is computed for local-user-large on rademacher data")
-    if config.mechanism != "laplace":
+    if not isinstance(estimation.MECHANISMS[config.mechanism], LaplaceNoise):
         raise ValueError("the search's law is computed for Laplace noise")
     hp, fields = calibrate_mean(config)
     S, n, mu, eps = config.sites, config.units, config.mean, config.epsilon
@@ -279,11 +218,8 @@ def sampling_variance(config: declared.Estimation) -> float:
     """The variance the estimator would have without any noise: Var(X) / (units it averages),
     where the local user-level estimators average only the half of the sites that do not locate
     (clipping ignored). ``mse - sampling_variance`` is the price of privacy."""
-    variance = 1.0 - config.mean**2 if config.data == "rademacher" else 1.0
-    sites = config.sites
-    if config.setting in ("local-user-small", "local-user-large"):
-        sites -= config.sites // 2
-    return variance / (sites * config.units)
+    variance = estimation.DATA_MODELS[config.data].variance(config.mean)
+    return variance / (setting_of(config).estimating_sites(config.sites) * config.units)
 
 
 def monte_carlo(errors: np.ndarray) -> dict:
@@ -316,17 +252,27 @@ MONTE_CARLO_OUTPUTS: tuple[Output, ...] = (
 
 class MonteCarloExperiment(Experiment):
     """A run is ``replications`` engine rounds; nothing to choose among, so a sweep reports every
-    grid point (``selection_metric`` None)."""
+    grid point (``selection_metric`` None). Every round draws fresh data, so a run certifies
+    what one round's releases state (:meth:`run_event`)."""
 
     selection_metric = None
     selection_maximize = False
     report_metric = "mse"
+    disjoint_releases = False
 
     @property
     def rounds(self) -> int:
         return self.config.replications
 
     outputs = MONTE_CARLO_OUTPUTS
+
+    def ledger(self) -> Any:
+        """The releases one round of :attr:`algorithm` makes (traced once per program)."""
+        return round_ledger(self.algorithm, int(self.population.n_clients))
+
+    def run_event(self, hyper: Any) -> Any:
+        """One round's event (:func:`round_event`): no unit takes part in two rounds."""
+        return round_event(self.ledger(), hyper, self.disjoint_releases)
 
 
 class EstimationExperiment(MonteCarloExperiment):
@@ -335,6 +281,7 @@ class EstimationExperiment(MonteCarloExperiment):
     def __init__(self, config: declared.Estimation) -> None:
         super().__init__(config)
         self._max_sites, self._max_units = config.sites, config.units
+        self.disjoint_releases = setting_of(config).disjoint_releases
 
     def prepare(self, configs: list[declared.Estimation]) -> None:
         """Size the program for the largest S and n of the grid (the rest are masked)."""
@@ -347,19 +294,14 @@ class EstimationExperiment(MonteCarloExperiment):
 
     @property
     def algorithm(self) -> estimation.MeanEstimation:
-        program = estimation.MeanEstimation(
-            self.config.setting, self.config.mechanism, self.config.data, 1
-        )
         # padded to the grid's largest n only where units are drawn one by one
-        return (
-            dataclasses.replace(program, max_units=self._max_units) if program.per_unit else program
-        )
+        return program_of(self.config, self._max_units)
 
     def identity(self) -> dict:
         return {"dataset": f"synthetic {self.config.data}"}
 
     def calibrate(self, config: declared.Estimation):
-        return calibrate_mean(config)
+        return calibrate_mean(config, self.ledger())
 
     def evaluate(self, outputs: dict, config: declared.Estimation) -> dict:
         result = monte_carlo(outputs["error"])
@@ -369,7 +311,9 @@ class EstimationExperiment(MonteCarloExperiment):
             "sampling_variance": sampling,
             "privacy_mse": result["mse"] - sampling,
             "clipped_fraction": float(np.mean(outputs["clipped"])),
-            "theory_rate": theory_rate(config.setting, config.sites, config.units, config.epsilon),
+            "theory_rate": setting_of(config).theory_rate(
+                config.sites, config.units, config.epsilon
+            ),
         }
 
     @staticmethod
@@ -388,12 +332,77 @@ class EstimationExperiment(MonteCarloExperiment):
 # ------------------------------------------------------------------ functional mean estimation
 
 
+@dataclass(frozen=True)
+class AnisotropicShape:
+    """The seed's shape ``sigma_l ~ sqrt(Delta_l ||Delta||_1)`` (it minimises the total variance
+    at a given whitened sensitivity), scaled exactly by the analytic Gaussian of the whitened
+    mechanism: the seed's constant ``sqrt(4 ln(2/delta)) / eps`` spends more noise than
+    (eps, delta) needs (the records say how much)."""
+
+    private: ClassVar[bool] = True
+    accountant: ClassVar[str] = ("anisotropic Gaussian: the seed's shape sigma_l^2 ~ Delta_l "
+                                 "||Delta||_1, scaled by the analytic Gaussian of the whitened "
+                                 "mechanism")  # fmt: skip
+
+    def noise_std(self, sensitivities: np.ndarray, multiplier: float) -> np.ndarray:
+        """sigma: ``f64[r]`` for per-coordinate sensitivities ``Delta: f64[r]``."""
+        mechanism = AnisotropicGaussianMechanism(
+            tuple(map(float, sensitivities)),
+            tuple(map(float, multiplier * np.sqrt(sensitivities * sensitivities.sum()))),
+        )  # fmt: skip
+        return np.asarray(mechanism.noise_std)
+
+    def extra(self, sensitivities: np.ndarray, std: np.ndarray, epsilon: float,
+              delta: float) -> dict:  # fmt: skip
+        """The seed formula's noise against this one, and the eps it would certify."""
+        seed = AnisotropicGaussianMechanism.calibrate(sensitivities, epsilon, delta)
+        return {"seed_formula_noise_factor": float(seed.noise_std[0] / std[0]),
+                "seed_formula_epsilon": seed.epsilon(delta)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class IsotropicShape:
+    """One sigma for every coordinate, the analytic Gaussian's for the L2 sensitivity."""
+
+    private: ClassVar[bool] = True
+    accountant: ClassVar[str] = "analytic Gaussian (Balle and Wang), L2 sensitivity"
+
+    def noise_std(self, sensitivities: np.ndarray, multiplier: float) -> np.ndarray:
+        sensitivity = float(np.linalg.norm(sensitivities))
+        gaussian = GaussianMechanism(sensitivity, multiplier * sensitivity)
+        return np.full(len(sensitivities), gaussian.noise_std)
+
+    def extra(self, sensitivities, std, epsilon, delta) -> dict:
+        del sensitivities, std, epsilon, delta
+        return {}
+
+
+@dataclass(frozen=True)
+class NoNoiseShape:
+    """No noise: the non-private estimate."""
+
+    private: ClassVar[bool] = False
+
+
+NOISE_SHAPES: dict[str, AnisotropicShape | IsotropicShape | NoNoiseShape] = {
+    "anisotropic": AnisotropicShape(),
+    "isotropic": IsotropicShape(),
+    "none": NoNoiseShape(),
+}
+"""The noise each ``--noise-shape`` names."""
+
+
+def model_of(config: declared.FunctionalEstimation) -> functional.Model:
+    """The data model ``config`` names (its basis an object of :data:`functional.BASES`)."""
+    return functional.Model(functional.BASES[config.basis], config.smoothness)
+
+
 def optimal_terms(config: declared.FunctionalEstimation) -> int:
     """The spec's rate-optimal r for S servers, n functions, m observations, eps (at most the
     basis limit :data:`functional.MAX_TERMS`)."""
     a = config.smoothness
     S, n, m = config.servers, config.functions, config.observations
-    e2 = config.epsilon**2 if config.noise_shape != "none" else math.inf
+    e2 = config.epsilon**2 if NOISE_SHAPES[config.noise_shape].private else math.inf
     candidates = [(S * n) ** (1 / (2 * a)), (S * n * m) ** (1 / (2 * a + 1))]
     if math.isfinite(e2):
         candidates += [(S * n**2 * e2) ** (1 / (2 * a)), (S * n**2 * m * e2) ** (1 / (2 * a + 2))]
@@ -409,61 +418,29 @@ def functional_theory(config: declared.FunctionalEstimation) -> dict:
         "theory_functions": 1.0 / (S * n),
         "theory_dense": (1.0 / (S * n * m)) ** (2 * a / (2 * a + 1)),
     }
-    if config.noise_shape != "none":
+    if NOISE_SHAPES[config.noise_shape].private:
         e2 = config.epsilon**2
         terms["theory_private"] = 1.0 / (S * n**2 * e2)
         terms["theory_private_sparse"] = (1.0 / (S * n**2 * m * e2)) ** (2 * a / (2 * a + 2))
     return {**terms, "theory_rate": max(terms.values())}
 
 
-def calibrate_functional(config: declared.FunctionalEstimation, terms: int):
+def calibrate_functional(config: declared.FunctionalEstimation, terms: int, ledger: Any = None):
     """Per-coordinate clipping bounds of a function's projection, the noise of each server's
-    batch means, and the privacy fields (certified exactly: the whitened mechanism is an
-    isotropic Gaussian, analytic calibration)."""
-    model = functional.Model(config.basis, config.smoothness)
+    batch means, and the privacy fields: certified exactly (analytic Gaussian) from what the
+    round's release states at the numbers that ran (the whitened mechanism is an isotropic
+    Gaussian; :class:`~jfed.algorithms.estimation_aggregators.NoisyBatchMeans`).
+
+    ``ledger``: the round's releases (default: traced from the program of ``config``)."""
+    model = model_of(config)
     bounds = model.clip_bounds(terms, config.observations, config.servers * config.functions)
     batch = config.functions // config.iterations
     sensitivities = 2.0 * bounds / batch  # replace one function of a batch
-    if config.noise_shape == "none":
-        std = np.zeros(terms)
-        fields = {"epsilon_certified": math.inf, "delta": 0.0, "accountant": "none",
-                  "notion": "none (non-private)", "sigma": 0.0}  # fmt: skip
-    else:
+    shape = NOISE_SHAPES[config.noise_shape]
+    std = np.zeros(terms)
+    if shape.private:
         multiplier = float(analytic_gaussian_noise(1.0, config.epsilon, config.delta))
-        if config.noise_shape == "anisotropic":
-            # the seed's shape sigma_l ~ sqrt(Delta_l ||Delta||_1) (it minimises the total
-            # variance at a given whitened sensitivity), scaled exactly: the seed's constant
-            # sqrt(4 ln(2/delta)) / eps spends more noise than (eps, delta) needs
-            shape = np.sqrt(sensitivities * sensitivities.sum())
-            mechanism = AnisotropicGaussianMechanism(
-                tuple(map(float, sensitivities)), tuple(map(float, multiplier * shape))
-            )
-            std = np.asarray(mechanism.noise_std)
-            seed = AnisotropicGaussianMechanism.calibrate(
-                sensitivities, config.epsilon, config.delta
-            )
-            extra = {"seed_formula_noise_factor": float(seed.noise_std[0] / std[0]),
-                     "seed_formula_epsilon": seed.epsilon(config.delta)}  # fmt: skip
-            accountant = ("anisotropic Gaussian: the seed's shape sigma_l^2 ~ Delta_l ||Delta||_1, "
-                          "scaled by the analytic Gaussian of the whitened mechanism")  # fmt: skip
-            certified = spent(mechanism.dp_event(), config.delta, accountant=Analytic(),
-                              adjacency="bounded")  # fmt: skip
-        else:
-            sensitivity = float(np.linalg.norm(sensitivities))
-            gaussian = GaussianMechanism(sensitivity, multiplier * sensitivity)
-            std = np.full(terms, gaussian.noise_std)
-            extra = {}
-            accountant = "analytic Gaussian (Balle and Wang), L2 sensitivity"
-            certified = spent(gaussian.dp_event(), config.delta, accountant=Analytic(),
-                              adjacency="bounded")  # fmt: skip
-        fields = {
-            "epsilon_certified": float(certified),
-            "delta": config.delta,
-            "accountant": accountant + "; disjoint batches, so each function is in one release",
-            "notion": "user-level (eps, delta)-DP of each server's release",
-            "sigma": float(std.max()),
-            **extra,
-        }
+        std = shape.noise_std(sensitivities, multiplier)
     padded = np.zeros(functional.MAX_TERMS)
     padded_std, padded_bounds = padded.copy(), padded.copy()
     padded_std[:terms], padded_bounds[:terms] = std, bounds
@@ -471,6 +448,24 @@ def calibrate_functional(config: declared.FunctionalEstimation, terms: int):
         servers=config.servers, functions=config.functions, observations=config.observations,
         terms=terms, iterations=config.iterations, noise_std=padded_std, clip=padded_bounds,
     )  # fmt: skip
+    fields = {"epsilon_certified": math.inf, "delta": 0.0, "accountant": "none",
+              "notion": "none (non-private)", "sigma": 0.0}  # fmt: skip
+    if shape.private:
+        if ledger is None:
+            program = functional.FunctionalMean(model, config.functions, config.observations,
+                                                config.iterations)  # fmt: skip
+            ledger = round_ledger(program, config.servers)
+        certified = spent(round_event(ledger, hp), config.delta, accountant=Analytic(),
+                          adjacency=ledger.adjacency)  # fmt: skip
+        fields = {
+            "epsilon_certified": float(certified),
+            "delta": config.delta,
+            "accountant": shape.accountant + "; disjoint batches, so each function is in one "
+            "release",
+            "notion": "user-level (eps, delta)-DP of each server's release",
+            "sigma": float(std.max()),
+            **shape.extra(sensitivities, std, config.epsilon, config.delta),
+        }
     return hp, {
         **fields,
         "protected": "one function of one server (all its observations)",
@@ -500,10 +495,8 @@ class FunctionalExperiment(MonteCarloExperiment):
     @property
     def algorithm(self) -> functional.FunctionalMean:
         _, functions, observations = self._max
-        return functional.FunctionalMean(
-            functional.Model(self.config.basis, self.config.smoothness), functions,
-            observations, self.config.iterations,
-        )  # fmt: skip
+        return functional.FunctionalMean(model_of(self.config), functions, observations,
+                                         self.config.iterations)  # fmt: skip
 
     def identity(self) -> dict:
         return {"dataset": f"synthetic {self.config.basis} Sobolev functions"}
@@ -512,7 +505,7 @@ class FunctionalExperiment(MonteCarloExperiment):
         return config.terms if config.terms is not None else optimal_terms(config)
 
     def calibrate(self, config: declared.FunctionalEstimation):
-        return calibrate_functional(config, self.terms_of(config))
+        return calibrate_functional(config, self.terms_of(config), self.ledger())
 
     def evaluate(self, outputs: dict, config: declared.FunctionalEstimation) -> dict:
         squared = np.asarray(outputs["error"], np.float64)  # already ||mu~ - mu*||^2
@@ -526,9 +519,7 @@ class FunctionalExperiment(MonteCarloExperiment):
             "privacy_mse_se": float(price.std(ddof=1) / math.sqrt(count)),
             "replications": count,
             "clipped_fraction": float(np.mean(outputs["clipped"])),
-            "truncation_error": functional.Model(config.basis, config.smoothness).truncation(
-                self.terms_of(config)
-            ),
+            "truncation_error": model_of(config).truncation(self.terms_of(config)),
             **functional_theory(config),
         }
 
