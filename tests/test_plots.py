@@ -81,3 +81,57 @@ def test_a_long_label_wraps_and_stays_in_the_saved_image(drawn):
         figure.dpi_scale_trans.inverted()
     )
     assert saved.x0 <= extent.x0 and extent.x1 <= saved.x1 and saved.y0 <= extent.y0
+
+
+def _baseline(eps=float("inf")):
+    return {"method": "mbsgd", "dataset": "fair", "epsilon": eps, "test_r2_mean": 0.7,
+            "test_r2_se": 0.01, "seeds": 3, "delta": 0.0, "accountant": "none",
+            "notion": "none (non-private)"}  # fmt: skip
+
+
+def test_a_non_private_baseline_states_no_guarantee(drawn):
+    """Overlaid on private lines of one notion, a baseline adds no delta, accountant or notion
+    to the axis, and its legend says "(non-private)" once."""
+    private = [_row("noisy-mbsgd", e, 0.6, ISRL) for e in (1, 10)]
+    other = [{**_row("noisy-mbsgd", e, 0.5, ISRL), "accountant": "pld"} for e in (1, 10)]
+    axis = drawn([("noisy-mbsgd", private), ("local-sgd", other),
+                  ("mbsgd (non-private)", [_baseline()])])  # fmt: skip
+    label = axis.get_xlabel().replace("\n", " ")
+    assert "delta = 1e-05;" in label and "accountant: pld, zcdp" in label and ISRL[:40] in label
+    assert "none" not in label and "differ" not in label and "delta = 0" not in label
+    texts = [t.get_text() for t in axis.get_legend().get_texts()]
+    assert [t.count("non-private") for t in texts if "mbsgd (" in t] == [1]
+    # negative control: a second private notion is still said to differ
+    mixed = drawn([("noisy-mbsgd", private), ("modulated", [_row("modulated", 1, 0.5)]),
+                   ("mbsgd", [_baseline()])])  # fmt: skip
+    assert "notions differ" in mixed.get_xlabel().replace("\n", " ")
+
+
+def test_the_legend_lies_beside_the_points(drawn):
+    axis = drawn([(f"method-{i}", [_row(f"method-{i}", e, 0.5 + 0.01 * i) for e in (1, 3, 10)])
+                  for i in range(4)])  # fmt: skip
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(axis.get_figure()).get_renderer()
+    legend = axis.get_legend().get_window_extent(renderer)
+    assert legend.x0 >= axis.get_window_extent(renderer).x1  # wholly right of the panel
+
+
+def test_a_metric_that_was_not_finite_is_not_drawn_and_said(drawn):
+    rows = [{**_row("a", e, float("nan")), "test_r2_se": None} for e in (1, 10)]
+    rows.append(_row("a", 100, 0.5))
+    axis = drawn([("a", rows)])
+    assert "2 point(s) not drawn: the metric was not finite" in axis.get_title()
+    axis = drawn([("a", rows[:2])])  # nothing finite at all: an empty panel, no log-scale error
+    assert "not drawn" in axis.get_title()
+
+
+def test_an_overlay_of_two_metrics_is_refused_naming_the_folders(tmp_path):
+    from jfed._validation import UsageError
+
+    accuracy = [{**_row("ldp-fl", 1, 0.9), "test_accuracy_mean": 0.9}]
+    for row in accuracy:
+        del row["test_r2_mean"]
+    with pytest.raises(UsageError, match=r"one metric, got a: test_r2; b: test_accuracy"):
+        plots.plot_overlay([("a", [_row("x", 1, 0.5)]), ("b", accuracy)], str(tmp_path / "u"))
+    assert list(tmp_path.iterdir()) == []

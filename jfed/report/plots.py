@@ -21,6 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from jfed._io import replacing
+from jfed._validation import UsageError
 from jfed.catalog import METRIC_LABELS
 
 LOG_METRICS = ("mse",)
@@ -28,19 +29,29 @@ OUTLIER_FENCE = 3.0  # interquartile ranges beyond the quartiles that the y-rang
 LABEL_WIDTH = 70  # characters per line of an axis label: a long notion wraps, never runs off
 
 
+def _private(row: dict) -> bool:
+    """Whether a row states a guarantee: a finite eps (a non-private method's rows carry none,
+    or an infinite one, with a notion of "none ...")."""
+    epsilon = row.get("epsilon")
+    finite = isinstance(epsilon, int | float) and bool(np.isfinite(epsilon))
+    return finite and not str(row.get("notion") or "").startswith("none")
+
+
 def _notion(row: dict) -> str:
-    return str(row["notion"]).split(":")[0] if row.get("notion") else ""
+    return str(row["notion"]).split(":")[0] if _private(row) and row.get("notion") else ""
 
 
 def _notions(rows: list[dict]) -> list[str]:
     """The privacy notions of the private rows (a non-private method has none to state)."""
-    return sorted({_notion(r) for r in rows if _notion(r) and _notion(r) != "none"})
+    return sorted({_notion(r) for r in rows if _notion(r)})
 
 
 def _epsilon_label(rows: list[dict]) -> str:
-    """'eps' with the delta, accountant and notion of the rows, each named once if shared; when
-    the lines of a panel differ in notion, each line's legend names its own and the label says
-    so. Wrapped to :data:`LABEL_WIDTH` characters a line."""
+    """'eps' with the delta, accountant and notion of the private rows, each named once if
+    shared (a non-private baseline beside them states none); when the lines of a panel differ
+    in notion, each line's legend names its own and the label says so. Wrapped to
+    :data:`LABEL_WIDTH` characters a line."""
+    rows = [row for row in rows if _private(row)]
     deltas = sorted({f"{row['delta']:.3g}" for row in rows if row.get("delta") is not None})
     accountants = sorted({str(row["accountant"]) for row in rows if row.get("accountant")})
     details = []
@@ -76,7 +87,8 @@ def _figure(panels: int) -> tuple[Figure, np.ndarray]:
     """A figure of ``panels`` side by side, ``axes: [1, panels]``. Built with matplotlib's object
     API, not pyplot: writing a plot changes neither the caller's backend nor its open figures
     (a notebook's inline backend stays as it is)."""
-    figure = Figure(figsize=(4.8 * panels, 4.0))
+    # constrained layout keeps each panel's legend, beside it, clear of the next panel
+    figure = Figure(figsize=(6.4 * panels, 4.0), layout="constrained")
     return figure, figure.subplots(1, panels, squeeze=False)
 
 
@@ -92,21 +104,32 @@ def _save(figure, prefix: str) -> list[str]:
     return paths
 
 
+def _number(value) -> float:
+    """A metric or eps of a row as a float: ``None`` (not finite in the record) is NaN."""
+    return float("nan") if value is None else float(value)
+
+
+def _legend(axis) -> None:
+    """The legend beside the panel, never over its points (``bbox_inches="tight"`` keeps it)."""
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+
+
 def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: str):
     """``lines``: (label, tuned rows of one method) each; one panel per data set."""
     datasets = sorted({row.get("dataset") or "" for _, rows in lines for row in rows})
     figure, axes = _figure(len(datasets))
-    values = [r[f"{metric}_mean"] for _, rows in lines for r in rows]
+    values = [_number(r.get(f"{metric}_mean")) for _, rows in lines for r in rows]
     values += [r["reference"] for _, rows in lines for r in rows if r.get("reference") is not None]
     logarithmic = metric in LOG_METRICS  # errors spanning decades: every point shown, log axis
     if logarithmic:
-        positive = np.array([v for v in values if v > 0], np.float64)
+        positive = np.array([v for v in values if v > 0 and np.isfinite(v)], np.float64)
         low, high = (positive.min() / 1.5, positive.max() * 1.5) if positive.size else (1e-6, 1.0)
     else:
         low, high = robust_limits(np.array(values, np.float64))
     for axis, dataset in zip(axes[0], datasets, strict=True):
         shown = []
-        outside = 0
+        outside = missing = 0
         private_shown = False
         panel = [r for _, rows in lines for r in rows if (r.get("dataset") or "") == dataset]
         mixed = len(_notions(panel)) > 1
@@ -120,13 +143,20 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
             if mixed and _notions(mine):
                 label = f"{label} [{'; '.join(_notions(mine))}]"
             shown += mine
-            eps = np.array([r["epsilon"] for r in mine], np.float64)
-            mean = np.array([r[f"{metric}_mean"] for r in mine], np.float64)
-            se = np.array([r[f"{metric}_se"] for r in mine], np.float64)
+            eps = np.array([_number(r["epsilon"]) for r in mine], np.float64)
+            mean = np.array([_number(r.get(f"{metric}_mean")) for r in mine], np.float64)
+            se = np.array([_number(r.get(f"{metric}_se")) for r in mine], np.float64)
+            se = np.where(np.isfinite(se), se, 0.0)
+            drawn = np.isfinite(mean)  # a metric that was not finite in any seed has no point
+            missing += int(np.sum(~drawn))
+            if not drawn.any():
+                continue
+            eps, mean, se = eps[drawn], mean[drawn], se[drawn]
             outside += int(np.sum((mean < low) | (mean > high)))
             if not np.isfinite(eps).any():  # a non-private method: one level at every eps
+                named = label if "non-private" in label else f"{label} (non-private)"
                 axis.axhline(np.clip(mean[0], low, high), color=f"C{index}", linestyle=":",
-                             label=f"{label} (non-private)")  # fmt: skip
+                             label=named)  # fmt: skip
                 axis.axhspan(np.clip(mean[0] - se[0], low, high),
                              np.clip(mean[0] + se[0], low, high), color=f"C{index}",
                              alpha=0.1)  # fmt: skip
@@ -158,10 +188,11 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
             title.append(f"mean; band +-1 standard error over {'/'.join(map(str, seeds))} seeds")
         if outside:
             title.append(f"{outside} point(s) outside the y-range: hollow triangles at its edge")
+        if missing:
+            title.append(f"{missing} point(s) not drawn: the metric was not finite")
         axis.set_title("\n".join(title), fontsize=8)
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
-    figure.tight_layout()
+        _legend(axis)
     return _save(figure, prefix), len(datasets)
 
 
@@ -187,10 +218,17 @@ def plot_overlay(tables: list[tuple[str, list[dict]]], prefix: str) -> tuple[lis
     """The tuned tables of several sweeps (``(folder, table)`` each) in one figure: a line per
     (folder, method), labelled by the method (and the folder where a method repeats). Every
     table must report the same metric."""
-    metrics = {k[: -len("_mean")] for _, table in tables for row in table for k in row
-               if k.endswith("_mean")}  # fmt: skip
+    reported = {
+        folder: sorted({k[: -len("_mean")] for row in table for k in row if k.endswith("_mean")})
+        for folder, table in tables
+    }
+    metrics = {metric for names in reported.values() for metric in names}
     if len(metrics) != 1:
-        raise ValueError(f"expected sweeps that report one metric, got {sorted(metrics)}")
+        said = "; ".join(f"{folder}: {', '.join(names)}" for folder, names in reported.items())
+        raise UsageError(
+            f"jfed plot overlays sweeps that report one metric, got {said}: plot each folder on "
+            "its own"
+        )
     lines = []
     for folder, table in tables:
         for method in sorted({row["method"] for row in table}):
@@ -246,6 +284,5 @@ def plot_convergence(
             fontsize=8,
         )
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
-    figure.tight_layout()
+        _legend(axis)
     return _save(figure, prefix), len(panels)
