@@ -56,28 +56,35 @@ def _chunk_messages(
     key: jax.Array,
     valid: jax.Array | None = None,
     padded: bool = True,
-) -> tuple[PyTree, jax.Array]:
-    """Messages of one chunk of clients (padding zeroed) and their weights ``f32[chunk]``.
+    states: PyTree | None = None,
+) -> tuple[PyTree, jax.Array, PyTree | None]:
+    """Messages of one chunk of clients (padding zeroed), their weights ``f32[chunk]`` and,
+    with ``states`` (the chunk's rows of the per-client state), the clients' new states.
 
     ``valid: bool[chunk]`` marks the real clients; default: the ids below ``n_clients`` (a
     population's tail padding). A cohort passes its own mask (positions past its size).
-    ``padded=False`` says that every id is a real client: nothing is masked, the weights are 1."""
+    ``padded=False`` says that every id is a real client: nothing is masked, the weights are 1.
+    With ``states``, ``client_fn(broadcast, record, key, state) -> (message, new_state)``; the
+    new states of padding positions are returned as computed (the caller never writes them)."""
     keys = jax.vmap(partial(client_key, key))(chunk_ids)
 
-    def one_client(client_id: jax.Array, client_key_: jax.Array) -> PyTree:
+    def one_client(client_id: jax.Array, client_key_: jax.Array, *state: PyTree) -> PyTree:
         # fetched inside the vmap: a population may hand out a view (e.g. a silo's id into shared
         # arrays) so that only the rows a client reads are ever gathered
         record = population.record(jnp.minimum(client_id, n_clients - 1))
-        return client_fn(broadcast, record, client_key_)
+        return client_fn(broadcast, record, client_key_, *state)
 
     # vmapped even when a chunk holds one client: on XLA:CPU (jax 0.10.2, 2 cores) a CNN's local
     # training scanned client after client WITHOUT the vmap ran about ten times slower in most
     # runs (100 clients of the LDP-FL CNN: 27.2 s against 2.1 s, bench/vmap_one.py; its YNNPACK
     # fusions, gone with --xla_cpu_experimental_ynn_fusion_type=-LIBRARY_FUSION_TYPE_REDUCE),
     # while with it every run took about 2 s
-    messages = jax.vmap(one_client)(chunk_ids, keys)
+    if states is None:
+        messages, new_states = jax.vmap(one_client)(chunk_ids, keys), None
+    else:
+        messages, new_states = jax.vmap(one_client)(chunk_ids, keys, states)
     if not padded:
-        return messages, jnp.ones(chunk_ids.shape, jnp.float32)
+        return messages, jnp.ones(chunk_ids.shape, jnp.float32), new_states
     if valid is None:
         valid = chunk_ids < n_clients
 
@@ -85,7 +92,7 @@ def _chunk_messages(
         mask = valid.reshape(valid.shape + (1,) * (m.ndim - 1))
         return jnp.where(mask, m, jnp.zeros_like(m))
 
-    return jax.tree.map(zero_padding, messages), valid.astype(jnp.float32)
+    return jax.tree.map(zero_padding, messages), valid.astype(jnp.float32), new_states
 
 
 def _block_fold(
@@ -114,7 +121,7 @@ def _block_fold(
 
     def chunk_statistic(padded: bool) -> Callable[[jax.Array], PyTree]:
         def of(chunk_ids: jax.Array) -> PyTree:
-            messages, weights = _chunk_messages(
+            messages, weights, _ = _chunk_messages(
                 client_fn, n_clients, chunk_ids, broadcast, population, key, padded=padded
             )
             return statistic(messages, weights)
@@ -229,7 +236,8 @@ def stack(
 
     def local_stack(local_chunk_ids, broadcast, population, key):
         def one_chunk(carry, ids):
-            messages, _ = _chunk_messages(client_fn, n_clients, ids, broadcast, population, key)
+            messages, _, _ = _chunk_messages(client_fn, n_clients, ids, broadcast, population,
+                                             key)  # fmt: skip
             return carry, messages
 
         _, stacked = lax.scan(one_chunk, None, local_chunk_ids)
@@ -283,6 +291,45 @@ def stack_cohort(
     return _cohort(client_fn, broadcast, population, key, plan, info, None)
 
 
+def cohort_with_state(
+    client_fn: ClientFn,
+    broadcast: PyTree,
+    population: Population,
+    key: jax.Array,
+    plan: ExecutionPlan,
+    info: CohortInfo,
+    table: PyTree,
+    statistic: Statistic | None = sum_messages,
+) -> tuple[PyTree, PyTree]:
+    """A cohort's statistic (``None``: its stacked messages) computed with per-client state,
+    and the state table with the cohort's rows updated.
+
+    ``client_fn(broadcast, record, key, state) -> (message, new_state)`` for ONE client, where
+    ``state`` is its row of ``table`` (:mod:`jfed.engine.client_state`). The cohort's rows are
+    gathered once (O(capacity)), streamed through the fixed-width chunks beside the ids, and the
+    new rows of the cohort's members scattered back; positions past ``info.size`` (padding, id
+    ``n_clients``) write nothing, so no client's row is touched unless it was drawn. ``info``
+    with ``ids=None`` (every client) is the cohort ``0 .. n-1``. Other arguments as
+    :func:`aggregate_cohort`.
+
+    Returns:
+      ``(result, table)``: the statistic (or stacked messages, leaves ``[capacity, ...]``) and
+      the updated table.
+    """
+    from jfed.engine.client_state import gather_rows, scatter_rows
+
+    n_clients = population.n_clients
+    if info.ids is None:
+        info = CohortInfo(info.size, info.overflow, info.capacity,
+                          jnp.arange(n_clients, dtype=jnp.int32))  # fmt: skip
+    positions = jnp.arange(info.ids.shape[0], dtype=jnp.int32)
+    rows = gather_rows(table, info.ids, plan)
+    result, new_rows = _cohort(client_fn, broadcast, population, key, plan, info, statistic,
+                               rows)  # fmt: skip
+    table = scatter_rows(table, info.ids, new_rows, positions < info.size, plan)
+    return result, table
+
+
 def _cohort(
     client_fn: ClientFn,
     broadcast: PyTree,
@@ -291,8 +338,11 @@ def _cohort(
     plan: ExecutionPlan,
     info: CohortInfo,
     statistic: Statistic | None,
-) -> PyTree:
-    """The statistic (``None``: the stacked messages) of the drawn cohort ``info``."""
+    states: PyTree | None = None,
+) -> Any:
+    """The statistic (``None``: the stacked messages) of the drawn cohort ``info``; with
+    ``states`` (the cohort's state rows, leaves ``[capacity, ...]``), the pair ``(result,
+    new_states)``, the new rows in cohort order."""
     assert info.ids is not None  # a drawn cohort lists its ids
     n_clients = population.n_clients
     capacity = int(info.ids.shape[0])
@@ -306,43 +356,60 @@ def _cohort(
     ids = jnp.pad(fetched, (0, padded - capacity)).reshape(-1, chunk)
     valid = (jnp.arange(padded, dtype=jnp.int32) < info.size).reshape(-1, chunk)
     stacked = statistic is None
+    stateful = states is not None
+    if stateful:
+        states = jax.tree.map(
+            lambda r: jnp.pad(r, [(0, padded - capacity)] + [(0, 0)] * (r.ndim - 1)).reshape(
+                -1, chunk, *r.shape[1:]
+            ),
+            states,
+        )
 
-    def local(ids, valid, broadcast, population, key):
+    def local(ids, valid, states, broadcast, population, key):
         def one_chunk(total, chunk_inputs):
-            chunk_ids, chunk_valid = chunk_inputs
-            messages, weights = _chunk_messages(
-                client_fn, n_clients, chunk_ids, broadcast, population, key, chunk_valid
-            )
+            chunk_ids, chunk_valid, chunk_states = chunk_inputs
+            messages, weights, new_states = _chunk_messages(
+                client_fn, n_clients, chunk_ids, broadcast, population, key, chunk_valid,
+                states=chunk_states,
+            )  # fmt: skip
             if stacked:
-                return total, messages
-            return _tree_add(total, statistic(messages, weights)), None
+                return total, (messages, new_states)
+            return _tree_add(total, statistic(messages, weights)), (None, new_states)
 
         if stacked:
-            _, rows = lax.scan(one_chunk, None, (ids, valid))
-            return jax.tree.map(lambda m: m.reshape(-1, *m.shape[2:]), rows)
-        zero = _zero_statistic(client_fn, statistic, plan, broadcast, population, key)
-        total, _ = lax.scan(one_chunk, zero, (ids, valid))
-        return total
+            total = None
+        else:
+            message_fn = client_fn
+            if stateful:
+                one_row = jax.tree.map(lambda s: s[0, 0], states)
+                message_fn = lambda b, r, k: client_fn(b, r, k, one_row)[0]  # noqa: E731
+            total = _zero_statistic(message_fn, statistic, plan, broadcast, population, key)
+        total, (rows, new_states) = lax.scan(one_chunk, total, (ids, valid, states))
+        flat = lambda m: m.reshape(-1, *m.shape[2:])  # noqa: E731
+        result = jax.tree.map(flat, rows) if stacked else total
+        return result, jax.tree.map(flat, new_states)
 
     if plan.mesh is None:
-        result = local(ids, valid, broadcast, population, key)
+        result, new_states = local(ids, valid, states, broadcast, population, key)
     else:
         replicated, split = PartitionSpec(), PartitionSpec(CLIENT_AXIS)
 
-        def sharded(ids, valid, broadcast, population, key):
-            part = local(ids, valid, broadcast, population, key)
-            return part if stacked else lax.psum(part, CLIENT_AXIS)
+        def sharded(ids, valid, states, broadcast, population, key):
+            part, new_states = local(ids, valid, states, broadcast, population, key)
+            return (part if stacked else lax.psum(part, CLIENT_AXIS)), new_states
 
-        result = jax.shard_map(
+        result, new_states = jax.shard_map(
             sharded,
             mesh=plan.mesh,
-            in_specs=(split, split, replicated, replicated, replicated),
-            out_specs=split if stacked else replicated,
+            in_specs=(split, split, split, replicated, replicated, replicated),
+            out_specs=(split if stacked else replicated, split),
             check_vma=False,
-        )(ids, valid, broadcast, population, key)
+        )(ids, valid, states, broadcast, population, key)
     if stacked:
         result = jax.tree.map(lambda m: m[:capacity], result)
-    return result
+    if not stateful:
+        return result
+    return result, jax.tree.map(lambda m: m[:capacity], new_states)
 
 
 def _chunk_stat_shape(
@@ -355,5 +422,5 @@ def _chunk_stat_shape(
 ) -> PyTree:
     """The statistic of one chunk (traced only for its shape and dtype)."""
     ids = jnp.arange(plan.chunk_size, dtype=jnp.int32)
-    messages, weights = _chunk_messages(client_fn, 1, ids, broadcast, population, key)
+    messages, weights, _ = _chunk_messages(client_fn, 1, ids, broadcast, population, key)
     return statistic(messages, weights)

@@ -4,26 +4,43 @@ Inside ``round(state, hyper, key, clients)`` an algorithm reduces over every cli
 
     total = clients.sum(client_fn, broadcast)                    # a pytree like one message
     rows = clients.stack(client_fn, broadcast)                   # leaves [n_clients, ...]
-    value, agg_state = clients.aggregate(aggregator, hyper.privacy, state.aggregator,
-                                         client_fn, broadcast, key)
+    value, agg_state, diagnostics = clients.aggregate(aggregator, hyper.privacy,
+                                                      state.aggregator, client_fn, broadcast, key)
 
 or over a cohort, a view of the same calls on the round's sampled clients::
 
     cohort = clients.sample(Poisson(rate=0.01))                  # cohort.info: size, ids, ...
-    value, agg_state = cohort.aggregate(aggregator, hyper.privacy, state.aggregator,
-                                        client_fn, broadcast, key)
+    value, agg_state, diagnostics = cohort.aggregate(aggregator, hyper.privacy,
+                                                     state.aggregator, client_fn, broadcast, key)
 
 ``client_fn(broadcast, record, key) -> message`` is written for ONE client; the engine vmaps,
 chunks, shards and samples. The whole population is the cohort ``0 .. n-1`` (:class:`All`):
-one internal path.
+one internal path. A participation schedule (:mod:`jfed.engine.schedules`: cyclic groups,
+min-separation, shuffled epochs) is a cohort too, drawn from the run's schedule key and the
+round index, so its partition holds for the whole run.
+
+Per-client state. An algorithm that defines ``client_state(hyper, key)`` (ONE client's initial
+state) has it stored by the engine for every client (:mod:`jfed.engine.client_state`); a call
+with ``client_state=True`` hands each client its own state and keeps what it returns::
+
+    def client(broadcast, record, key, control):       # control: this client's state
+        ...
+        return message, new_control
+
+    total = cohort.sum(client, broadcast, client_state=True)
+
+Only the cohort's rows are read and written (O(cohort)); a client not drawn keeps its state
+exactly; padding writes nothing.
 
 A privatized aggregation (:mod:`jfed.privacy.aggregators`) goes through ``aggregate``: the engine
 runs ``client_fn`` for every client of the cohort, the aggregator's ``preprocess`` on each
-message, sums, and calls its ``release`` once. Each such release is a line of the round's
-:class:`Ledger` when one is kept (:func:`trace_releases`): the aggregator, the cohort and where
-its parameters came from in ``hyper`` (they must be read from the hyper-parameters unchanged, so
-that the accountant reads exactly the numbers that ran). A run's guarantee is the composition of
-those releases over its rounds (:meth:`Ledger.event`): no method states its event by hand.
+message, sums, and calls its ``release`` once. A tuple of aggregators makes one release each
+from ONE pass over the clients (``client_fn`` returns a tuple of updates, one per aggregator).
+Each release is a line of the round's :class:`Ledger` when one is kept (:func:`trace_releases`):
+the aggregator, the cohort and where its parameters came from in ``hyper`` (they must be read
+from the hyper-parameters unchanged, so that the accountant reads exactly the numbers that ran).
+A run's guarantee is the composition of those releases over its rounds (:meth:`Ledger.event`):
+no method states its event by hand.
 """
 
 from __future__ import annotations
@@ -41,13 +58,16 @@ from jfed.engine.aggregate import (
     Statistic,
     aggregate,
     aggregate_cohort,
+    cohort_with_state,
     stack,
     stack_cohort,
     sum_messages,
 )
+from jfed.engine.client_state import check_new_state
 from jfed.engine.cohort import All, Cohort, CohortInfo, cohort_capacity, draw_cohort
 from jfed.engine.keys import cohort_key
 from jfed.engine.plan import ExecutionPlan
+from jfed.engine.schedules import SCHEDULES
 from jfed.privacy.guarantee import Adjacency
 
 PyTree = Any
@@ -57,13 +77,81 @@ PRIVACY_STREAM = np.uint32(2**32 - 2)
 noise): a stream of its own, apart from what the client's own function draws."""
 
 
+def participation_of(aggregator: Any) -> Any:
+    """The participation pattern a correlated-noise aggregator is calibrated for (its
+    ``participation``, looked for through wrappers' ``inner``), else ``None``."""
+    while aggregator is not None:
+        if hasattr(aggregator, "participation"):
+            return aggregator.participation
+        aggregator = getattr(aggregator, "inner", None)
+    return None
+
+
+def _run_event_of(aggregator: Any, params: Any) -> Any:
+    """The whole run's event of a correlated aggregator (its ``run_event``, through wrappers)."""
+    while not hasattr(aggregator, "run_event"):
+        aggregator = aggregator.inner
+    return aggregator.run_event(params)
+
+
+def _is_schedule(cohort: Any) -> bool:
+    return isinstance(cohort, SCHEDULES)
+
+
+def check_participation(aggregator: Any, cohort: Any, rounds: int) -> None:
+    """``ValueError`` unless a correlated aggregator's participation pattern is the one its
+    cohort produces over ``rounds`` rounds: a schedule's ``participation(rounds)``, or every
+    round for :class:`All`. A correlated aggregator under a sampled cohort (Poisson, uniform) is
+    refused: its event assumes no amplification and must not be wrapped in a sampled one. An
+    aggregator without a pattern passes."""
+    pattern = participation_of(aggregator)
+    if pattern is None:
+        return
+    from jfed.privacy.participation import Participation
+
+    if _is_schedule(cohort):
+        expected = cohort.participation(int(rounds))
+    elif isinstance(cohort, All):
+        expected = Participation.every_round(int(rounds))
+    else:
+        raise ValueError(
+            f"{type(aggregator).__name__} is calibrated for a participation pattern and assumes "
+            f"no amplification by sampling: run it on a schedule (CyclicGroups, MinSeparation, "
+            f"ShuffledEpochs) or on every client, not on {cohort!r}"
+        )
+    if pattern != expected:
+        raise ValueError(
+            f"{type(aggregator).__name__}'s participation {pattern} is not what {cohort!r} "
+            f"gives over {rounds} rounds ({expected}): its sensitivity, hence the guarantee, "
+            "would not hold; build the aggregator with the cohort's participation(rounds)"
+        )
+
+
+def _together(events: list) -> Any:
+    """The releases one cohort makes in one round as ONE event, for the cohort to wrap once:
+    Gaussians of multipliers ``z_i`` on the same clients are one Gaussian of
+    ``(sum z_i^-2)^-1/2`` (exactly: the pair's privacy loss is that of its projection on the
+    shift), anything else their composition."""
+    import dp_accounting
+
+    if len(events) == 1:
+        return events[0]
+    if all(isinstance(e, dp_accounting.GaussianDpEvent) for e in events):
+        multipliers = [float(e.noise_multiplier) for e in events]
+        if min(multipliers) == 0.0:
+            return dp_accounting.GaussianDpEvent(0.0)
+        return dp_accounting.GaussianDpEvent(sum(z**-2 for z in multipliers) ** -0.5)
+    return dp_accounting.ComposedDpEvent(list(events))
+
+
 @dataclass(frozen=True)
 class Release:
     """One privatized release of a round, as the ledger records it (host side).
 
     Attributes:
       aggregator: the static aggregator that released.
-      cohort: who took part (:class:`~jfed.engine.All`, :class:`~jfed.engine.Uniform`, ...).
+      cohort: who took part (:class:`~jfed.engine.All`, :class:`~jfed.engine.Uniform`, a
+        schedule, ...).
       n_clients: the population size.
       params_paths: where each leaf of the aggregator's parameters lies in the run's
         hyper-parameters (``jax.tree_util`` key paths).
@@ -98,6 +186,12 @@ class Release:
         """The aggregator's own adjacency where it states one (a local randomizer's is
         ``BOUNDED``), else its cohort's natural one."""
         return getattr(self.aggregator, "adjacency", None) or self.cohort.adjacency
+
+    @property
+    def correlated(self) -> bool:
+        """Whether the aggregator is calibrated for a participation pattern over the whole run
+        (a correlated-noise aggregator: its run is one event, not a per-round one)."""
+        return participation_of(self.aggregator) is not None
 
 
 @dataclass
@@ -134,14 +228,58 @@ class Ledger:
 
     def event(self, hyper: PyTree, rounds: int):
         """The ``DpEvent`` of ``rounds`` rounds of these releases at host hyper-parameters
-        ``hyper``: the round's releases composed, the rounds self-composed."""
+        ``hyper``.
+
+        - The releases of one round over one sampled cohort (same clients) are wrapped ONCE by
+          the cohort's sampling (:func:`_together` joins them): wrapping each would count two
+          independent samples where there is one. Releases over two different sampled cohorts
+          in one round are refused (their draws are nested, not independent).
+        - A local randomizer's release is its own event (never wrapped).
+        - Those per-round events are composed, and the rounds self-composed.
+        - Over a schedule, independent-noise releases compose over the participations of one
+          client only (``Participation.independent_releases_event``).
+        - A correlated-noise aggregator's releases are its run's event, once
+          (``run_event``; its pattern is checked against the cohort's for ``rounds``).
+        """
         import dp_accounting
 
-        if not self.releases:
+        per_round, run_level = [], []
+        sampled: dict[Any, list] = {}
+        scheduled: dict[Any, list] = {}
+        for release in self.releases:
+            check_participation(release.aggregator, release.cohort, rounds)
+            params = release.params(hyper)
+            if release.correlated:
+                run_level.append(_run_event_of(release.aggregator, params))
+            elif getattr(release.aggregator, "local", False):
+                per_round.append(release.aggregator.event(params))
+            elif _is_schedule(release.cohort):
+                scheduled.setdefault(release.cohort, []).append(release.aggregator.event(params))
+            else:
+                sampled.setdefault((release.cohort, release.n_clients), []).append(
+                    release.aggregator.event(params)
+                )
+        amplifying = [cohort for cohort, _ in sampled if not isinstance(cohort, All)]
+        if len(amplifying) > 1:
+            raise ValueError(
+                f"one round releases over different sampled cohorts ({amplifying}): their draws "
+                "are nested, not independent samples, and no accountant here composes them"
+            )
+        for (cohort, n_clients), events in sampled.items():
+            per_round.append(cohort.sampled_event(_together(events), n_clients))
+        for schedule, events in scheduled.items():
+            pattern = schedule.participation(int(rounds))
+            run_level.append(pattern.independent_releases_event(_together(events)))
+        parts = []
+        if per_round:
+            one = per_round[0] if len(per_round) == 1 else dp_accounting.ComposedDpEvent(per_round)
+            if rounds != 1:
+                one = dp_accounting.SelfComposedDpEvent(one, int(rounds))
+            parts.append(one)
+        parts += run_level
+        if not parts:
             return dp_accounting.NoOpDpEvent()
-        events = [release.event(hyper) for release in self.releases]
-        one = events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
-        return one if rounds == 1 else dp_accounting.SelfComposedDpEvent(one, int(rounds))
+        return parts[0] if len(parts) == 1 else dp_accounting.ComposedDpEvent(parts)
 
 
 class CohortView:
@@ -159,19 +297,33 @@ class CohortView:
         self.info = info
 
     def sum(
-        self, client_fn: ClientFn, broadcast: PyTree, statistic: Statistic = sum_messages
+        self,
+        client_fn: ClientFn,
+        broadcast: PyTree,
+        statistic: Statistic = sum_messages,
+        *,
+        client_state: bool = False,
     ) -> PyTree:
-        """The statistic summed over the cohort (:func:`jfed.engine.aggregate_cohort`)."""
+        """The statistic summed over the cohort (:func:`jfed.engine.aggregate_cohort`).
+
+        With ``client_state=True``, ``client_fn(broadcast, record, key, state) -> (message,
+        new_state)`` reads and updates each member's stored state (see the module docstring)."""
         c = self._clients
+        if client_state:
+            return c._with_state(client_fn, broadcast, self.info, statistic)
         if self.info.ids is None:
             return aggregate(client_fn, broadcast, c.population, c.key, c.plan, statistic)
         return aggregate_cohort(client_fn, broadcast, c.population, c.key, c.plan, self.info,
                                 statistic)  # fmt: skip
 
-    def stack(self, client_fn: ClientFn, broadcast: PyTree) -> PyTree:
+    def stack(
+        self, client_fn: ClientFn, broadcast: PyTree, *, client_state: bool = False
+    ) -> PyTree:
         """Every member's message in cohort order (``[capacity, ...]``; rows past the size are
-        zero)."""
+        zero). ``client_state`` as in :meth:`sum`."""
         c = self._clients
+        if client_state:
+            return c._with_state(client_fn, broadcast, self.info, None)
         if self.info.ids is None:
             return stack(client_fn, broadcast, c.population, c.key, c.plan)
         return stack_cohort(client_fn, broadcast, c.population, c.key, c.plan, self.info)
@@ -183,39 +335,98 @@ class CohortView:
         state: PyTree,
         client_fn: ClientFn,
         broadcast: PyTree,
-        key: jax.Array,
+        key: Any,
         statistic: Statistic = sum_messages,
+        *,
+        client_state: bool = False,
     ) -> tuple[PyTree, PyTree, dict]:
-        """One privatized release over the cohort.
+        """One privatized release over the cohort (or one per aggregator of a tuple).
 
         Args:
-          aggregator: a static aggregator (:mod:`jfed.privacy.aggregators`).
+          aggregator: a static aggregator (:mod:`jfed.privacy.aggregators`), or a tuple of
+            them: then ``params``, ``state`` and ``key`` are tuples of the same length,
+            ``client_fn`` returns a tuple of updates (one per aggregator), every aggregator
+            preprocesses its own, and each makes its own release (a line of the ledger each)
+            from ONE pass over the clients.
           params: its parameters, read from the round's hyper-parameters unchanged.
           state: its state (from ``aggregator.init`` or its last release).
-          client_fn: ``client_fn(broadcast, record, key) -> update`` for ONE client.
+          client_fn: ``client_fn(broadcast, record, key) -> update`` for ONE client (with
+            ``client_state=True``: ``client_fn(broadcast, record, key, state) -> (update,
+            new_state)``).
           broadcast: what every client receives.
           key: the server's key for this release (used once).
           statistic: how a chunk of preprocessed records is reduced (default: their sum; e.g.
             second moments ``X^T X`` of a chunk, computed as one product); additive over chunks.
+          client_state: hand each client its stored state (see :meth:`sum`).
 
         Returns:
           ``(value, state, diagnostics)``: the aggregator's release, its next state, and its
-          diagnostics with ``cohort_size`` and ``overflow`` added.
+          diagnostics with ``cohort_size`` and ``overflow`` added (tuples of them for a tuple
+          of aggregators).
         """
-
-        def contribution(broadcast: PyTree, record: Any, client_key: jax.Array) -> PyTree:
-            update = client_fn(broadcast, record, client_key)
-            return aggregator.preprocess(
-                params, state, update, jax.random.fold_in(client_key, PRIVACY_STREAM)
+        several = isinstance(aggregator, tuple)
+        aggregators = aggregator if several else (aggregator,)
+        all_params = params if several else (params,)
+        states = state if several else (state,)
+        keys = key if several else (key,)
+        if not len(aggregators) == len(all_params) == len(states) == len(keys):
+            raise ValueError(
+                f"a tuple of {len(aggregators)} aggregators needs as many params, states and keys, "
+                f"got {len(all_params)}, {len(states)} and {len(keys)}"
             )
 
+        def preprocess(client_key: jax.Array, updates: tuple) -> tuple:
+            if not several:
+                updates = (updates,)
+            if len(updates) != len(aggregators):
+                raise ValueError(
+                    f"the client function must return one update per aggregator "
+                    f"({len(aggregators)}), got {len(updates)}"
+                )
+            privacy_key = jax.random.fold_in(client_key, PRIVACY_STREAM)
+            # one key per aggregator: the first keeps the single aggregator's key
+            keys = [privacy_key] + [jax.random.fold_in(privacy_key, i)
+                                    for i in range(1, len(aggregators))]  # fmt: skip
+            inputs = zip(aggregators, all_params, states, updates, keys, strict=True)
+            return tuple(agg.preprocess(p, s, u, k) for agg, p, s, u, k in inputs)
+
+        if client_state:
+
+            def contribution(broadcast, record, client_key, client_state_):
+                updates, new_state = client_fn(broadcast, record, client_key, client_state_)
+                return preprocess(client_key, updates), new_state
+
+        else:
+
+            def contribution(broadcast, record, client_key):
+                return preprocess(client_key, client_fn(broadcast, record, client_key))
+
         c = self._clients
-        if c.ledger is not None:
-            c.ledger.record(aggregator, self.cohort, c.population.n_clients, params)
-        summed = self.sum(contribution, broadcast, statistic)
-        value, state, diagnostics = aggregator.release(params, state, summed, key)
-        diagnostics = dict(diagnostics, cohort_size=self.info.size, overflow=self.info.overflow)
-        return value, state, diagnostics
+        for agg, p in zip(aggregators, all_params, strict=True):
+            if c.rounds is not None:
+                check_participation(agg, self.cohort, c.rounds)
+            if c.ledger is not None:
+                c.ledger.record(agg, self.cohort, c.population.n_clients, p)
+        summed = self.sum(contribution, broadcast, _per_aggregator(statistic, len(aggregators)),
+                          client_state=client_state)  # fmt: skip
+        values, new_states, diagnostics = [], [], []
+        for agg, p, s, total, k in zip(aggregators, all_params, states, summed, keys, strict=True):
+            value, new_state, found = agg.release(p, s, total, k)
+            values.append(value)
+            new_states.append(new_state)
+            diagnostics.append(dict(found, cohort_size=self.info.size, overflow=self.info.overflow))
+        if several:
+            return tuple(values), tuple(new_states), tuple(diagnostics)
+        return values[0], new_states[0], diagnostics[0]
+
+
+def _per_aggregator(statistic: Statistic, count: int) -> Statistic:
+    """``statistic`` applied to each aggregator's records of a chunk (a tuple of ``count``)."""
+
+    def of(records: tuple, weights: jax.Array) -> tuple:
+        return tuple(statistic(r, weights) for r in records)
+
+    return of
 
 
 class Clients:
@@ -226,6 +437,10 @@ class Clients:
     Attributes:
       n_clients: the population size n (static).
       round_index: ``i32[]``, the round t.
+      rounds: the run's number of rounds R (static), where the engine knows it.
+      states: the per-client state table (leaves ``[rows, ...]``, row i client i's state; rows
+        >= n), updated by every call with ``client_state=True``; ``None`` when the algorithm
+        keeps none.
     """
 
     def __init__(
@@ -235,12 +450,19 @@ class Clients:
         plan: ExecutionPlan,
         round_index: jax.Array,
         ledger: Ledger | None = None,
+        *,
+        states: PyTree | None = None,
+        schedule_key: jax.Array | None = None,
+        rounds: int | None = None,
     ) -> None:
         self.population = population
         self.key = key
         self.plan = plan
         self.round_index = round_index
         self.ledger = ledger
+        self.states = states
+        self.schedule_key = schedule_key
+        self.rounds = rounds
         self._drawn: dict[Any, CohortView] = {}
         n = population.n_clients
         self._all = CohortView(self, All(), CohortInfo(jnp.int32(n), jnp.int32(0),
@@ -251,26 +473,44 @@ class Clients:
         return int(self.population.n_clients)
 
     def sample(self, cohort: Cohort) -> CohortView:
-        """The round's cohort of kind ``cohort`` (static), drawn from the round's cohort key in
-        O(capacity) work: every call with the same kind in a round gives the same clients."""
+        """The round's cohort of kind ``cohort`` (static), in O(capacity) work: every call with
+        the same kind in a round gives the same clients. A random cohort (``Uniform``,
+        ``Poisson``) is drawn from the round's cohort key; a schedule (``CyclicGroups``,
+        ``MinSeparation``, ``ShuffledEpochs``) from the run's schedule key and the round index
+        (its partition is the same in every round)."""
         if isinstance(cohort, All):
             return self._all
         if cohort not in self._drawn:
-            cohort_capacity(cohort, self.n_clients)  # a cohort larger than n is refused here
-            info = draw_cohort(cohort, self.n_clients, cohort_key(self.key))
+            if _is_schedule(cohort):
+                if self.schedule_key is None:
+                    raise ValueError(
+                        f"{cohort!r} is drawn from the run's schedule key, which these clients "
+                        "lack: run the rounds with jfed.engine.simulate or run_rounds"
+                    )
+                info = cohort.draw(self.n_clients, self.schedule_key, self.round_index)
+            else:
+                cohort_capacity(cohort, self.n_clients)  # a cohort larger than n is refused here
+                info = draw_cohort(cohort, self.n_clients, cohort_key(self.key))
             self._drawn[cohort] = CohortView(self, cohort, info)
         return self._drawn[cohort]
 
     def sum(
-        self, client_fn: ClientFn, broadcast: PyTree, statistic: Statistic = sum_messages
+        self,
+        client_fn: ClientFn,
+        broadcast: PyTree,
+        statistic: Statistic = sum_messages,
+        *,
+        client_state: bool = False,
     ) -> PyTree:
         """The statistic (default: the messages) summed over every client."""
-        return self._all.sum(client_fn, broadcast, statistic)
+        return self._all.sum(client_fn, broadcast, statistic, client_state=client_state)
 
-    def stack(self, client_fn: ClientFn, broadcast: PyTree) -> PyTree:
+    def stack(
+        self, client_fn: ClientFn, broadcast: PyTree, *, client_state: bool = False
+    ) -> PyTree:
         """Every client's message in client order (``[n_clients, ...]`` leaves; memory
         O(n_clients x message): for few, heavy clients)."""
-        return self._all.stack(client_fn, broadcast)
+        return self._all.stack(client_fn, broadcast, client_state=client_state)
 
     def aggregate(
         self,
@@ -279,12 +519,44 @@ class Clients:
         state: PyTree,
         client_fn: ClientFn,
         broadcast: PyTree,
-        key: jax.Array,
+        key: Any,
         statistic: Statistic = sum_messages,
+        *,
+        client_state: bool = False,
     ) -> tuple[PyTree, PyTree, dict]:
         """One privatized release over every client (:meth:`CohortView.aggregate`)."""
         return self._all.aggregate(aggregator, params, state, client_fn, broadcast, key,
-                                   statistic)  # fmt: skip
+                                   statistic, client_state=client_state)  # fmt: skip
+
+    def _with_state(
+        self, client_fn: ClientFn, broadcast: PyTree, info: CohortInfo, statistic: Any
+    ) -> PyTree:
+        """A call with per-client state: the cohort's rows gathered, computed, scattered back
+        into :attr:`states`."""
+        if self.states is None:
+            raise ValueError(
+                "client_state=True needs per-client state: define client_state(hyper, key) on "
+                "the algorithm (ONE client's initial state) and run it with "
+                "jfed.engine.simulate or run_rounds"
+            )
+
+        def checked(broadcast, record, key, state):
+            message, new_state = client_fn(broadcast, record, key, state)
+            check_new_state(state, new_state)
+            return message, new_state
+
+        result, self.states = cohort_with_state(
+            checked, broadcast, self.population, self.key, self.plan, info, self.states,
+            statistic,
+        )  # fmt: skip
+        return result
+
+
+def initial_client_state(algorithm: Any, hyper: PyTree, key: jax.Array) -> PyTree | None:
+    """ONE client's initial state, ``algorithm.client_state(hyper, key)``, or ``None`` when the
+    algorithm keeps no per-client state."""
+    declare = getattr(algorithm, "client_state", None)
+    return None if declare is None else declare(hyper, key)
 
 
 def trace_releases(
@@ -299,8 +571,10 @@ def trace_releases(
       hyper: hyper-parameters of the run's structure (any values: e.g. a noise multiplier of 1).
       plan: the engine plan (default: one chunk of the population's size, fitted).
     """
+    from jfed.engine.client_state import create_table
     from jfed.engine.keys import round_key, run_streams
     from jfed.engine.plan import ExecutionPlan
+    from jfed.engine.schedules import schedule_key
 
     plan = (plan or ExecutionPlan()).fitted(population.n_clients)
     ledger = Ledger()
@@ -311,8 +585,11 @@ def trace_releases(
         }
         init_key, server_root, client_root = run_streams(key)
         state = algorithm.init(hyper, init_key)
+        initial = initial_client_state(algorithm, hyper, init_key)
+        states = None if initial is None else create_table(initial, population.n_clients, plan)
         t = jnp.int32(0)
-        clients = Clients(population, round_key(client_root, t), plan, t, ledger)
+        clients = Clients(population, round_key(client_root, t), plan, t, ledger, states=states,
+                          schedule_key=schedule_key(client_root))  # fmt: skip
         return algorithm.round(state, hyper, round_key(server_root, t), clients)
 
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), jnp.asarray(x).dtype),

@@ -10,10 +10,12 @@ import jax.numpy as jnp
 from jax import lax
 
 from jfed.data.population import Population
-from jfed.engine.clients import Clients
+from jfed.engine.client_state import RunState, create_table, trim_table
+from jfed.engine.clients import Clients, initial_client_state
 from jfed.engine.keys import round_key, run_streams
 from jfed.engine.plan import ExecutionPlan
 from jfed.engine.progress import report_every, report_round, round_progress
+from jfed.engine.schedules import schedule_key
 
 PyTree = Any
 
@@ -25,6 +27,12 @@ class Algorithm(Protocol):
     dataclass of ints): numbers that vary across a sweep (noise scales, step sizes) live in the
     ``hyperparams`` pytree, which reaches ``init`` and every ``round`` explicitly, so they are
     traced, not compiled in.
+
+    Optional: ``client_state(hyperparams, key) -> PyTree``, ONE client's initial state (e.g.
+    a control variate of zeros shaped like the model); ``key`` is the run's init key, the one
+    ``init`` receives (so a state can start at the server's initial model). The engine then
+    stores a copy for every client, hands each client its own in calls with
+    ``client_state=True`` and returns them all with the final state (:class:`RunState`).
     """
 
     def init(self, hyperparams: PyTree, key: jax.Array) -> PyTree:
@@ -70,7 +78,8 @@ def simulate(
 
     Returns:
       ``(final_state, infos)`` where every leaf of ``infos`` has a leading axis of length
-      ``rounds`` (the per-round diagnostics).
+      ``rounds`` (the per-round diagnostics); for an algorithm with per-client state,
+      ``final_state`` is :class:`RunState` ``(server, clients)``.
     """
     if int(rounds) != rounds or rounds < 1:
         raise ValueError(f"expected rounds >= 1 (integer), got rounds={rounds}")
@@ -109,18 +118,32 @@ def run_rounds(
     """The traceable body of :func:`simulate` (for callers that vmap or jit it themselves).
 
     ``progress_token`` (from :func:`jfed.engine.progress.round_progress`) reports every
-    ``progress_every`` rounds to that bar; ``None`` reports nothing."""
+    ``progress_every`` rounds to that bar; ``None`` reports nothing.
+
+    An algorithm with per-client state (``client_state``) has its table created here, carried
+    through the rounds beside the server state (split over the plan's mesh by rows) and
+    returned as ``RunState(server=final_state, clients=table)``, the table's leaves
+    ``[n_clients, ...]``."""
     init_key, server_root, client_root = run_streams(key)
     state = algorithm.init(hyperparams, init_key)
+    initial = initial_client_state(algorithm, hyperparams, init_key)
+    n_clients = population.n_clients
+    table = None if initial is None else create_table(initial, n_clients, plan)
+    schedules = schedule_key(client_root)
 
-    def one_round(state: PyTree, t: jax.Array) -> tuple[PyTree, PyTree]:
-        clients = Clients(population, round_key(client_root, t), plan, t)
+    def one_round(carry: tuple, t: jax.Array) -> tuple[tuple, PyTree]:
+        state, table = carry
+        clients = Clients(population, round_key(client_root, t), plan, t, states=table,
+                          schedule_key=schedules, rounds=rounds)  # fmt: skip
         new_state, info = algorithm.round(state, hyperparams, round_key(server_root, t), clients)
         if progress_token is not None:
             report_round(progress_token, t, progress_every, rounds)
-        return new_state, info
+        return (new_state, clients.states), info
 
-    return lax.scan(one_round, state, jnp.arange(rounds, dtype=jnp.int32))
+    (state, table), infos = lax.scan(one_round, (state, table), jnp.arange(rounds, dtype=jnp.int32))
+    if table is None:
+        return state, infos
+    return RunState(state, trim_table(table, n_clients)), infos
 
 
 _simulate = jax.jit(run_rounds, static_argnames=("algorithm", "rounds", "plan", "progress_every"))

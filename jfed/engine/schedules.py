@@ -29,7 +29,8 @@ population.
 Keys: ``key`` is the schedule's key for the WHOLE run, the same in every round; the schedule
 derives what changes (a subset's key per round, a permutation's key per epoch) from it with
 ``round_index``. A key that changed from round to round would re-draw the partition every round
-and break the separation the accountant relies on.
+and break the separation the accountant relies on. In a run, the engine passes
+:func:`schedule_key` of the run's client stream (``clients.sample(CyclicGroups(b))``).
 
 References: docs/concepts/correlated_noise.md (Schedules); Kairouz et al. 2021 (DP-FTRL with
 shuffled epochs and restarts); Choquette-Choo et al. 2023 (b-min-separation, cyclic groups).
@@ -42,15 +43,27 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jfed._validation import UsageError, check_int_range
 from jfed.engine.cohort import CohortInfo, feistel_bijection
+from jfed.privacy.guarantee import Adjacency
 from jfed.privacy.participation import Participation
 
 if TYPE_CHECKING:
     import dp_accounting
 
 _MAX_CLIENTS = 2**31 - 1
+
+SCHEDULE_STREAM = np.uint32(2**32 - 3)
+"""The word folded into a run's client root for its schedule key (round indices are below 2^31,
+so no round's key is this one)."""
+
+
+def schedule_key(client_root: jax.Array) -> jax.Array:
+    """The schedule key of a whole run: ``fold_in(client_root, SCHEDULE_STREAM)`` of the run's
+    client stream (:func:`jfed.engine.keys.run_streams`), the same in every round."""
+    return jax.random.fold_in(client_root, SCHEDULE_STREAM)
 
 
 def _check_population(n_clients: int, groups: int) -> int:
@@ -92,7 +105,7 @@ class _NoAmplification:
     """What every schedule states for the accountant: a release's event is not wrapped in a
     sampled one (the separation, not chance, is what the schedule guarantees)."""
 
-    adjacency: ClassVar[str] = "add-or-remove"
+    adjacency: ClassVar[Adjacency] = Adjacency.ADD_OR_REMOVE
 
     def sampled_event(self, event: dp_accounting.DpEvent, n_clients: int) -> Any:
         """``event`` itself: no amplification by sampling is assumed. Composing it over every
@@ -274,3 +287,6 @@ class ShuffledEpochs(_NoAmplification):
 
 
 Schedule = CyclicGroups | MinSeparation | ShuffledEpochs
+
+SCHEDULES = (CyclicGroups, MinSeparation, ShuffledEpochs)
+"""The schedule kinds (what :meth:`jfed.engine.Clients.sample` draws from the run's key)."""
