@@ -281,7 +281,7 @@ def test_release_adds_the_clipped_sum_and_reports_its_diagnostics():
     release = jax.jit(aggregator.release)
     released, state, diagnostics = release(params, state, summed, key)
     np.testing.assert_allclose(released["w"], [0.6 + 0.3, 0.8 + 0.4], rtol=1e-6)
-    assert float(diagnostics["unnoised_clipped_clients"]) == 1.0
+    assert float(diagnostics["clipped_count"]) == 1.0
     assert float(diagnostics["past_horizon"]) == 0.0
     for _ in range(2):
         _, state, diagnostics = release(params, state, summed, key)

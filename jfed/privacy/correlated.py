@@ -730,8 +730,9 @@ class CorrelatedGaussianSum:
           ``(released, state, diagnostics)``: ``released`` shaped like the update;
           diagnostics ``noise_std`` (of each fresh draw), ``past_horizon`` (1.0 once the run
           has made more releases than ``participation.rounds``, where the sensitivity no longer
-          holds) and ``unnoised_clipped_clients`` (computed from the clients' raw updates:
-          outside the guarantee).
+          holds), ``clip`` (the clip norm) and ``clipped_count`` (how many clients clipping
+          shrank, computed from their raw updates: outside the guarantee, one of
+          :data:`jfed.privacy.aggregators.NOT_PRIVATE`).
         """
         update = summed.update
         template = jax.tree.map(
@@ -752,7 +753,8 @@ class CorrelatedGaussianSum:
         diagnostics = {
             "noise_std": std,
             "past_horizon": (state.round >= self.participation.rounds).astype(jnp.float32),
-            "unnoised_clipped_clients": jnp.asarray(summed.clipped, jnp.float32),
+            "clip": jnp.asarray(params.clip_norm, jnp.float32),
+            "clipped_count": jnp.asarray(summed.clipped, jnp.float32),
         }
         return released, CorrelatedState(state.round + 1, buffers), diagnostics
 
