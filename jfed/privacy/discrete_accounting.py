@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import attr
 import dp_accounting
@@ -64,6 +65,9 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 from scipy import special
 
 from jfed._validation import check_nonnegative, check_open_unit, check_positive
+
+Orders = Sequence[float] | np.ndarray
+"""RDP orders: a sequence or an array of numbers > 1."""
 
 ORDERS = (*range(2, 257), 320, 384, 512, 768, 1024)
 """Integer RDP orders (the general subsampling bound needs integers)."""
@@ -132,42 +136,41 @@ def distributed_tau(share_variance: float, shares: int) -> float:
     return float(10.0 * np.sum(np.exp(-2.0 * math.pi**2 * share_variance * k / (k + 1.0))))
 
 
-def discrete_gaussian_rdp(event: DiscreteGaussianDpEvent, orders: Sequence[float]) -> np.ndarray:
+def discrete_gaussian_rdp(event: DiscreteGaussianDpEvent, orders: Orders) -> np.ndarray:
     """RDP of one release at ``orders`` (see the module table)."""
     _check_event(event)
-    orders = np.asarray(orders, np.float64)
+    alphas = np.asarray(orders, np.float64)
     l2_scale = 1.0 / event.noise_multiplier
     if event.shares == 1:
-        return orders * l2_scale**2 / 2.0
+        return alphas * l2_scale**2 / 2.0
     variance = (event.noise_multiplier * event.l2_sensitivity) ** 2
     tau = distributed_tau(variance / event.shares, event.shares)
     l1_scale = event.l1_sensitivity / math.sqrt(variance)
     dimension = event.dimension
     return np.minimum.reduce([
-        orders / 2.0 * l2_scale**2 + tau * dimension,
-        orders / 2.0 * (l2_scale**2 + 2.0 * l1_scale * tau + tau**2 * dimension),
-        orders / 2.0 * (l2_scale + math.sqrt(dimension) * tau) ** 2,
+        alphas / 2.0 * l2_scale**2 + tau * dimension,
+        alphas / 2.0 * (l2_scale**2 + 2.0 * l1_scale * tau + tau**2 * dimension),
+        alphas / 2.0 * (l2_scale + math.sqrt(dimension) * tau) ** 2,
     ])  # fmt: skip
 
 
-def skellam_rdp(event: SkellamDpEvent, orders: Sequence[float]) -> np.ndarray:
+def skellam_rdp(event: SkellamDpEvent, orders: Orders) -> np.ndarray:
     """RDP of one Skellam release at ``orders`` (AKL 2021, for integer orders > 1)."""
     _check_event(event)
-    orders = np.asarray(orders, np.float64)
+    alphas = np.asarray(orders, np.float64)
     variance = (event.noise_multiplier * event.l2_sensitivity) ** 2
     squared, l1 = event.l2_sensitivity**2, event.l1_sensitivity
-    gaussian = orders * squared / (2.0 * variance)
+    gaussian = alphas * squared / (2.0 * variance)
     surcharge = np.minimum(
-        ((2.0 * orders - 1.0) * squared + 6.0 * l1) / (4.0 * variance**2),
+        ((2.0 * alphas - 1.0) * squared + 6.0 * l1) / (4.0 * variance**2),
         3.0 * l1 / (2.0 * variance),
     )
     return gaussian + surcharge
 
 
-def pure_rdp(epsilon: float, orders: Sequence[float]) -> np.ndarray:
+def pure_rdp(epsilon: float, orders: Orders) -> np.ndarray:
     """RDP of a pure eps-DP release: ``min(eps, alpha eps^2 / 2)`` (Bun and Steinke 2016)."""
-    orders = np.asarray(orders, np.float64)
-    return np.minimum(epsilon, orders * epsilon**2 / 2.0)
+    return np.minimum(epsilon, np.asarray(orders, np.float64) * epsilon**2 / 2.0)
 
 
 def discrete_laplace_epsilon(event: events.DiscreteLaplaceDpEvent) -> float:
@@ -176,7 +179,7 @@ def discrete_laplace_epsilon(event: events.DiscreteLaplaceDpEvent) -> float:
     return float(event.noise_parameter) * float(event.sensitivity)
 
 
-def rdp_curve(event: events.DpEvent, orders: Sequence[float]) -> np.ndarray:
+def rdp_curve(event: events.DpEvent, orders: Orders) -> np.ndarray:
     """RDP at ``orders`` of one unsampled discrete event (or a discrete Laplace)."""
     if isinstance(event, DiscreteGaussianDpEvent):
         return discrete_gaussian_rdp(event, orders)
@@ -188,7 +191,7 @@ def rdp_curve(event: events.DpEvent, orders: Sequence[float]) -> np.ndarray:
 
 
 def poisson_subsampled_rdp(
-    rdp: Callable[[np.ndarray], np.ndarray], sampling_rate: float, orders: Sequence[int]
+    rdp: Callable[[np.ndarray], Any], sampling_rate: float, orders: Orders
 ) -> np.ndarray:
     """RDP at integer ``orders`` of a mechanism whose RDP curve is ``rdp`` (a function of an
     array of integer orders) run on a Poisson sample of rate q: Zhu and Wang's (2019) general
@@ -202,17 +205,17 @@ def poisson_subsampled_rdp(
     q = float(sampling_rate)
     if not 0.0 < q <= 1.0:
         raise ValueError(f"expected sampling_rate in (0, 1], got sampling_rate={sampling_rate}")
-    orders = np.asarray(orders)
-    if np.any(orders < 2) or np.any(orders != np.round(orders)):
-        raise ValueError(f"expected integer orders >= 2, got {orders}")
-    orders = orders.astype(np.int64)
-    top = int(orders.max())
+    given = np.asarray(orders)
+    if np.any(given < 2) or np.any(given != np.round(given)):
+        raise ValueError(f"expected integer orders >= 2, got {given}")
+    alphas = given.astype(np.int64)
+    top = int(alphas.max())
     curve = np.concatenate([[0.0, 0.0], np.asarray(rdp(np.arange(2, top + 1)), np.float64)])
-    unsampled = curve[orders]
+    unsampled = curve[alphas]
     if q == 1.0:
         return unsampled
     result = []
-    for alpha in orders:
+    for alpha in alphas:
         levels = np.arange(3, alpha + 1, dtype=np.float64)
         log_binomial = (
             special.gammaln(alpha + 1) - special.gammaln(levels + 1)

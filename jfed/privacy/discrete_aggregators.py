@@ -118,6 +118,14 @@ class _GridSum:
     ``max_tries``, ``_norm`` ("l2" or "l1") and ``_bound`` (the exact integer bound)."""
 
     _norm: ClassVar[str]
+    dimension: int
+    grid_norm: int
+    beta: float
+    max_tries: int
+
+    @property
+    def _bound(self) -> int:
+        raise NotImplementedError
 
     def __post_init__(self) -> None:
         grid_check(type(self).__name__, self.grid_norm, self.beta, self.max_tries)
