@@ -30,6 +30,18 @@ from typing import IO
 from jfed._validation import UsageError
 
 
+@contextlib.contextmanager
+def naming(path: str) -> Iterator[None]:
+    """An ``OSError`` raised inside that names no file (a full disk's ``ENOSPC`` while writing,
+    a failed sync) is raised again naming ``path``, so that its one line says where."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror or str(error), path) from error
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -145,18 +157,21 @@ def replacing(path: str, mode: str = "w") -> Iterator[IO]:
         return
     check_replaceable(path)
     folder = os.path.dirname(os.path.abspath(path))
-    descriptor, temporary = tempfile.mkstemp(
-        dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp"
-    )
+    with naming(path):
+        descriptor, temporary = tempfile.mkstemp(
+            dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp"
+        )
     try:
         os.chmod(temporary, 0o666 & ~_umask())  # as open() would create it, not mkstemp's 0600
         text = mode == "w"
         encoding, newline = ("utf-8", "\n") if text else (None, None)
         with os.fdopen(descriptor, mode, encoding=encoding, newline=newline) as handle:
             yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+            with naming(path):
+                handle.flush()
+                os.fsync(handle.fileno())
+        with naming(path):
+            os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(temporary)

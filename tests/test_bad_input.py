@@ -190,6 +190,59 @@ BAD_INPUT = [
         ["account", "gaussian", "--noise-multiplier", "1", "--steps", "10000000"],
         "--steps in [1, 1000000] with --accountant pld (its privacy loss distribution grows",
     ),
+    # reported as a fault of jfed before: a check of the input deep in the privacy layer
+    (
+        [*RUN_MOD, "--accountant", "classic", "--epsilon", "20", "--rounds", "1"],
+        "expected --epsilon < 1 with --accountant classic",
+    ),
+    (
+        [*RUN_MOD, "--accountant", "classic", "--epsilon", "30", "--rounds", "10"],
+        "expected --epsilon / --rounds < 1 with --accountant classic",
+    ),
+    # a grid value that breaks another field's requirement, refused before any run
+    (
+        [
+            "sweep",
+            "estimation",
+            "--setting",
+            "central-user",
+            "--grid",
+            "sites=1,2",
+            "--seeds",
+            "1",
+            "--out",
+            "{tmp}/x",
+        ],
+        "--grid sites=1: expected --sites >= 2 for --setting central-user",
+    ),
+    (["methods", "--update-readme", "{binary}"], "{binary} is not UTF-8 text"),
+    # a flag that does nothing in its combination, an empty value that fell back to a default
+    (
+        ["account", "gaussian", "--noise-multiplier", "1", "--dataset-size", "100"],
+        "--dataset-size applies only with --sampling without-replacement",
+    ),
+    (
+        ["account", "gaussian", "--noise-multiplier", "1", "--sampling", "poisson"],
+        "--sampling applies only with --sampling-rate below 1",
+    ),
+    (
+        [
+            "account",
+            "gaussian",
+            "--noise-multiplier",
+            "1",
+            "--sampling-rate",
+            "0.1",
+            "--sampling",
+            "without-replacement",
+        ],
+        "--sampling without-replacement needs --dataset-size",
+    ),
+    ([*RUN_MOD, "--compilation-cache", ""], "expected --compilation-cache DIR or off"),
+    (["methods", "--update-readme", ""], "expected --update-readme PATH"),
+    # vague before: the empty path is named as such
+    (["plot", ""], "expected a sweep folder or its runs.jsonl, got an empty path"),
+    ([*SWEEP, "--out", ""], "expected --out FOLDER, got an empty path"),
 ]
 
 
@@ -203,7 +256,10 @@ def places(tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "runs.jsonl").write_text(json.dumps({"x": 1}) + "\n")
-    return {"tmp": str(folder), "file": str(plain), "foreign": str(foreign)}
+    binary = tmp_path / "README.bin"
+    binary.write_bytes(bytes(range(256)))
+    return {"tmp": str(folder), "file": str(plain), "foreign": str(foreign),
+            "binary": str(binary)}  # fmt: skip
 
 
 def _snapshot(root) -> set[str]:
@@ -231,7 +287,8 @@ def test_bad_input_is_one_line_naming_the_flag(argv, message, places, tmp_path, 
 
 def test_every_command_has_rows():
     commands = {argv[0] if argv[0] != "run" else f"run {argv[1]}" for argv, _ in BAD_INPUT}
-    assert {"run modulated", "run noisy-mbsgd", "sweep", "plot", "account", "demo"} <= commands
+    assert {"run modulated", "run noisy-mbsgd", "sweep", "plot", "account", "demo",
+            "methods"} <= commands  # fmt: skip
 
 
 def test_failed_write_prints_the_record(tmp_path, capsys, monkeypatch):

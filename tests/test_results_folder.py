@@ -154,6 +154,21 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask  # as open() would have made it
 
 
+def test_a_full_disk_names_the_file_it_could_not_write(tmp_path, monkeypatch):
+    """ENOSPC names no file; the error that reaches the user names the one being written."""
+    import errno
+
+    def full(descriptor):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    path = tmp_path / "tuned.csv"
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as raised:
+        write_atomic(str(path), "table\n")
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(path)
+    assert os.listdir(tmp_path) == []  # nor a temporary file left behind
+
+
 def test_writes_refuse_a_symbolic_link_and_never_write_through_it(tmp_path):
     target = tmp_path / "elsewhere.csv"
     target.write_text("keep me\n")
@@ -405,6 +420,25 @@ def test_a_field_of_any_type_gives_rows_and_tables_or_one_line(folder, tmp_path,
     assert table
 
 
+@pytest.mark.parametrize("value", [-(2**63) - 1, 2**64, 10**400, True, "0.5", [1.0], None])
+def test_a_metric_of_any_size_or_type_tunes_or_is_one_line(folder, tmp_path, value):
+    """A validation value beyond int64 (-2^63 - 1 broke numpy's isfinite), beyond a float, or
+    of another type: the tables take it as no score, or the reader refuses it in one line."""
+    from jfed._validation import UsageError
+    from jfed.cli.sweep import reported_rows, tune_rows
+
+    lines = (folder / "runs.jsonl").read_text().splitlines()
+    lines[0] = json.dumps(dict(json.loads(lines[0]), validation_r2=value))
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        rows = reported_rows(str(path))
+    except UsageError as error:
+        assert "line 1" in str(error) and "\n" not in str(error)
+        return
+    assert tune_rows(rows, "per-eps", "median")[0]
+
+
 def test_a_full_disk_mid_sweep_loses_no_row_leaves_no_lock_and_resumes(tmp_path, capsys,
                                                                        monkeypatch):  # fmt: skip
     """The disk fills while the second of three rows is written (half of it reaches the file):
@@ -430,7 +464,7 @@ def test_a_full_disk_mid_sweep_loses_no_row_leaves_no_lock_and_resumes(tmp_path,
     monkeypatch.setattr(rows_module, "write_all", filling_disk)
     assert main(argv) == 1
     err = capsys.readouterr().err.strip()
-    assert err == "jfed: error: No space left on device", err
+    assert err == f"jfed: error: No space left on device: {out / 'runs.jsonl'}", err
     first = written[0]
     assert (out / "runs.jsonl").read_bytes().startswith(first)  # the finished row is kept
     with folder_lock(str(out)):  # released: a second writer gets it at once

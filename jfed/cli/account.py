@@ -27,8 +27,13 @@ def _sampled(parser: argparse.ArgumentParser) -> None:
         "--accountant", default="pld", choices=CALIBRATION_ACCOUNTANTS,
         help=ACCOUNTANT_HELP,
     )  # fmt: skip
-    parser.add_argument("--sampling", default="poisson", choices=("poisson", "without-replacement"))
-    parser.add_argument("--dataset-size", type=int, default=None, help="n, for without-replacement")
+    parser.add_argument(
+        "--sampling", default=None, choices=("poisson", "without-replacement"),
+        help="how each step's sample is drawn, with --sampling-rate below 1 (default: poisson)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dataset-size", type=int, default=None, help="n, for --sampling without-replacement"
+    )
     parser.add_argument(
         "--neighboring", default="add-or-remove", choices=("add-or-remove", "replace-one")
     )
@@ -85,12 +90,16 @@ def add_parser(commands) -> None:
     shuffled.add_argument("--json", metavar="PATH")
 
 
+def _sampling(args) -> str:
+    return args.sampling or "poisson"
+
+
 def _sampling_fields(args) -> dict:
     return {
         "sampling_rate": args.sampling_rate,
         "steps": args.steps,
         "accountant": args.accountant,
-        "sampling": args.sampling if args.sampling_rate < 1 else "none",
+        "sampling": _sampling(args) if args.sampling_rate < 1 else "none",
         "neighboring": args.neighboring,
         "notion": "(eps, delta)-DP of the composed Gaussian steps",
         "adjacency": args.neighboring,
@@ -117,7 +126,7 @@ def run(args) -> tuple[dict, str]:
     if args.question == "gaussian":
         epsilon = calibration.epsilon_for_noise(
             args.noise_multiplier, args.delta, args.sampling_rate, args.steps, args.accountant,
-            args.sampling, args.dataset_size, args.neighboring,
+            _sampling(args), args.dataset_size, args.neighboring,
         )  # fmt: skip
         record = {
             "quantity": "epsilon",
@@ -139,11 +148,11 @@ def run(args) -> tuple[dict, str]:
             raise ValueError(f"--epsilon lists {', '.join(f'{e:g}' for e in repeated)} twice")
         multipliers, info = calibration.calibrate_noise_multipliers(
             np.asarray(epsilons), args.delta, args.sampling_rate, args.steps, args.accountant,
-            args.sampling, args.dataset_size, args.neighboring,
+            _sampling(args), args.dataset_size, args.neighboring,
         ) if len(epsilons) > 1 else (
             [calibration.calibrate_noise_multiplier(
                 epsilons[0], args.delta, args.sampling_rate, args.steps, args.accountant,
-                args.sampling, args.dataset_size, args.neighboring,
+                _sampling(args), args.dataset_size, args.neighboring,
             )],
             {},
         )  # fmt: skip

@@ -118,6 +118,8 @@ def check_output_file(flag: str, path: str) -> None:
 
 def check_output_folder(flag: str, path: str) -> None:
     """``path`` is, or can be created as, a writable folder."""
+    if not path.strip():
+        raise UsageError(f"expected {flag} FOLDER, got an empty path")
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"expected {flag} to name a folder, got the file {path}")
     _check_writable_under(flag, path, path)
@@ -185,8 +187,18 @@ def _check_account(args: argparse.Namespace) -> None:
 
 def check_numerical_accountant(config, epsilons: list[float]) -> None:
     """Numerical (PLD / RDP) calibrations bisect the noise; refuse eps where that takes minutes,
-    and, for the silos' exact calibration, eps below what its PLD resolves."""
+    and, for the silos' exact calibration, eps below what its PLD resolves. The classic Gaussian
+    bound holds only below eps = 1 per release (its R releases at eps / R each)."""
     accountant = getattr(config, "accountant", None)
+    if accountant == "classic" and epsilons:
+        rounds = getattr(config, "rounds", 1)
+        if max(epsilons) / rounds >= 1.0:
+            per = f" / --rounds={rounds}" if rounds > 1 else ""
+            raise UsageError(
+                f"expected --epsilon{' / --rounds' if rounds > 1 else ''} < 1 with --accountant "
+                f"classic (the classic Gaussian bound holds for eps < 1 per release; zcdp or "
+                f"analytic take any eps), got --epsilon={max(epsilons):g}{per}"
+            )
     flag = "--accountant"
     if getattr(config, "calibration", None) == "exact":
         accountant, flag = "exact", "--calibration"
@@ -288,15 +300,46 @@ def _check_account_cost(args: argparse.Namespace) -> None:
             )
 
 
+def _check_account_flags(args: argparse.Namespace) -> None:
+    """``jfed account``'s flags that only apply with others: refused where they would do
+    nothing (a sampling scheme without sampling, a data set size without sampling that uses
+    it)."""
+    sampling = getattr(args, "sampling", None)
+    if sampling is not None and args.sampling_rate >= 1.0:
+        raise UsageError(
+            "--sampling applies only with --sampling-rate below 1 (at 1 every unit takes part "
+            "in every step)"
+        )
+    size = getattr(args, "dataset_size", None)
+    if size is not None and sampling != "without-replacement":
+        raise UsageError(
+            "--dataset-size applies only with --sampling without-replacement (Poisson sampling "
+            "does not depend on it)"
+        )
+    if sampling == "without-replacement" and size is None:
+        raise UsageError(
+            "--sampling without-replacement needs --dataset-size n (the batch is q n records)"
+        )
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """Raise ``UsageError`` naming the first flag outside its range, among the flags that are not
     a method's fields (output paths, the engine plan, the sweep's grid sizes, ``jfed account``)."""
     command = args.command
     if getattr(args, "json", None) is not None:
         check_output_file("--json", args.json)
+    cache = getattr(args, "compilation_cache", None)
+    if cache is not None and not cache.strip():
+        raise UsageError("expected --compilation-cache DIR or off, got an empty value")
+    if command == "methods" and args.update_readme is not None:
+        if not args.update_readme.strip():
+            raise UsageError(
+                "expected --update-readme PATH (the README to rewrite), got an empty path"
+            )
     if command in ("sweep", "demo"):
         check_output_folder("--out", args.out)
     if command == "account":
+        _check_account_flags(args)
         _check_account(args)
         _check_account_calibration(args)
         _check_account_cost(args)

@@ -128,8 +128,14 @@ def run(args: argparse.Namespace) -> None:
         print(json.dumps([describe(m) for m in METHODS.values()], indent=2))
     elif args.markdown:
         print(markdown(), end="")
-    elif args.update_readme:
-        text = read_regular(args.update_readme).decode("utf-8")
+    elif args.update_readme is not None:
+        try:
+            text = read_regular(args.update_readme).decode("utf-8")
+        except UnicodeDecodeError:
+            raise UsageError(
+                f"--update-readme {args.update_readme} is not UTF-8 text: expected the README "
+                "(Markdown) whose tables to rewrite"
+            ) from None
         write_atomic(args.update_readme, readme_with_tables(text))
     else:
         print(_text(), end="")

@@ -266,6 +266,8 @@ def _plot(args: argparse.Namespace) -> None:
 
     sources = []
     for path in args.results:
+        if not path.strip():
+            raise UsageError("expected a sweep folder or its runs.jsonl, got an empty path")
         if not os.path.exists(path):
             raise UsageError(f"no such sweep folder or runs.jsonl: {path}")
         if os.path.isfile(path) and not path.endswith(".jsonl"):
@@ -302,7 +304,32 @@ def checked(args: argparse.Namespace) -> tuple:
         raise UsageError(f"--grid {name} also fixes it: give it once")
     check_numerical_accountant(base, epsilons or [])
     generate.check_given(args, base, fixed)
+    check_grid_points(base, grid)
     return declared, epsilons, grid, base
+
+
+MAX_CHECKED_POINTS = 10_000  # grid points checked together; beyond, each value on its own
+
+
+def check_grid_points(base, grid: dict) -> None:
+    """Every grid value is a valid configuration with the fixed fields (``--grid sites=1`` with
+    ``--setting central-user`` is refused here, naming it, not after the first runs): each
+    value on its own, and every combination of them when there are at most
+    :data:`MAX_CHECKED_POINTS`."""
+    import itertools
+    import math
+
+    names = sorted(grid)
+    points = [{name: value} for name in names for value in grid[name]]
+    if math.prod(len(grid[name]) for name in names) <= MAX_CHECKED_POINTS:
+        points += [dict(zip(names, values, strict=True))
+                   for values in itertools.product(*(grid[n] for n in names))]  # fmt: skip
+    for point in points:
+        try:
+            base.replace(**point).check()
+        except ValueError as error:
+            given = " ".join(f"--grid {name}={value}" for name, value in point.items())
+            raise UsageError(f"{given}: {error}") from None
 
 
 def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:

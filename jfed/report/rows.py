@@ -17,7 +17,7 @@ import os
 import sys
 from typing import NamedTuple
 
-from jfed._io import open_append, read_regular, sync_folder, write_all
+from jfed._io import naming, open_append, read_regular, sync_folder, write_all
 from jfed._validation import UsageError
 from jfed.report.record import json_safe
 
@@ -169,7 +169,8 @@ def repair_torn_tail(path: str, scan: Scan) -> str | None:
         else:
             ends = False
         if not ends:
-            write_all(descriptor, b"\n")
+            with naming(path):
+                write_all(descriptor, b"\n")
     finally:
         os.close(descriptor)
     if scan.torn is None:
@@ -190,8 +191,9 @@ def append_rows(path: str, rows: list[dict]) -> None:
     created = not os.path.lexists(path)
     descriptor = open_append(path)
     try:
-        for row in rows:
-            write_all(descriptor, (dumps_row(row) + "\n").encode("utf-8"))
+        with naming(path):
+            for row in rows:
+                write_all(descriptor, (dumps_row(row) + "\n").encode("utf-8"))
     finally:
         os.close(descriptor)
     if created:

@@ -21,6 +21,7 @@ Only the validation metric is read to choose; the test metric is reported for th
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -46,6 +47,17 @@ def _statistic(values: list[float], statistic: str) -> float:
 
 
 IDENTITY = ("config_key", "method", "epsilon", "seed", "dataset")
+
+
+def as_number(value) -> float:
+    """A row's metric as a float: NaN for what is not a finite-sized number (``None`` where a
+    run's metric was not finite, text, a list, a boolean, an integer beyond a float's range)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.nan
 
 
 def swept_names(rows: list[dict]) -> tuple[str, ...]:
@@ -80,8 +92,8 @@ def choose(
     sign = 1.0 if maximize else -1.0
     scores: dict = defaultdict(list)
     for row in rows:
-        value = row[validation]
-        value = float(value) if value is not None and np.isfinite(value) else -np.inf * sign
+        value = as_number(row[validation])
+        value = value if math.isfinite(value) else -math.inf * sign
         combo = tuple(row[h] for h in hyper)
         scores[(_group(row, rule), combo)].append(sign * value)
     best: dict = {}
@@ -135,7 +147,7 @@ def tuned_table(
     for (_, method, epsilon, *_), members in sorted(
         groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2], _sortable(kv[0][3:]))
     ):
-        values = np.array([m[test] for m in members], np.float64)
+        values = np.array([as_number(m[test]) for m in members], np.float64)
         first = members[0]
         table.append(
             {
