@@ -192,7 +192,7 @@ def test_the_wrapper_is_its_inner_aggregator_to_the_engine_and_refuses_bad_setti
     assert local.Params is LocalNoiseParams and local.local and local.adjacency.value == "bounded"
     params = LocalNoiseParams(1.0, 1.0)
     assert local.event(params) == LocalRandomizerSum().event(params)
-    with pytest.raises(ValueError, match="participation"):
-        WithCanaries(GaussianSum(), 8, participation=0.0)
+    with pytest.raises(ValueError, match="sampling_rate"):
+        WithCanaries(GaussianSum(), 8, sampling_rate=0.0)
     with pytest.raises(Exception, match="canaries"):
         WithCanaries(GaussianSum(), 1)

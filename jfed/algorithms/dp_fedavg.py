@@ -17,7 +17,6 @@ every tensor of its parameters. Clients are any population whose record has
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -32,6 +31,7 @@ from jfed.privacy.aggregators import (
     GaussianSum,
     QuantileAdaptiveGaussianSum,
 )
+from jfed.privacy.canary_aggregator import WithCanaries
 from jfed.privacy.privatizers import tree_norm
 
 PyTree = Any
@@ -120,16 +120,25 @@ def server_optimizer(name: str, hyper: Hyperparams) -> optax.GradientTransformat
 
 
 def aggregator_of(
-    private: bool, denominator: float, per_layer: bool = False, adaptive: bool = False
+    private: bool,
+    denominator: float,
+    per_layer: bool = False,
+    adaptive: bool = False,
+    canaries: int = 0,
+    participation: float = 1.0,
 ) -> Any:
     """DP-FedAvg's aggregator: the mean of clipped updates plus Gaussian noise over the fixed
     denominator (``private``; quantile-adaptive clipping with ``adaptive``), or FedAvg's plain
-    mean over the cohort."""
+    mean over the cohort. With ``canaries`` > 0 the private sum also carries that many canary
+    clients for an audit of the run (:class:`~jfed.privacy.canary_aggregator.WithCanaries`; they
+    take part at the cohort's rate ``participation``)."""
     if not private:
         return CohortMean()
     inner = (
         QuantileAdaptiveGaussianSum(denominator, per_layer) if adaptive else GaussianSum(per_layer)
     )
+    if canaries:
+        inner = WithCanaries(inner, canaries, participation)
     return FixedDenominatorMean(inner, denominator)
 
 

@@ -47,7 +47,13 @@ from jfed.data.shakespeare import load_shakespeare
 from jfed.engine import Poisson, Uniform
 from jfed.engine.cohort import poisson_capacity
 from jfed.methods import declared
-from jfed.methods.experiment import Experiment, Output, guarantee_fields, non_private_fields
+from jfed.methods.experiment import (
+    Experiment,
+    Output,
+    declared_outputs,
+    guarantee_fields,
+    non_private_fields,
+)
 from jfed.models import CharLSTM, CifarCNN, DenseClassifier, FemnistCNN, TransformerLM
 
 EVALUATION_CLIENTS = 500
@@ -239,6 +245,19 @@ def _private(config: declared.FederatedTraining) -> declared.DPFedAvg:
     return config
 
 
+OUTPUTS = declared_outputs(
+    (
+        Output("params", "state.params"),
+        Output("clip", "infos.clip"),
+        Output("clipped_fraction", "infos.clipped_fraction"),
+        Output("cohort_size", "infos.cohort_size"),
+        Output("overflow", "infos.overflow", reduce="sum"),
+        Output("mean_update_norm", "infos.mean_update_norm", reduce="mean"),
+    ),
+    "DPFedAvgExperiment.outputs",
+)
+
+
 class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
     """DP-FedAvg (``dp-fedavg``) or its non-private baseline (``fedavg-sampled``): tuned on the
     training clients' accuracy, reported on held-out clients (synthetic) or held-out images."""
@@ -246,14 +265,6 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
     selection_metric = "train_accuracy"
     selection_maximize = True
     report_metric = "test_accuracy"
-    outputs = (
-        Output("params", "state.params"),
-        Output("clip", "infos.clip"),
-        Output("clipped_fraction", "infos.clipped_fraction"),
-        Output("cohort_size", "infos.cohort_size"),
-        Output("overflow", "infos.overflow", reduce="sum"),
-        Output("mean_update_norm", "infos.mean_update_norm", reduce="mean"),
-    )
 
     def __init__(self, config: declared.FederatedTraining) -> None:
         super().__init__(config)
@@ -299,12 +310,25 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
         c = self.config
         aggregator = dp_fedavg.aggregator_of(
             self.private, float(c.cohort_size), CLIPPINGS[getattr(c, "clipping", "flat")],
-            getattr(c, "adaptive_clip", False),
+            getattr(c, "adaptive_clip", False), self.canaries, self.rate,
         )  # fmt: skip
         return dp_fedavg.DPFedAvg(
             model=self.model, n_max=self.n_max, cohort=self.cohort, aggregator=aggregator,
             local_epochs=c.local_epochs, batch=c.batch, optimizer=c.server_optimizer,
         )  # fmt: skip
+
+    @property
+    def canaries(self) -> int:
+        """Canary clients of the run's audit (``--audit-canaries``; 0: none)."""
+        return int(getattr(self.base_config, "audit_canaries", 0))
+
+    @property
+    def outputs(self):
+        """The kept arrays; an audited run also keeps its canaries' final state."""
+        if not self.canaries:
+            return OUTPUTS
+        return declared_outputs((*OUTPUTS.declared, Output("canaries", "state.aggregator")),
+                                type(self).__name__)  # fmt: skip
 
     @property
     def n_max(self) -> int:
@@ -428,4 +452,15 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
             "mean_cohort_size": float(np.mean(outputs["cohort_size"])),
             "overflowed_clients": int(outputs["overflow"]),
             "mean_update_norm": float(outputs["mean_update_norm"]),
-        }
+        } | self.audit_fields(outputs, config)
+
+    def audit_fields(self, outputs: dict, config: declared.FederatedTraining) -> dict:
+        """The audit of an audited run: the one-run lower bound at the run's delta from its
+        canaries' scores (:func:`jfed.privacy.canary_aggregator.audit`), beside the certified
+        eps; nothing for a run without canaries."""
+        if not self.canaries:
+            return {}
+        from jfed.privacy.canary_aggregator import audit
+
+        state = jax.tree.map(np.asarray, outputs["canaries"])
+        return audit(state, self.delta_of(config)).to_fields()

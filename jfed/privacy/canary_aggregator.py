@@ -8,7 +8,7 @@ an audit of its own releases (:mod:`jfed.privacy.canaries`, :mod:`jfed.privacy.c
   sent far beyond any clip norm (``canary_scale``, 10^6) so that the inner aggregator's own
   clipping brings it to the clip norm C, exactly as it clips a real client's large update;
 - canary i takes part in the run with probability 1/2 (its coin, drawn once per run), and an
-  included canary takes part in each release with probability ``participation`` (the cohort's
+  included canary takes part in each release with probability ``sampling_rate`` (the cohort's
   sampling rate; 1 when every client takes part), drawn per release and canary;
 - each taking part is ``inner.preprocess`` on the canary's update (the same clipping, and for a
   local randomizer the same local noise from a key of its own), added to the cohort's sum
@@ -25,14 +25,12 @@ of the release key that ``inner`` does not read). Without the wrapper nothing ru
 What is audited is the guarantee of one client of the run: the run's certified eps (its
 releases composed over the rounds, each wrapped by the cohort's sampling) against
 :func:`audit` of the final state. The canaries sample themselves as a Poisson cohort of rate
-``participation``: for a Poisson cohort of rate q and for full participation (q = 1) that is
+``sampling_rate``: for a Poisson cohort of rate q and for full participation (q = 1) that is
 the cohort's own sampling; a fixed-size cohort's (K of N, without replacement, replace-one
 adjacency) is only approximated by q = K / N.
 
-Diagnostics: the inner aggregator's, computed over real clients and canaries together (its
-clipped count counts the canaries that took part, which are always clipped, and a norm sum
-their norms of 10^6 before clipping), plus ``canaries_taking_part``: a record that reports
-clipping statistics of the real clients alone subtracts them.
+Diagnostics: the inner aggregator's, computed over the real clients alone (the canaries, always
+clipped, would swell a clipped count and a norm sum), plus ``canaries_taking_part``.
 """
 
 from __future__ import annotations
@@ -77,7 +75,7 @@ class WithCanaries:
       inner: the aggregator audited (one that clips: a non-private sum would pass the canaries'
         10^6-norm updates on unclipped).
       canaries: M >= 2, the number of canary clients.
-      participation: the probability that an included canary takes part in one release, in
+      sampling_rate: the probability that an included canary takes part in one release, in
         (0, 1] (the cohort's Poisson rate; 1 for every client).
       seed: the audit key's seed (``jax.random.key(seed)``): the canaries' directions and coins.
       canary_scale: the norm a canary's update is sent with, far above the clip norm.
@@ -85,14 +83,14 @@ class WithCanaries:
 
     inner: Any
     canaries: int
-    participation: float = 1.0
+    sampling_rate: float = 1.0
     seed: int = 0
     canary_scale: float = 1e6
 
     def __post_init__(self) -> None:
         check_int_range("canaries", self.canaries, 2, 2**31 - 1)
-        if not 0.0 < float(self.participation) <= 1.0:
-            raise ValueError(f"expected participation in (0, 1], got {self.participation}")
+        if not 0.0 < float(self.sampling_rate) <= 1.0:
+            raise ValueError(f"expected sampling_rate in (0, 1], got {self.sampling_rate}")
 
     @property
     def Params(self) -> type:  # noqa: N802 (the protocol's name)
@@ -161,13 +159,16 @@ class WithCanaries:
         ids = jnp.arange(self.canaries, dtype=jnp.int32)
         sampled = jax.vmap(
             lambda i: (
-                jfed_random.uniform(jax.random.fold_in(participation_key, i)) < self.participation
+                jfed_random.uniform(jax.random.fold_in(participation_key, i)) < self.sampling_rate
             )
         )(ids)
         taking_part = state.included & sampled
         canary_sum = self._canary_sum(params, state, template, taking_part, key)
         together = jax.tree.map(jnp.add, summed, canary_sum)
-        value, inner_state, diagnostics = self.inner.release(params, state.inner, together, key)
+        value, inner_state, _ = self.inner.release(params, state.inner, together, key)
+        # the diagnostics are the real clients' alone (the same release of their sum, kept only
+        # for its statistics: the compiler drops its unused noise)
+        _, _, diagnostics = self.inner.release(params, state.inner, summed, key)
         scores = canary_lib.update_scores(state.scores, self.audit_key(), ids, value)
         diagnostics = dict(diagnostics, canaries_taking_part=jnp.sum(taking_part, dtype=jnp.int32))
         return value, CanaryState(inner_state, state.included, scores), diagnostics

@@ -78,13 +78,13 @@ class AuditSummary:
     def to_fields(self) -> dict:
         """The record's flat fields: ``audit_epsilon_lower`` (a bound, else None) or
         ``audit_epsilon_estimate`` (an estimate, else None), ``audit_confidence``,
-        ``audit_estimator``, ``audit_canaries``, ``audit_delta``, ``audit_notion``."""
+        ``audit_estimator``, ``audit_canary_count``, ``audit_delta``, ``audit_notion``."""
         return {
             "audit_epsilon_lower": self.epsilon if self.is_lower_bound else None,
             "audit_epsilon_estimate": None if self.is_lower_bound else self.epsilon,
             "audit_confidence": self.confidence,
             "audit_estimator": self.estimator,
-            "audit_canaries": self.canaries,
+            "audit_canary_count": self.canaries,
             "audit_delta": self.delta,
             "audit_notion": AUDIT_NOTION,
         }

@@ -220,6 +220,12 @@ class DPFedAvg(FederatedTraining):
         0.2, "adaptive clipping: geometric step eta_C", range=POSITIVE,
         requires=(lambda c: c.adaptive_clip, "only with --adaptive-clip"),
     )  # fmt: skip
+    audit_canaries: int = param(
+        0, "canary clients M added for an empirical privacy audit of the run (Steinke, Nasr and "
+        "Jagielski's one-run lower bound; 0: no audit): each a fixed random direction at the "
+        "clip norm, included with probability 1/2, sampled and noised as a real client",
+        unit="canaries", range=integers(0, 1_000_000), group="privacy",
+    )  # fmt: skip
     count_noise: float | None = param(
         None, "adaptive clipping: noise std sigma_b on the count of unclipped clients",
         kind=float, unit="clients", range=POSITIVE, default_text="K / 20",

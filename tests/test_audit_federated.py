@@ -1,0 +1,68 @@
+"""An empirical audit inside a DP-FedAvg run (``--audit-canaries M``): canary clients go through
+the same clipping, sampling and noise as the real ones, and the one-run lower bound of Steinke,
+Nasr and Jagielski (2023) from their scores is reported beside the certified eps.
+
+At a fixed seed the correct run's lower bound stays below its certified eps (at the bound's 95%
+confidence), and the same run with its noise divided by 10 - a deliberately broken release, not
+a user option: the noise drawn inside the aggregator is scaled down while the record still
+certifies the calibrated noise - gives a lower bound ABOVE the eps it claims. The real clients'
+draws do not change with the audit (checked on the first round's clipping statistics, before
+the canaries have moved the model).
+"""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+import jfed
+from jfed.methods import declared
+from jfed.privacy import aggregators
+from jfed.sweep import runner
+
+AUDITED = dict(clients=1000, rounds=12, cohort_size=100, hidden=32, epsilon=1.0, delta=1e-5)
+
+
+def _fresh_programs() -> None:
+    """Forget every compiled program, so a run traces the release code as it is now."""
+    for cached in (runner._unit_function, runner._program, runner._compiled):
+        cached.cache_clear()
+    jax.clear_caches()
+
+
+@pytest.fixture
+def broken_noise(monkeypatch):
+    """Every aggregator's Gaussian noise drawn at a tenth of its scale (the record still states
+    the calibrated one): the bug an audit must catch."""
+    original = aggregators.gaussian_noise_tree
+    monkeypatch.setattr(aggregators, "gaussian_noise_tree",
+                        lambda key, tree, stddev: original(key, tree, 0.1 * stddev))  # fmt: skip
+    _fresh_programs()
+    yield
+    _fresh_programs()
+
+
+def test_a_correct_run_audits_below_its_certified_epsilon():
+    record = jfed.run(declared.DPFedAvg(**AUDITED, audit_canaries=400))
+    assert record["audit_canary_count"] == 400
+    assert record["audit_confidence"] == 0.95 and record["audit_estimator"].startswith("one-run")
+    assert record["audit_epsilon_lower"] <= record["epsilon_certified"] <= 1.0
+    assert record["audit_delta"] == pytest.approx(record["delta"], rel=1e-6)
+
+
+def test_a_run_with_a_tenth_of_its_noise_audits_above_what_it_claims(broken_noise):
+    record = jfed.run(declared.DPFedAvg(**AUDITED, audit_canaries=400))
+    claimed = record["epsilon_certified"]
+    assert claimed == pytest.approx(1.0, rel=1e-4)  # the broken run still claims eps 1
+    assert record["audit_epsilon_lower"] > 1.5 * claimed
+
+
+def test_without_canaries_nothing_is_audited_and_the_real_clients_train_alike():
+    plain = jfed.run(declared.DPFedAvg(**AUDITED))
+    assert not any(name.startswith("audit_epsilon") for name in plain)
+    audited = jfed.run(declared.DPFedAvg(**AUDITED, audit_canaries=400))
+    # the real clients draw from their own keys, whatever the canaries: in the first round
+    # (the same model) their updates, hence their clipping statistics, are the same; later
+    # rounds start from a model the canaries moved
+    assert audited["clipped_fraction_per_round"][0] == plain["clipped_fraction_per_round"][0]
+    assert audited["clipped_fraction_per_round"][1:] != plain["clipped_fraction_per_round"][1:]
