@@ -15,7 +15,9 @@ The flags of ``run`` and ``sweep`` are generated from each method's declaration
 status 2, before JAX is imported or any device is touched (:mod:`jfed.cli.checks`); heavy modules
 load only for the command that needs them, so ``jfed --help`` answers at once. Only jfed's
 :class:`~jfed._validation.UsageError` (and argparse's refusals) count as bad input: any other
-exception is a fault of jfed, answered with one line that says so and asks for a report (exit 1).
+exception is a fault of the code that raised it, answered with one line that says whose
+(:mod:`jfed.cli.faults`: jfed's, asking for a report, or a plug-in's, naming its file and line and
+its package; exit 1).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import sys
 
 from jfed import __version__
 from jfed._validation import UsageError
-from jfed.cli import account, generate, launch, methods, options, sweep
+from jfed.cli import account, faults, generate, launch, methods, options, sweep
 from jfed.cli.checks import check_arguments, check_no_repeated_flag, check_numerical_accountant
+from jfed.cli.faults import one_line
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -39,12 +42,6 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"jfed: error: {one_line(message)} (see `{self.prog} --help`)\n")
-
-
-def one_line(text: str) -> str:
-    """``text`` with its control characters escaped (a newline the user typed into a value is
-    shown as ``\\n``): an error stays one line whatever it quotes."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def _run_flags(parser: argparse.ArgumentParser, declared) -> None:
@@ -273,24 +270,6 @@ def check_sweep_size(args: argparse.Namespace, swept: tuple, cost, memory: int, 
     raise UsageError(f"this sweep of {per_seed * args.seeds} runs ({sizes}) needs {what}: {where}")
 
 
-REPORT_HINT = (
-    "this is a fault of jfed, not of the input: please report it with the command line and "
-    "`jfed --version` (JFED_TRACEBACK=1 shows the traceback)"
-)
-
-
-def _fault(error: BaseException) -> int:
-    """One line for an exception that is not a refusal of the input (exit 1), or the traceback
-    when ``JFED_TRACEBACK=1``."""
-    import os
-
-    if os.environ.get("JFED_TRACEBACK") == "1":
-        raise error
-    text = one_line(" ".join(str(error).split())[:300]) or "(no message)"
-    print(f"jfed: internal error: {type(error).__name__}: {text}; {REPORT_HINT}", file=sys.stderr)
-    return 1
-
-
 def main_checks_only(argv: list[str]) -> int:
     """Parse and check a command without running it: 0 when it would be accepted, else 2 (one
     line printed; a request for help counts as not accepted)."""
@@ -348,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "methods":
             methods.run(args)
             return 0
+        if args.command == "sweep":
+            declared = generate.chosen_method(args)
+            faults.load_plugin(faults.plugin_of(declared.name), declared)
         if args.command in ("sweep", "plot"):
             sweep.run(args, swept)
             return 0
@@ -360,7 +342,18 @@ def main(argv: list[str] | None = None) -> int:
             if not to_stdout(args.json):
                 print(line)
             return _write_record(record, args.json)
+        declared = generate.chosen_method(args)
+        faults.load_plugin(faults.plugin_of(declared.name), declared)
         record = _run(args, config)
+        from jfed.engine.distributed import is_primary
+
+        if not is_primary():
+            return 0  # process 0 of a multi-process run prints and writes
+        warning = options.certification_warning(record)
+        if warning:
+            print(f"jfed: warning: {warning} (both are in the record)", file=sys.stderr)
+        if not to_stdout(args.json):
+            print(declared.load().summary(record))
     except UsageError as error:
         print(f"jfed: error: {one_line(str(error))}", file=sys.stderr)
         return 2
@@ -371,17 +364,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    except Exception as error:  # anything else is a fault of jfed, and said to be
-        return _fault(error)
-    from jfed.engine.distributed import is_primary
-
-    if not is_primary():
-        return 0  # process 0 of a multi-process run prints and writes
-    warning = options.certification_warning(record)
-    if warning:
-        print(f"jfed: warning: {warning} (both are in the record)", file=sys.stderr)
-    if not to_stdout(args.json):
-        print(generate.chosen_method(args).load().summary(record))
+    except Exception as error:  # a fault of jfed or of a plug-in, and said to be whose
+        return faults.report(error, getattr(args, "algorithm", None))
     return _write_record(record, args.json)
 
 
