@@ -183,7 +183,9 @@ def test_hadamard_rotation_is_orthonormal_and_inverted():
     assert float(jnp.max(jnp.abs(rotate(spike, rotation)))) == pytest.approx(1.0, rel=1e-5)
 
 
-@pytest.mark.parametrize("kind", [DistributedDiscreteGaussianSum, SkellamSum])
+@pytest.mark.parametrize(
+    "kind", [DistributedDiscreteGaussianSum, pytest.param(SkellamSum, marks=pytest.mark.slow)]
+)
 def test_distributed_sums_estimate_the_clipped_sum_inside_the_field(kind):
     aggregator = kind(dimension=6, min_clients=CLIENTS, bits=20, grid_norm=2**9)
     params = DistributedSumParams(clip_norm=1.5, noise_multiplier=0.8, dropout_rate=0.0)
@@ -209,6 +211,7 @@ def test_distributed_sums_estimate_the_clipped_sum_inside_the_field(kind):
     assert event.dimension == 8 and event.noise_multiplier == 0.8
 
 
+@pytest.mark.slow
 def test_a_small_field_wraps_and_the_wraps_are_counted():
     # the count is the pipeline's, whatever the shares (Skellam's compile faster)
     aggregator = SkellamSum(dimension=6, min_clients=CLIENTS, bits=8, grid_norm=2**9)

@@ -109,6 +109,7 @@ def test_a_tied_word_continues_with_the_remainder():
     assert not _binomial_ok(0, SAMPLES, 1 / 3)  # a tie read as "not below" would be caught
 
 
+@pytest.mark.slow  # the discrete Gaussian's pmf test runs this acceptance step too
 @pytest.mark.parametrize("numerator, denominator", [(0, 1), (1, 2), (1, 1), (5, 2), (7, 3)])
 def test_bernoulli_exp_frequency(numerator, denominator):
     run = jax.jit(discrete.bernoulli_exp)
