@@ -370,6 +370,40 @@ def test_second_writer_is_refused_and_rows_stay_unique(tmp_path, capsys):
     assert len(rows) == 4 == len({row["config_key"] for row in rows})
 
 
+def test_a_refusal_never_names_the_dead_process_a_lock_file_still_names(tmp_path, monkeypatch):
+    """The holder has the lock but its name is not written yet: the file still names the
+    process that died holding it before. The refusal names no dead process. Negative control:
+    once the holder's own name is there, it is named."""
+    import json as json_module
+
+    import jfed.sweep.lock as lock
+
+    monkeypatch.setattr(lock, "OWNER_WAIT", 0.2)
+    folder = str(tmp_path / "sweep")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    holder = _hold_lock(folder, 30)
+    try:
+        path = os.path.join(os.path.realpath(folder), LOCK_NAME)
+        live = lock.read_owner(path)
+        stale = {**live, "pid": dead.pid}
+        with open(path, "w") as handle:
+            json_module.dump(stale, handle)
+        with pytest.raises(lock.FolderLockedError) as refused:
+            with folder_lock(folder):
+                pass
+        assert f"process {dead.pid} " not in str(refused.value)
+        assert "is in use by another process" in str(refused.value)
+        with open(path, "w") as handle:
+            json_module.dump(live, handle)
+        with pytest.raises(lock.FolderLockedError, match=f"in use by process {holder.pid} on"):
+            with folder_lock(folder):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_duplicated_rows_count_once(tmp_path):
     path = tmp_path / "runs.jsonl"
     row = {"config_key": "a", "method": "dpsgd", "epsilon": 1.0, "seed": 0, "test_r2": 0.5}

@@ -6,7 +6,7 @@ the lock file (``msvcrt.locking`` on Windows) and holds it while the writer work
 releases it when the process ends, however it ends (``kill -9`` included), so no rule about
 stale locks is needed and a lock file left behind, empty or not, blocks nothing. The holder
 writes its process id and host into the file, so that a second writer is refused with one line
-naming them.
+naming them; a name left by a process that died is never given as the holder's.
 """
 
 from __future__ import annotations
@@ -103,13 +103,36 @@ def read_owner(path: str) -> dict:
     return owner if isinstance(owner, dict) else {}
 
 
+def _alive(owner: dict) -> bool:
+    """Whether the process a lock file names may be its holder: on this host, a process of that
+    id exists (a file left by a process that died names a dead one until the next holder
+    writes over it); on another host, it cannot be told, so it may."""
+    if owner.get("host") != socket.gethostname():
+        return bool(owner)
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    except OSError:
+        return False
+    return True
+
+
 def _refusal(folder: str, path: str) -> FolderLockedError:
     deadline = time.monotonic() + OWNER_WAIT
     owner = read_owner(path)
-    while not owner and time.monotonic() < deadline:  # the holder may not have written it yet
+    # the holder may not have written its name yet: the file is then empty, or still names the
+    # dead process that left it behind
+    while not _alive(owner) and time.monotonic() < deadline:
         time.sleep(0.02)
         owner = read_owner(path)
-    holder = f"process {owner.get('pid')} on {owner.get('host')}" if owner else "another process"
+    alive = _alive(owner)
+    holder = f"process {owner.get('pid')} on {owner.get('host')}" if alive else "another process"
     return FolderLockedError(
         f"results folder {folder} is in use by {holder} (lock file {path}); wait for that "
         "process to end, or use another --out"
