@@ -10,28 +10,16 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit, logsumexp, softmax
+
+from jfed.algorithms.losses import Loss
 
 
 def loss_and_gradient(
     name: str, classes: int, w: np.ndarray, X: np.ndarray, y: np.ndarray
 ) -> tuple[float, np.ndarray]:
-    """Average loss and its gradient over ``(X: f64[m, d], y: f64[m])`` at ``w: f64[p]``."""
-    m = X.shape[0]
-    if name == "squared":
-        residual = X @ w - y
-        return 0.5 * float(residual @ residual) / m, X.T @ residual / m
-    if name == "logistic":
-        margin = X @ w
-        value = float(np.mean(np.logaddexp(0.0, margin) - y * margin))
-        return value, X.T @ (expit(margin) - y) / m
-    W = w.reshape(X.shape[1], classes)
-    logits = X @ W
-    labels = y.astype(int)
-    value = float(np.mean(logsumexp(logits, axis=1) - logits[np.arange(m), labels]))
-    probabilities = softmax(logits, axis=1)
-    probabilities[np.arange(m), labels] -= 1.0
-    return value, (X.T @ probabilities / m).ravel()
+    """Average loss and its gradient over ``(X: f64[m, d], y: f64[m])`` at ``w: f64[p]`` (the
+    loss ``name`` of :data:`jfed.algorithms.losses.LOSSES`)."""
+    return Loss(name, classes).host_value_and_gradient(w, X, y)
 
 
 def _project(w: np.ndarray, radius: float) -> np.ndarray:
@@ -49,14 +37,13 @@ def fit_optimum(
     tolerance: float = 1e-10,
 ) -> np.ndarray:
     """``argmin_{||w|| <= radius}`` of the average loss (FISTA with the exact smoothness bound)."""
-    curvature = {"squared": 1.0, "logistic": 0.25, "softmax": 0.5}[name]
-    smoothness = curvature * np.linalg.eigvalsh(X.T @ X / X.shape[0])[-1]
+    loss = Loss(name, classes)
+    smoothness = loss.curvature * np.linalg.eigvalsh(X.T @ X / X.shape[0])[-1]
     step = 1.0 / max(smoothness, 1e-12)
-    p = X.shape[1] * (classes if name == "softmax" else 1)
-    w = np.zeros(p)
+    w = np.zeros(loss.param_dim(X.shape[1]))
     v, t = w.copy(), 1.0
     for _ in range(iterations):
-        _, gradient = loss_and_gradient(name, classes, v, X, y)
+        _, gradient = loss.host_value_and_gradient(v, X, y)
         w_next = _project(v - step * gradient, radius)
         t_next = (1 + np.sqrt(1 + 4 * t * t)) / 2
         v = w_next + (t - 1) / t_next * (w_next - w)
@@ -88,11 +75,7 @@ def heterogeneity(
 
 def test_error(name: str, classes: int, w: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
     """Misclassification rate (logistic: sign of x^T w; softmax: argmax)."""
-    if name == "logistic":
-        predictions = (X @ w > 0).astype(float)
-    else:
-        predictions = np.argmax(X @ w.reshape(X.shape[1], classes), axis=1)
-    return float(np.mean(predictions != y))
+    return float(np.mean(Loss(name, classes).host_predict(w, X) != y))
 
 
 def relative_rmse(w: np.ndarray, X: np.ndarray, y: np.ndarray, train_mean: float) -> float:
