@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfed._validation import check_finite_array, check_int_range
-from jfed.catalog import SILO_DATASETS
+from jfed.catalog import REGRESSION_DATASETS, SILO_DATASETS
 
 
 class SiloView(NamedTuple):
@@ -323,6 +323,27 @@ def _digits() -> tuple[np.ndarray, np.ndarray]:
     return digits.data.astype(np.float64), digits.target.astype(int)
 
 
+def _sorted_regression(base: str, mixing: float, n_silos: int | None, seed: int) -> SiloTask:
+    """``<base>-sorted``: the statsmodels regression set ``base``, silos by sorted target."""
+    from jfed.data.regression import _LOADERS
+
+    del mixing
+    features, targets, _ = _LOADERS[base]()
+    return sorted_target_silos(features, targets, n_silos or 10, seed, name=f"{base}-sorted")
+
+
+SILO_LOADERS = {
+    "digits-evenodd": lambda mixing, n_silos, seed: even_odd_silos(*_digits(), mixing=mixing,
+                                                                   seed=seed),
+    "digits-bylabel": lambda mixing, n_silos, seed: label_silos(*_digits(), mixing=mixing,
+                                                                seed=seed),
+    "synthetic": lambda mixing, n_silos, seed: synthetic_silos(jax.random.key(seed),
+                                                               n_silos or 25, 2_000, 20),
+    **{f"{base}-sorted": partial(_sorted_regression, base) for base in REGRESSION_DATASETS},
+}  # fmt: skip
+"""``(mixing, n_silos, seed) -> SiloTask`` of every silo data set, by its name."""
+
+
 def load_silos(
     name: str, mixing: float = 0.0, n_silos: int | None = None, seed: int = 0
 ) -> SiloTask:
@@ -334,25 +355,48 @@ def load_silos(
       n_silos: number of silos for ``-sorted`` (10) and ``synthetic`` (25).
       seed: split / assignment seed.
     """
-    if name == "digits-evenodd":
-        return even_odd_silos(*_digits(), mixing=mixing, seed=seed)
-    if name == "digits-bylabel":
-        return label_silos(*_digits(), mixing=mixing, seed=seed)
-    if name == "synthetic":
-        return synthetic_silos(jax.random.key(seed), n_silos or 25, 2_000, 20)
-    if name.endswith("-sorted"):
-        from jfed.data.regression import _LOADERS
-
-        base = name.removesuffix("-sorted")
-        if base in _LOADERS:
-            features, targets, _ = _LOADERS[base]()
-            return sorted_target_silos(features, targets, n_silos or 10, seed, name=name)
-    raise ValueError(f"unknown silo dataset {name!r}; expected one of {list(SILO_DATASETS)}")
+    if name not in SILO_LOADERS:
+        raise ValueError(f"unknown silo dataset {name!r}; expected one of {list(SILO_DATASETS)}")
+    return SILO_LOADERS[name](mixing, n_silos, seed)
 
 
 # ------------------------------------------------------------------------------ seed files
 
-SEED_FILES = ("mnist", "insurance", "obesity")
+
+def _mnist(frame, mixing: float, seed: int, n_silos: int) -> SiloTask:
+    """``label`` then 784 pixel columns, as the common mnist_train.csv."""
+    del n_silos
+    label = frame.columns[0]
+    return even_odd_silos(frame.drop(columns=label).to_numpy(np.float64),
+                          frame[label].to_numpy(int), mixing=mixing, seed=seed,
+                          name="mnist-evenodd")  # fmt: skip
+
+
+def _insurance(frame, mixing: float, seed: int, n_silos: int) -> SiloTask:
+    """Kaggle medical cost: age, sex, bmi, children, smoker, region, charges."""
+    import pandas as pd
+
+    del mixing
+    features = pd.get_dummies(frame.drop(columns="charges"), drop_first=True, dtype=float)
+    return sorted_target_silos(features.to_numpy(np.float64),
+                               frame["charges"].to_numpy(np.float64), n_silos, seed,
+                               name="insurance-sorted")  # fmt: skip
+
+
+def _obesity(frame, mixing: float, seed: int, n_silos: int) -> SiloTask:
+    """UCI obesity levels: 16 attributes and ``NObeyesdad``."""
+    import pandas as pd
+
+    del n_silos
+    target = "NObeyesdad"
+    features = pd.get_dummies(frame.drop(columns=target), drop_first=True, dtype=float)
+    return label_silos(features.to_numpy(np.float64), frame[target].to_numpy(), mixing=mixing,
+                       seed=seed, name="obesity-bylabel")  # fmt: skip
+
+
+SEED_LOADERS = {"mnist": _mnist, "insurance": _insurance, "obesity": _obesity}
+"""Each seed file kind's reader: ``(frame, mixing, seed, n_silos) -> SiloTask``."""
+SEED_FILES = tuple(SEED_LOADERS)
 
 
 def load_seed_csv(path: str, kind: str, mixing: float = 0.0, seed: int = 0, n_silos: int = 10):
@@ -367,33 +411,6 @@ def load_seed_csv(path: str, kind: str, mixing: float = 0.0, seed: int = 0, n_si
     """
     import pandas as pd
 
-    frame = pd.read_csv(path)
-    if kind == "mnist":
-        label = frame.columns[0]
-        return even_odd_silos(
-            frame.drop(columns=label).to_numpy(np.float64),
-            frame[label].to_numpy(int),
-            mixing=mixing,
-            seed=seed,
-            name="mnist-evenodd",
-        )
-    if kind == "insurance":
-        features = pd.get_dummies(frame.drop(columns="charges"), drop_first=True, dtype=float)
-        return sorted_target_silos(
-            features.to_numpy(np.float64),
-            frame["charges"].to_numpy(np.float64),
-            n_silos,
-            seed,
-            name="insurance-sorted",
-        )
-    if kind == "obesity":
-        target = "NObeyesdad"
-        features = pd.get_dummies(frame.drop(columns=target), drop_first=True, dtype=float)
-        return label_silos(
-            features.to_numpy(np.float64),
-            frame[target].to_numpy(),
-            mixing=mixing,
-            seed=seed,
-            name="obesity-bylabel",
-        )
-    raise ValueError(f"unknown seed file kind {kind!r}; expected one of {SEED_FILES}")
+    if kind not in SEED_LOADERS:
+        raise ValueError(f"unknown seed file kind {kind!r}; expected one of {SEED_FILES}")
+    return SEED_LOADERS[kind](pd.read_csv(path), mixing, seed, n_silos)
