@@ -480,3 +480,15 @@ def test_a_full_disk_mid_sweep_loses_no_row_leaves_no_lock_and_resumes(tmp_path,
     control = tmp_path / "control"
     assert main([*SWEEP, "--epsilon", "1,2,4", "--out", str(control)]) == 0
     assert len(read_rows(str(control / "runs.jsonl"))) == 3
+
+
+def test_a_resume_with_nothing_left_says_so(tmp_path, capsys):
+    """Negative control: a resume that adds a run says nothing of the kind."""
+    out = str(tmp_path / "sweep")
+    assert main([*SWEEP, "--epsilon", "1", "--out", out]) == 0
+    capsys.readouterr()
+    assert main([*SWEEP, "--epsilon", "1", "--out", out, "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "nothing left to run" in err and "(1 runs)" in err
+    assert main([*SWEEP, "--epsilon", "1,2", "--out", out, "--resume"]) == 0
+    assert "nothing left" not in capsys.readouterr().err

@@ -332,6 +332,13 @@ def check_grid_points(base, grid: dict) -> None:
             raise UsageError(f"{given}: {error}") from None
 
 
+def _finished(results: str) -> set[str]:
+    """The configuration keys of the runs ``results`` holds."""
+    from jfed.report.rows import scan_rows
+
+    return {row["config_key"] for _, row in scan_rows(results).rows}
+
+
 def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
     if args.command == "plot":
         _plot(args)
@@ -365,6 +372,7 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
 
     primary = is_primary()  # in a multi-process run, process 0 writes and prints
     with folder_lock(args.out) if primary else contextlib.nullcontext():
+        done = _finished(results) if args.resume and primary else None
         rows, _, notes = sweep_until_interior(
             run_grid,
             grid,
@@ -375,6 +383,10 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
         )
         if not primary:
             return
+        if done is not None and _finished(results) == done:
+            print(f"jfed: note: --resume: every run of this sweep is already in {results} "
+                  f"({len(done)} runs): nothing left to run; the tables and plots are "
+                  "redrawn", file=sys.stderr)  # fmt: skip
         for note in notes if runner.selection_metric is not None else ():
             print(f"jfed: note: {note}", file=sys.stderr)
         # the tables are of every run in the folder: a resume with other eps, seeds or grid
