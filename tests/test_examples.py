@@ -128,7 +128,7 @@ def test_dp_fedprox_sweeps_eps_and_seeds_in_one_program_and_resumes(dp_fedprox, 
         assert row["method"] == "dp-fedprox"
         assert row["epsilon_certified"] == pytest.approx(row["epsilon"], rel=1e-4)
         assert row["epsilon_certified"] <= row["epsilon"] * (1 + 1e-9)
-        assert row["accountant"] == "analytic-gaussian"
+        assert row["accountant"] == "analytic"
         assert "user-level" in row["notion"] and "add-or-remove" in row["notion"]
         assert 0.0 <= row["test_error"] <= 1.0 and 0.0 <= row["train_error"] <= 1.0
     # more noise at eps = 2 than at eps = 32: the error may not be lower on average
@@ -204,7 +204,7 @@ def test_plugin_package_installs_and_runs_through_every_command(tmp_path):
     # 2 eps x 2 clips x 2 seeds, and the grid extended past a chosen edge, as for any method
     assert len(rows) >= 8 and {r["method"] for r in rows} == {"noisy-mean"}
     assert {2.0, 4.0} <= {r["clip"] for r in rows}
-    assert all(r["accountant"] == "analytic-gaussian" for r in rows)
+    assert all(r["accountant"] == "analytic" for r in rows)
     resumed = jfed(*sweep, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert len((tmp_path / "folder" / "runs.jsonl").read_text().splitlines()) == len(rows)

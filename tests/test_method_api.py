@@ -11,6 +11,7 @@ import pytest
 from jfed.methods import (
     EPSILON,
     METHODS,
+    OPEN_UNIT,
     Config,
     Experiment,
     Method,
@@ -244,7 +245,8 @@ def test_every_builtin_method_is_registered_through_the_public_path():
         registry_module.check_method(declared)
         assert declared.config.method == name
         experiment = declared.load()
-        assert isinstance(experiment.outputs, Outputs), name
+        # declared as data, or a property that depends on the fixed configuration
+        assert isinstance(experiment.outputs, (Outputs, property)), name
 
 
 def test_entry_points_register_modules_methods_and_factories(monkeypatch, capsys):
@@ -274,3 +276,44 @@ def test_entry_points_register_modules_methods_and_factories(monkeypatch, capsys
     assert list(registry) == ["test-plugin"]
     assert "skipped the methods of entry point broken = pkg:broken" in capsys.readouterr().err
     PluginConfig.method = ""  # unbind: this test's registry is not the global one
+
+
+def test_a_config_field_named_like_a_record_field_is_refused_at_registration(clean_registry):
+    """Every record states the privacy guarantee, the selection, the run and its provenance
+    beside the configuration: a configuration field with one of those names would be
+    overwritten in the record (seen: a user's field shadowed by the privacy statement). It is
+    refused when the method registers, naming the field. Negative control: the targets a
+    configuration may name (epsilon, delta, accountant) register."""
+    for name in ("notion", "epsilon_certified", "trust_model", "config_key", "run_seconds"):
+        bad = dataclasses.make_dataclass(
+            "Shadowing", [(name, str, param("x", "a field"))], bases=(GoodConfig,), frozen=True
+        )
+        with pytest.raises(ValueError, match=f"field {name!r} of Shadowing is named like"):
+            register(declaration(name="test-shadow", config=bad))
+
+    @dataclass(frozen=True)
+    class Targets(GoodConfig):
+        delta: float = param(1e-5, "target delta", range=OPEN_UNIT)
+        accountant: str = param("pld", "accountant", choices=("pld", "rdp"))
+
+    register(declaration(name="test-targets", config=Targets))
+
+
+def test_the_record_writer_refuses_a_name_two_sections_state_differently():
+    """Sections are flattened only by the writer: a configuration field the privacy statement
+    resolves (left None, or stated the same) passes; one it would overwrite is refused, naming
+    both sections; the data set's label may restate its name."""
+    from jfed.sweep.schema import RecordCollisionError, flatten
+
+    flat = flatten({
+        "configuration": {"delta": None, "accountant": "pld", "dataset": "synthetic"},
+        "data": {"dataset": "synthetic(1,1)", "n_clients": 10},
+        "privacy": {"delta": 1e-5, "accountant": "pld", "notion": "central"},
+    })  # fmt: skip
+    assert flat == {"delta": 1e-5, "accountant": "pld", "dataset": "synthetic(1,1)",
+                    "n_clients": 10, "notion": "central"}  # fmt: skip
+    with pytest.raises(RecordCollisionError, match="'accountant' is stated by the configuration"):
+        flatten({"configuration": {"accountant": "analytic"},
+                 "privacy": {"accountant": "analytic-gaussian"}})  # fmt: skip
+    with pytest.raises(RecordCollisionError, match=r"privacy section .* metrics section"):
+        flatten({"privacy": {"sigma": 1.0}, "metrics": {"sigma": 2.0}})

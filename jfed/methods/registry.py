@@ -29,6 +29,19 @@ from typing import Any
 from jfed.methods.config import Config
 
 ENTRY_POINT_GROUP = "jfed.methods"
+RECORD_RESERVED = frozenset({
+    "schema_version", "method", "paper", "algorithm",
+    "epsilon_certified", "notion", "protected", "trust_model", "adjacency", "sigma",
+    "noise_multiplier", "rho",
+    "selection_metric", "selection_maximize", "report_metric",
+    "compile_seconds", "run_seconds", "plan", "device", "slice", "slice_size", "shared_noise",
+    "timestamp", "jfed_version", "git_commit", "versions", "config_key", "plugin",
+    "plugin_version",
+})  # fmt: skip
+"""Names a configuration field may not take: what every record states beside the configuration
+(its privacy statement, selection, run and provenance; :mod:`jfed.sweep.schema`). ``epsilon``,
+``delta`` and ``accountant`` are allowed: a configuration names the target eps and delta and the
+accountant, which the record then states (resolved where the configuration left them None)."""
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 NUMBER_KINDS = (int, float)
 
@@ -294,6 +307,12 @@ def _config_problems(method: Method) -> list[str]:
     names = set()
     for field in dataclasses.fields(config):
         names.add(field.name)
+        if field.name in RECORD_RESERVED:
+            problems.append(
+                f"field {field.name!r} of {config.__name__} is named like a field every record "
+                "states (its privacy statement, selection, run or provenance); rename it"
+            )
+            continue
         declaration = field.metadata.get("jfed")
         if declaration is None:
             problems.append(

@@ -10,8 +10,10 @@ spec (its key)      accountant
                     Poisson sampling, either adjacency
 ``Rdp()`` rdp       dp-accounting's Renyi DP; the only one for sampling without replacement
 ``Zcdp()`` zcdp     rho adds over releases, converted once (add-or-remove, no sampling)
-``Analytic()``      exact for Gaussian releases without sampling (the analytic Gaussian)
-``Classic()``       the classic bound per release at (eps / R, delta / R), basic composition
+``Analytic()``      exact for Gaussian releases without sampling (the analytic Gaussian);
+                    analytic
+``Classic()``       the classic bound per release at (eps / R, delta / R), basic composition;
+                    classic
 ``Basic()``         basic composition of exact single releases, with parallel branches
 ``Advanced()``      the advanced composition theorem over (eps_i, delta_i) releases
 ``OptimalPure()``   the optimal composition of pure eps0-DP releases of one eps0
@@ -73,7 +75,7 @@ class _Spec:
     adds for it (``" via zCDP"``)."""
 
     key: ClassVar[str]
-    name: ClassVar[str]
+    name: ClassVar[str]  # for the CLI's accountants, their key: a record names what was asked
     composes_sampling: ClassVar[bool] = False
     via: ClassVar[str] = ""
 
@@ -173,7 +175,7 @@ class Analytic(_Spec):
     round): the analytic Gaussian mechanism of the combined multiplier. Refuses anything else."""
 
     key: ClassVar[str] = "analytic"
-    name: ClassVar[str] = "analytic-gaussian"
+    name: ClassVar[str] = "analytic"
 
     def make(self, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE):
         from jfed.privacy.accountants import AnalyticGaussian
@@ -195,7 +197,7 @@ class Classic(_Spec):
     composition: loose, but the textbook calibration (needs eps / R < 1 per release)."""
 
     key: ClassVar[str] = "classic"
-    name: ClassVar[str] = "classic-gaussian+basic-composition"
+    name: ClassVar[str] = "classic"
 
     def make(self, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE):
         from jfed.privacy.accountants import ClassicGaussian

@@ -79,29 +79,111 @@ def jfed_version() -> str:
 
 
 def row(experiment, config: Config, privacy: dict, metrics: dict, run_info: dict) -> dict:
-    """The record of one finished run."""
+    """The record of one finished run: its sections (:func:`sections`) flattened
+    (:func:`flatten`), which refuses a name two sections state differently."""
+    return flatten(sections(experiment, config, privacy, metrics, run_info))
+
+
+def sections(experiment, config: Config, privacy: dict, metrics: dict, run_info: dict) -> dict:
+    """The typed sections of one run's record, in the order they are written: ``method`` (what
+    ran), ``configuration`` (every field, the target ``epsilon`` and the rounds), ``data`` (the
+    population), ``privacy`` (the guarantee), ``metrics``, ``selection`` (how a sweep tunes and
+    reports), ``run`` (where and how long) and ``provenance`` (when, which jfed, which plug-in)."""
     method = experiment.method
     return {
-        "schema_version": SCHEMA_VERSION,
-        "method": method.name,
-        "paper": method.paper,
-        "algorithm": method.algorithm,
-        **dataclasses.asdict(config),
-        "epsilon": float(getattr(config, "epsilon", math.inf)),
-        "rounds": experiment.rounds,
-        **experiment.identity(),
-        **privacy,
-        **metrics,
-        "selection_metric": experiment.selection_metric,
-        "selection_maximize": experiment.selection_maximize,
-        "report_metric": experiment.report_metric,
-        **run_info,
-        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-        "jfed_version": jfed_version(),
-        "git_commit": git_commit(),
-        "versions": dict(_versions()),
-        "config_key": config_key(config),
+        "method": {
+            "schema_version": SCHEMA_VERSION,
+            "method": method.name,
+            "paper": method.paper,
+            "algorithm": method.algorithm,
+        },
+        "configuration": {
+            **dataclasses.asdict(config),
+            "epsilon": float(getattr(config, "epsilon", math.inf)),
+            "rounds": experiment.rounds,
+        },
+        "data": experiment.identity(),
+        "privacy": privacy,
+        "metrics": metrics,
+        "selection": {
+            "selection_metric": experiment.selection_metric,
+            "selection_maximize": experiment.selection_maximize,
+            "report_metric": experiment.report_metric,
+        },
+        "run": run_info,
+        "provenance": {
+            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+            "jfed_version": jfed_version(),
+            "git_commit": git_commit(),
+            "versions": dict(_versions()),
+            **plugin_provenance(method),
+            "config_key": config_key(config),
+        },
     }
+
+
+LABELS = {"dataset"}
+"""Configuration fields the data section may state as a label of the same thing (a data set's
+name with the parameters that define it: ``synthetic(1,1)`` for ``synthetic``)."""
+
+
+class RecordCollisionError(UsageError):
+    """Two sections of a record state one name differently."""
+
+
+def flatten(sections: dict[str, dict]) -> dict:
+    """One flat record from ``sections`` (in order). A name stated by two sections is refused
+    (:class:`RecordCollisionError`, naming it, both sections and both values) unless the later one
+    resolves a configuration field: the configuration left it ``None`` (the method's default,
+    which the record then states), both state the same value, or it is a label
+    (:data:`LABELS`)."""
+    flat: dict = {}
+    owner: dict[str, str] = {}
+    for section, fields in sections.items():
+        for name, value in fields.items():
+            if name in flat:
+                earlier = flat[name]
+                resolves = owner[name] == "configuration" and (
+                    earlier is None or _same(earlier, value)
+                    or (name in LABELS and section == "data")
+                )  # fmt: skip
+                if not resolves:
+                    raise RecordCollisionError(
+                        f"record field {name!r} is stated by the {owner[name]} section "
+                        f"({earlier!r}) and by the {section} section ({value!r}): rename one "
+                        "(a configuration field may not share a name with what a run records)"
+                    )
+            flat[name] = value
+            owner.setdefault(name, section)
+    return flat
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b) or (
+            isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+        )
+    except (TypeError, ValueError):  # arrays and the like: never the same fact
+        return False
+
+
+def plugin_provenance(method) -> dict:
+    """The package and version a plug-in method comes from (``{}`` for jfed's own)."""
+    experiment = method.experiment
+    module = experiment if isinstance(experiment, str) else getattr(experiment, "__module__", "")
+    top = str(module).split(":")[0].split(".")[0]
+    if not top or top == "jfed":
+        return {}
+    from importlib import metadata
+
+    packages = metadata.packages_distributions().get(top, [])
+    if not packages:
+        return {"plugin": top, "plugin_version": None}
+    try:
+        version = metadata.version(packages[0])
+    except metadata.PackageNotFoundError:
+        version = None
+    return {"plugin": packages[0], "plugin_version": version}
 
 
 @lru_cache(maxsize=1)
