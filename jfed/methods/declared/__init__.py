@@ -5,11 +5,15 @@ numerical package."""
 # the order of registration is the order of every listing (jfed methods, the README's tables)
 # isort: off
 from jfed.methods.declared import regression, silo, ldp_fl, estimation, dp_fedavg  # noqa: F401
+from jfed.methods.declared import scaffold, ditto, dp_ftrl  # noqa: F401
 
 # isort: on
+from jfed.methods.declared.ditto import Ditto, DPDitto
 from jfed.methods.declared.dp_fedavg import DPFedAvg, FedAvgSampled, FederatedTraining
+from jfed.methods.declared.dp_ftrl import DPFTRL, BltDPFTRL, FtrlTraining
 from jfed.methods.declared.estimation import Estimation, FunctionalEstimation
 from jfed.methods.declared.ldp_fl import LDPFL
+from jfed.methods.declared.private_training import PrivateTraining
 from jfed.methods.declared.regression import (
     DPSGD,
     OLS,
@@ -19,6 +23,7 @@ from jfed.methods.declared.regression import (
     ModulatedOneShot,
     RegressionData,
 )
+from jfed.methods.declared.scaffold import DPScaffold, Scaffold
 from jfed.methods.declared.silo import (
     MBSGD,
     AcceleratedMBSGD,
@@ -33,17 +38,23 @@ from jfed.methods.declared.silo import (
 )
 
 __all__ = [
+    "DPFTRL",
     "DPSGD",
     "LDPFL",
     "MBSGD",
     "OLS",
     "AcceleratedMBSGD",
+    "BltDPFTRL",
     "Calibrated",
+    "DPDitto",
     "DPFedAvg",
+    "DPScaffold",
+    "Ditto",
     "Estimation",
     "FedAvg",
     "FedAvgSampled",
     "FederatedTraining",
+    "FtrlTraining",
     "FunctionalEstimation",
     "LocalPrivacy",
     "LocalSGD",
@@ -51,7 +62,9 @@ __all__ = [
     "ModulatedIterative",
     "ModulatedOneShot",
     "NoisyMBSGD",
+    "PrivateTraining",
     "RegressionData",
+    "Scaffold",
     "ShuffleMBSGD",
     "SiloData",
     "SiloPrivacy",

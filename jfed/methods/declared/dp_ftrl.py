@@ -1,0 +1,121 @@
+"""DP-FTRL (tree aggregation, or independent noise) and BLT-DP-FTRL: a participation schedule
+instead of sampling, correlated noise, server momentum on the released increments
+(:mod:`jfed.algorithms.dp_ftrl`); experiment in :mod:`jfed.methods.dp_ftrl`. Data flags as
+DP-FedAvg's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Self
+
+from jfed._validation import UsageError
+from jfed.methods.declared.dp_fedavg import USER_LEVEL
+from jfed.methods.declared.private_training import PrivateTraining
+from jfed.methods.fields import Range, integers, param
+from jfed.methods.registry import Method, register
+
+FTRL_PAPER = (
+    "Kairouz, McMahan, Song, Thakkar, Thakurta, Xu, Practical and Private (Deep) Learning "
+    "without Sampling or Shuffling"
+)
+BLT_PAPER = (
+    "Dvijotham, McMahan, Pillutla, Steinke, Thakurta, Efficient and Near-Optimal Noise "
+    "Generation for Streaming Differential Privacy"
+)
+SCHEDULE_NAMES = ("cyclic", "shuffled", "min-separation")
+FTRL_NOISES = ("tree", "independent")
+ALL_PARTICIPATIONS = (
+    "one client's whole data (all its records, over all its participations in the schedule; no "
+    "amplification by sampling assumed)"
+)
+CORRELATED = "a trusted server clips, sums and adds correlated Gaussian noise"
+FTRL_EXPERIMENT = "jfed.methods.dp_ftrl:FtrlExperiment"
+
+
+TREE_NOISE = frozenset({"tree"})
+SEPARATED = frozenset({"min-separation"})
+SERVER_OPTIMIZERS = frozenset({"sgd"})
+"""DP-FTRL's server step: SGD with momentum on the increments."""
+
+
+def _min_separation(config) -> bool:
+    return config.cohort in SEPARATED
+
+
+def _tree(config) -> bool:
+    return config.noise in TREE_NOISE
+
+
+@dataclass(frozen=True)
+class FtrlTraining(PrivateTraining):
+    """DP-FTRL's round: a participation schedule instead of sampling, correlated noise, server
+    momentum on the released increments."""
+
+    cohort: str = param(
+        "cyclic", "participation schedule: cyclic (a fixed random partition into b = N // K "
+        "groups, round t takes group t mod b), shuffled (every client once per epoch of "
+        "N // K rounds, a new order each epoch), min-separation (K clients of group t mod b "
+        "of a fixed partition into b groups, b = --separation)", choices=SCHEDULE_NAMES,
+    )  # fmt: skip
+    separation: int | None = param(
+        None, "min-separation: b, the fewest rounds between two participations of a client",
+        kind=int, unit="rounds", range=integers(1, 2**30), default_text="N // K",
+        requires=(_min_separation, "only with --cohort min-separation"),
+    )  # fmt: skip
+    server_momentum: float | None = param(
+        0.9, "heavy-ball momentum on the released increments (the papers' DP-FTRLM)",
+        kind=float, range=Range(0.0, 1.0, open_high=True), tunable=True,
+    )  # fmt: skip
+
+    def check(self) -> Self:
+        if self.server_optimizer not in SERVER_OPTIMIZERS:
+            raise UsageError(
+                f"--server-optimizer {self.server_optimizer}: DP-FTRL steps with SGD and "
+                "momentum on the released increments; use --server-optimizer sgd"
+            )
+        return super().check()
+
+
+@dataclass(frozen=True)
+class DPFTRL(FtrlTraining):
+    """DP-FTRL: tree aggregation with restarts and Honaker's estimator (or independent noise,
+    DP-FedAvg under the schedule without amplification)."""
+
+    noise: str = param(
+        "tree", "the noise: tree (tree aggregation, Kairouz et al.) or independent (fresh noise "
+        "every round, accounted for the schedule's participations: DP-FedAvg without "
+        "amplification)", choices=FTRL_NOISES,
+    )  # fmt: skip
+    tree_restart: int | None = param(
+        None, "tree: rounds per tree (a restart after each)", kind=int, unit="rounds",
+        range=integers(1, 2**30), default_text="the schedule's period (one tree per pass)",
+        requires=(_tree, "only with --noise tree"),
+    )  # fmt: skip
+    honaker: bool = param(
+        True, "tree: Honaker's estimator (every node drawn, combined by inverse variance)",
+        requires=(_tree, "only with --noise tree"),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BltDPFTRL(FtrlTraining):
+    """BLT-DP-FTRL: buffered linear Toeplitz noise, jax-privacy's strategy optimized for the
+    schedule's participation pattern."""
+
+    blt_buffers: int = param(4, "the most buffers of the optimized BLT strategy", unit="buffers",
+                             range=integers(1, 10))  # fmt: skip
+
+
+register(Method(
+    "dp-ftrl", DPFTRL,
+    "DP-FTRL: a participation schedule, tree-aggregated noise, momentum; no amplification",
+    USER_LEVEL, ALL_PARTICIPATIONS, CORRELATED, FTRL_EXPERIMENT, FTRL_PAPER,
+    "DP-FTRLM with tree restarts (Algorithm 1 with momentum)",
+))  # fmt: skip
+
+register(Method(
+    "blt-dp-ftrl", BltDPFTRL,
+    "BLT-DP-FTRL: a participation schedule, buffered-linear-Toeplitz noise, momentum",
+    USER_LEVEL, ALL_PARTICIPATIONS, CORRELATED, FTRL_EXPERIMENT, BLT_PAPER,
+    "DP-FTRL with BLT noise (min-separation sensitivity)",
+))  # fmt: skip

@@ -1,0 +1,49 @@
+"""User-level central DP for the federated methods built on DP-FedAvg's populations
+(:class:`PrivateTraining`), shared by DP-SCAFFOLD, DP-Ditto, DP-FTRL and BLT-DP-FTRL. Every
+configuration there subclasses :class:`~jfed.methods.declared.dp_fedavg.FederatedTraining`, so
+the data flags (``--dataset``, ``--clients``, ``--dirichlet``, ``--records``, ...), the model and
+the local training are DP-FedAvg's, and one sweep runs them beside ``dp-fedavg`` on the same
+data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Self
+
+from jfed import catalog
+from jfed._validation import UsageError
+from jfed.methods.declared.dp_fedavg import FederatedTraining
+from jfed.methods.fields import EPSILON, OPEN_UNIT, POSITIVE, param
+
+REPLACE_ONE_COHORTS = frozenset({"uniform"})
+"""Cohorts accounted under replace-one adjacency (sampling without replacement)."""
+NO_REPLACE_ONE_SAMPLING = frozenset({"pld"})
+"""Accountants without sampling without replacement (dp-accounting's PLD)."""
+
+
+@dataclass(frozen=True)
+class PrivateTraining(FederatedTraining):
+    """A federated population trained with user-level central DP: eps, delta, the accountant,
+    the clip norm of a client's update."""
+
+    epsilon: float = param(2.0, "target user-level eps of the whole run", range=EPSILON,
+                           group="privacy")  # fmt: skip
+    delta: float | None = param(None, "target delta of the whole run", kind=float,
+                                range=OPEN_UNIT, default_text="1 / N^1.1",
+                                group="privacy")  # fmt: skip
+    accountant: str | None = param(
+        None, "accountant that calibrates the noise (pld: add-or-remove; rdp: either cohort, "
+        "the only one for uniform cohorts, replace-one)", kind=str,
+        choices=catalog.COHORT_ACCOUNTANTS, default_text="pld for poisson and schedules, rdp "
+        "for uniform", group="privacy",
+    )  # fmt: skip
+    update_clip: float = param(1.0, "clip norm C of a client's update", unit="update norm",
+                               range=POSITIVE, tunable=True)  # fmt: skip
+
+    def check(self) -> Self:
+        if self.cohort in REPLACE_ONE_COHORTS and self.accountant in NO_REPLACE_ONE_SAMPLING:
+            raise UsageError(
+                "--cohort uniform is accounted with --accountant rdp (replace-one adjacency: "
+                "dp-accounting's PLD has no sampling without replacement); got --accountant pld"
+            )
+        return super().check()

@@ -1,0 +1,149 @@
+"""DP-FTRL (``dp-ftrl``: tree aggregation with restarts and Honaker's estimator, or independent
+noise) and BLT-DP-FTRL (``blt-dp-ftrl``) on DP-FedAvg's populations, written on the public method
+API as a user's method is (:mod:`jfed.algorithms.dp_ftrl`).
+
+A round's cohort is the schedule's (``--cohort cyclic | shuffled | min-separation``), drawn from
+the run's schedule key; the aggregator is calibrated for the schedule's participation pattern
+over the run's R rounds (the engine checks the two agree when the round is traced).
+
+Privacy: the whole run is one Gaussian mechanism ``GaussianDpEvent(z)`` (user-level,
+add-or-remove, every participation of a client, no amplification by sampling), certified from
+the aggregator's run event by the ledger; each fresh draw has std ``z C sens``, ``sens`` the
+strategy's sensitivity under the pattern. A record states the sensitivity and the noise each
+round adds to the released mean (``noise_std_per_round``: the std of a coordinate of a round's
+noise increment on the mean, averaged over the rounds; ``prefix_noise_std_final``: the std of
+the noise on the running sum of the releases after the last round).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jfed.algorithms import dp_ftrl
+from jfed.engine.schedules import CyclicGroups, MinSeparation, ShuffledEpochs
+from jfed.methods.experiment import Output
+from jfed.methods.federated import FederatedExperiment, server_momentum
+from jfed.privacy.correlated import (
+    BltNoise,
+    CorrelatedGaussianSumParams,
+    IndependentNoise,
+    TreeNoise,
+)
+from jfed.privacy.participation import Participation
+
+
+def _cyclic(n_clients: int, cohort_size: int, config: Any) -> CyclicGroups:
+    return CyclicGroups(max(1, n_clients // cohort_size))
+
+
+def _shuffled(n_clients: int, cohort_size: int, config: Any) -> ShuffledEpochs:
+    return ShuffledEpochs(max(1, n_clients // cohort_size))
+
+
+def _min_separation(n_clients: int, cohort_size: int, config: Any) -> MinSeparation:
+    return MinSeparation(config.separation or max(1, n_clients // cohort_size), cohort_size)
+
+
+SCHEDULES = {"cyclic": _cyclic, "shuffled": _shuffled, "min-separation": _min_separation}
+"""Each ``--cohort``'s schedule from ``(N, K, config)``."""
+
+
+def period(schedule: Any) -> int:
+    """Rounds of one pass of the schedule (b groups, or an epoch of E rounds)."""
+    return int(getattr(schedule, "groups", None) or getattr(schedule, "separation", None)
+               or schedule.rounds_per_epoch)  # fmt: skip
+
+
+def _tree(config: Any, schedule: Any, participation: Participation) -> TreeNoise:
+    return TreeNoise(config.tree_restart or period(schedule), config.honaker)
+
+
+def _independent(config: Any, schedule: Any, participation: Participation) -> IndependentNoise:
+    return IndependentNoise()
+
+
+def _blt(config: Any, schedule: Any, participation: Participation) -> BltNoise:
+    return optimized_blt(participation, config.blt_buffers)
+
+
+@functools.lru_cache(maxsize=16)
+def optimized_blt(participation: Participation, buffers: int) -> BltNoise:
+    """jax-privacy's BLT optimized for ``participation`` (max error), at most ``buffers``
+    buffers; searched once per pattern in a process (seconds to minutes on a CPU)."""
+    return BltNoise.optimized(participation, max_buffers=buffers)
+
+
+NOISES = {"tree": _tree, "independent": _independent}
+"""Each ``--noise``'s strategy from ``(config, schedule, participation)``; BLT-DP-FTRL's is
+:func:`optimized_blt`."""
+
+
+class FtrlExperiment(FederatedExperiment):
+    """DP-FTRL or BLT-DP-FTRL (the configuration's class decides the noise)."""
+
+    outputs = (
+        Output("params", "state.params"),
+        Output("clipped_fraction", "infos.clipped_fraction"),
+        Output("cohort_size", "infos.cohort_size"),
+    )
+
+    def make_cohort(self, configs: list[Any]) -> Any:
+        """The schedule ``--cohort`` names, for N clients and cohorts of K."""
+        return SCHEDULES[self.config.cohort](self.n_clients, self.config.cohort_size, self.config)
+
+    @property
+    def participation(self) -> Participation:
+        return self.cohort.participation(self.rounds)
+
+    @property
+    def noise(self) -> Any:
+        c = self.config
+        build = NOISES[c.noise] if hasattr(c, "noise") else _blt
+        return build(c, self.cohort, self.participation)
+
+    @property
+    def expected_cohort(self) -> float:
+        """The fixed denominator: the mean group size ``N / b`` (``K`` for min-separation)."""
+        if isinstance(self.cohort, MinSeparation):
+            return float(self.cohort.size)
+        return self.n_clients / period(self.cohort)
+
+    @property
+    def algorithm(self) -> dp_ftrl.DPFTRL:
+        aggregator = dp_ftrl.ftrl_aggregator(self.noise, self.participation, self.expected_cohort)
+        return dp_ftrl.DPFTRL(self.model, self.training, self.cohort, aggregator)
+
+    def hyperparams(self, config: Any, noise_multiplier: float | None) -> dp_ftrl.Hyperparams:
+        f32 = jnp.float32
+        return dp_ftrl.Hyperparams(
+            client_learning_rate=f32(config.client_learning_rate),
+            server_learning_rate=f32(config.server_learning_rate),
+            server_momentum=f32(server_momentum(config)),
+            privacy=jax.tree.map(f32, CorrelatedGaussianSumParams(config.update_clip,
+                                                                  noise_multiplier)),
+        )  # fmt: skip
+
+    def calibrate(self, config: Any) -> tuple[Any, dict]:
+        """z calibrated and certified for the run's event (:meth:`FederatedExperiment.calibrate`),
+        with the mechanism's sensitivity and the noise it adds per round."""
+        hyper, fields = super().calibrate(config)
+        aggregator = self.algorithm.aggregator.inner
+        params = CorrelatedGaussianSumParams(config.update_clip, fields["noise_multiplier"])
+        increments = aggregator.increment_noise_std(params) / self.expected_cohort
+        prefix = aggregator.prefix_noise_std(params) / self.expected_cohort
+        pattern = self.participation
+        fields |= {
+            "sigma": float(aggregator.noise_std(params)),
+            "noise": aggregator.noise.name,
+            "sensitivity": aggregator.sensitivity,
+            "participations": pattern.participations,
+            "min_separation": pattern.min_separation,
+            "noise_std_per_round": float(np.mean(increments)),
+            "prefix_noise_std_final": float(prefix[-1]),
+        }
+        return hyper, fields

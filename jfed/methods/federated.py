@@ -1,0 +1,184 @@
+"""What the experiments of the methods on DP-FedAvg's populations share (SCAFFOLD, Ditto, DP-FTRL):
+the population and model DP-FedAvg loads for the same flags (:func:`jfed.methods.dp_fedavg.
+load_population`, :func:`~jfed.methods.dp_fedavg.build_model`), its clients' local training, a
+sampled cohort with its privacy bookkeeping, and accuracy on the held-out data.
+
+Privacy of a sampled cohort (as DP-FedAvg's, docs/specs/dp_fedavg.md): the round's releases are
+composed by the engine's ledger (:meth:`jfed.engine.Ledger.event`: one sampled event per cohort
+and round), calibrated to the configuration's eps and certified for what ran. A Poisson cohort
+runs at a capacity that keeps its overflow term (:meth:`jfed.engine.Poisson.overflow_delta`) at
+most 1% of delta at the largest eps of a sweep; that term is added to the stated delta.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jfed import privacy
+from jfed._validation import UsageError
+from jfed.algorithms.local_training import LocalTraining
+from jfed.data import FederatedData
+from jfed.engine import Poisson, Uniform
+from jfed.engine.cohort import poisson_capacity
+from jfed.methods.declared.dp_fedavg import FederatedTraining
+from jfed.methods.dp_fedavg import (
+    CALIBRATION_DISCRETIZATION,
+    CALIBRATION_TOLERANCE,
+    MOMENTUM_DEFAULTS,
+    OVERFLOW_SHARE,
+    build_model,
+    evaluate_accuracy,
+    load_population,
+)
+from jfed.methods.experiment import Experiment, guarantee_fields, non_private_fields
+
+SAMPLED_COHORTS = {"poisson": Poisson, "uniform": Uniform}
+"""The cohort kind each ``--cohort`` names (a sampled cohort)."""
+
+
+def server_momentum(config: FederatedTraining) -> float:
+    """``--server-momentum``, else the server optimizer's default."""
+    momentum = config.server_momentum
+    return MOMENTUM_DEFAULTS[config.server_optimizer] if momentum is None else momentum
+
+
+class FederatedExperiment(Experiment[FederatedTraining]):
+    """The shared part of an experiment on DP-FedAvg's populations (see the module docstring);
+    a subclass gives ``algorithm`` and ``hyperparams``, and extends ``outputs`` and
+    ``evaluate``. Tuned on the training clients' accuracy, reported on the held-out data."""
+
+    selection_metric = "train_accuracy"
+    selection_maximize = True
+    report_metric = "test_accuracy"
+
+    def __init__(self, config: FederatedTraining) -> None:
+        super().__init__(config)
+        self.data = load_population(config)
+        self.population = self.data.train
+        self.model = build_model(config, self.data)
+        self.n_clients = int(self.population.n_clients)
+        self.private = self.method.private
+        self.cohort = self.make_cohort([config])
+
+    # -- the clients
+    @property
+    def n_max(self) -> int:
+        """The most records a client trains on: the population's largest client, at most
+        ``--records`` for real data."""
+        clients = self.population
+        if hasattr(clients, "counts") and hasattr(clients, "features"):  # digits
+            return int(clients.features.shape[1])
+        if isinstance(clients, FederatedData):
+            return min(int(clients.n_max), self.config.records)
+        return int(clients.n_max)
+
+    @property
+    def training(self) -> LocalTraining:
+        """Each client's local training: ``--local-epochs`` epochs of batches of ``--batch``."""
+        return LocalTraining(self.n_max, self.config.batch, self.config.local_epochs)
+
+    @property
+    def rate(self) -> float:
+        return self.config.cohort_size / self.n_clients
+
+    def make_cohort(self, configs: list[FederatedTraining]) -> Any:
+        """The cohort kind the fixed fields name; a private Poisson cohort's capacity keeps its
+        overflow term below 1% of the least delta at the largest eps of ``configs``."""
+        kind = SAMPLED_COHORTS[self.config.cohort]
+        if kind is Uniform:
+            return Uniform(self.config.cohort_size)
+        if not self.private:
+            return Poisson(self.rate, capacity=poisson_capacity(self.n_clients, self.rate))
+        largest = max(c.epsilon for c in configs)  # type: ignore[attr-defined]
+        least = min(self.delta_of(c) for c in configs)
+        return Poisson.for_privacy(self.rate, self.n_clients, self.rounds, largest, least,
+                                   OVERFLOW_SHARE)  # fmt: skip
+
+    def prepare(self, configs: list[FederatedTraining]) -> None:
+        self.cohort = self.make_cohort(configs)
+
+    @property
+    def expected_cohort(self) -> float:
+        """The fixed denominator of an average: the cohort's expected size."""
+        return float(self.config.cohort_size)
+
+    def identity(self) -> dict:
+        c = self.config
+        capacity = getattr(self.cohort, "capacity", None)
+        capacity = capacity(self.n_clients) if callable(capacity) else capacity or c.cohort_size
+        return {"dataset": c.dataset_label, "n_clients": self.n_clients, "cohort": c.cohort,
+                "cohort_size": c.cohort_size, "capacity": capacity}  # fmt: skip
+
+    # -- privacy
+    def delta_of(self, config: Any) -> float:
+        """``--delta``, else ``1 / N^1.1``."""
+        return config.delta if config.delta is not None else self.n_clients**-1.1
+
+    def accountant(self, config: Any) -> Any:
+        """``--accountant``, else the cohort's own (PLD for Poisson and schedules, RDP for a
+        uniform cohort)."""
+        name = config.accountant
+        return privacy.accountant_named(name) if name else self.cohort.accountant()
+
+    def calibrate(self, config: Any) -> tuple[Any, dict]:
+        """The run's hyper-parameters and privacy fields: z calibrated to ``--epsilon`` at
+        ``delta - overflow`` through the round's releases, certified for them (and the Poisson
+        overflow term added to the stated delta)."""
+        if not self.private:
+            return self.hyperparams(config, None), non_private_fields(self.method)
+        delta = self.delta_of(config)
+        cohort, per_round, extra = self.cohort, 0.0, 0.0
+        if isinstance(cohort, Poisson):
+            per_round = cohort.overflow_probability(self.n_clients)
+            extra = cohort.overflow_delta(config.epsilon, config.rounds, self.n_clients)
+        if extra > OVERFLOW_SHARE * delta * 1.0001:
+            raise UsageError(
+                f"method {self.name}: the Poisson capacity {cohort.capacity} overflows too often "
+                f"for eps={config.epsilon} (delta share {extra / delta:.2g}); run the "
+                "configurations of a sweep together so the capacity fits the largest eps"
+            )
+        accountant = self.accountant(config)
+        # PLD searches at a coarse discretization: an upper bound at any discretization, so the
+        # z it finds certifies eps <= the target at the finer one too
+        search = privacy.Pld(CALIBRATION_DISCRETIZATION) if isinstance(accountant, privacy.Pld) \
+            else accountant  # fmt: skip
+        z = self.noise_multiplier_for(
+            config, lambda z: self.hyperparams(config, z), config.epsilon, delta - extra, search,
+            CALIBRATION_TOLERANCE,
+        )  # fmt: skip
+        hyper = self.hyperparams(config, z)
+        guarantee = self.certify_run(hyper, delta - extra, accountant)
+        stated_extra = 0.0
+        if isinstance(cohort, Poisson):
+            stated_extra = cohort.overflow_delta(guarantee.epsilon, config.rounds, self.n_clients)
+        fields = guarantee_fields(guarantee, z * config.update_clip)
+        fields |= {
+            "delta": guarantee.delta + stated_extra,
+            "delta_accountant": guarantee.delta,
+            "delta_overflow": stated_extra,
+            "overflow_probability_per_round": per_round,
+            "noise_multiplier": z,
+            "sampling_rate": self.rate if isinstance(cohort, Poisson) else None,
+        }
+        return hyper, fields
+
+    # -- evaluation
+    def accuracy(self, params: Any, records: Any) -> float:
+        return evaluate_accuracy(self.model, params, records)
+
+    def evaluate(self, outputs: dict, config: Any) -> dict:
+        """Accuracy of the final global model on the held-out data and on the training sample,
+        the clipped fraction (computed from unnoised updates: outside the guarantee) and the
+        cohort sizes."""
+        test_accuracy = self.accuracy(outputs["params"], self.data.test)
+        clipped = np.asarray(outputs["clipped_fraction"], np.float64)
+        return {
+            "test_accuracy": test_accuracy,
+            "test_error": 1.0 - test_accuracy,
+            "train_accuracy": self.accuracy(outputs["params"], self.data.train_sample),
+            "clipped_fraction": float(clipped.mean()) if self.private else 0.0,
+            "clipped_fraction_per_round": clipped.tolist() if self.private else [],
+            "mean_cohort_size": float(np.mean(outputs["cohort_size"])),
+        }
