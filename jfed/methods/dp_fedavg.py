@@ -147,9 +147,13 @@ def _cifar(config: declared.FederatedTraining, classes: int) -> Population:
     return Population(task.train, task.test, task.train, task.classes, "cifar-cnn")
 
 
+NATURAL_CLIENTS = {"natural": True, "iid": False, "dirichlet": False}
+"""Whether each ``--split`` keeps the data's own clients (its writers) rather than ``--clients``."""
+
+
 def _femnist(config: declared.FederatedTraining) -> Population:
     split = config.split or "natural"
-    clients = None if split == "natural" else config.clients
+    clients = None if NATURAL_CLIENTS[split] else config.clients
     task = load_femnist(config.data_dir, clients, split, config.dirichlet, config.data_seed)
     return Population(task.train, task.test, task.train, task.classes, "femnist-cnn")
 

@@ -78,20 +78,6 @@ class PrivacyGuarantee:
             trust_model="trusted server sees raw data",
         )
 
-    @classmethod
-    def local(
-        cls,
-        epsilon: float,
-        delta: float,
-        accountant: str,
-        protected: str,
-        trust_model: str,
-        rho: float | None = None,
-    ) -> PrivacyGuarantee:
-        """A local-DP guarantee (each client randomizes its own message)."""
-        notion = "local (eps, delta)-DP" + (" via zCDP" if accountant == "zcdp" else "")
-        return cls(float(epsilon), float(delta), accountant, notion, protected, trust_model, rho)
-
     def describe(self) -> str:
         """One line for humans, e.g. ``(eps=1, delta=1e-05) local DP [zcdp] protecting ...``."""
         if math.isinf(self.epsilon):
