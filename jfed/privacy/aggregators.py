@@ -400,9 +400,7 @@ class LocalRandomizerSum:
         scale = params.noise_multiplier * self.sensitivity(1.0) * params.clip_norm
         keys = jax.random.split(key, max(1, len(leaves)))
         randomizer = self._randomizer()
-        noised = [
-            randomizer.perturb(k, leaf, scale) for k, leaf in zip(keys, leaves, strict=False)
-        ]
+        noised = [randomizer.perturb(k, leaf, scale) for k, leaf in zip(keys, leaves, strict=False)]
         return {"value": jax.tree_util.tree_unflatten(treedef, noised), "clipped": was_clipped}
 
     def release(

@@ -187,9 +187,7 @@ FIGURE2: dict[str, Any] = dict(eta=0.5, lipschitz=1.0, radius=1.0, sigma=1.5, n=
 FIGURE2_RATES = (0.1, 0.2, 0.3)
 
 
-def figure2(
-    epsilons: np.ndarray | None = None, accountant: AccountantSpec | str = "rdp"
-) -> dict:
+def figure2(epsilons: np.ndarray | None = None, accountant: AccountantSpec | str = "rdp") -> dict:
     """The seed's Figure 2 setting: delta(eps) of the last iterate for q in {0.1, 0.2, 0.3}
     (eta = 0.5, L = 1, rho = 1, sigma = 1.5, n = 100), beside standard composition.
 
