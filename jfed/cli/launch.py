@@ -13,16 +13,19 @@ usual launcher instead (see the README: ``JFED_DISTRIBUTED=1 srun jfed run ...``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from jfed._validation import UsageError
 
 MAX_PROCESSES = 64
 POLL_SECONDS = 0.1
+CAUSE_SECONDS = 2.0  # how long another process's failure waits for process 0's own to show
 STOP_SECONDS = 5.0  # a process blocked in a collective may ignore SIGTERM; then SIGKILL
 
 
@@ -83,37 +86,55 @@ def child_argv(command: list[str]) -> list[str]:
 def run(args: argparse.Namespace, command: list[str]) -> int:
     """Start the processes, wait for all; the first failure stops the others (their collectives
     would wait for it forever) and is named in one line. Returns the first non-zero exit status,
-    else 0."""
+    else 0.
+
+    Process 0 writes to this standard error as it goes; the others' standard error is kept
+    aside and shown only when one of them is the first to fail: a refusal of process 0 (a
+    resume of another sweep, say) would otherwise be followed by every other process's lost
+    connection, and a message all of them print would be printed once per process."""
     coordinator = args.coordinator or f"127.0.0.1:{_free_port()}"
     children: list[subprocess.Popen] = []
-    try:
-        for index in range(args.processes):
-            env = dict(
-                os.environ,
-                JFED_COORDINATOR=coordinator,
-                JFED_NUM_PROCESSES=str(args.processes),
-                JFED_PROCESS_ID=str(index),
-            )
-            children.append(subprocess.Popen(child_argv(command), env=env))
-        failed = _wait_for_first_failure(children)
-    finally:
-        _stop(children)
-    if failed is not None:
+    with contextlib.ExitStack() as files:
+        others = [files.enter_context(tempfile.TemporaryFile()) for _ in range(args.processes - 1)]
+        try:
+            for index in range(args.processes):
+                env = dict(
+                    os.environ,
+                    JFED_COORDINATOR=coordinator,
+                    JFED_NUM_PROCESSES=str(args.processes),
+                    JFED_PROCESS_ID=str(index),
+                )
+                stderr = others[index - 1] if index else None
+                children.append(subprocess.Popen(child_argv(command), env=env, stderr=stderr))
+            failed = _wait_for_first_failure(children)
+        finally:
+            _stop(children)
+        if failed is None:
+            return next((c.returncode for c in children if c.returncode), 0)
         index, status = failed
-        print(
-            f"jfed: error: launch: process {index} of {len(children)} exited with status "
-            f"{status} (its own error is above); stopped the others",
-            file=sys.stderr,
-        )
-        return status
-    return next((c.returncode for c in children if c.returncode), 0)
+        if index:
+            others[index - 1].seek(0)
+            sys.stderr.write(others[index - 1].read().decode("utf-8", "replace"))
+            sys.stderr.flush()
+    print(
+        f"jfed: error: launch: process {index} of {len(children)} exited with status "
+        f"{status} (its own error is above); stopped the others",
+        file=sys.stderr,
+    )
+    return status
 
 
 def _wait_for_first_failure(children: list[subprocess.Popen]) -> tuple[int, int] | None:
     """Poll until every process ended or one failed: ``(index, exit status)`` of the first
-    failure, else ``None``."""
+    failure, else ``None``. Where process 0 failed with others, it is the one named: the others
+    lose their connection to the coordinator it ran."""
     while True:
         statuses = [child.poll() for child in children]
+        if any(status not in (None, 0) for status in statuses):
+            deadline = time.monotonic() + CAUSE_SECONDS  # process 0 may be the cause, ending
+            while children[0].poll() is None and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS)
+            statuses = [child.poll() for child in children]
         for index, status in enumerate(statuses):
             if status not in (None, 0):
                 return index, status
