@@ -186,11 +186,16 @@ def test_account_bad_input(argv, message, capsys):
 
 
 def test_version_is_one_number_everywhere(capsys):
-    """`jfed --version`, `jfed.__version__` and the installed metadata agree."""
-    from importlib.metadata import version
+    """`jfed --version`, `jfed.__version__` and the installed metadata agree (where jfed is
+    installed: a checkout on the path alone has no metadata to compare with)."""
+    from importlib.metadata import PackageNotFoundError, version
 
     import jfed
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"jfed {jfed.__version__}"
-    assert version("jfed") == jfed.__version__
+    try:
+        installed = version("jfed")
+    except PackageNotFoundError:
+        pytest.skip("jfed is not installed here (no package metadata): nothing to compare")
+    assert installed == jfed.__version__
