@@ -2,7 +2,7 @@
 noise) and BLT-DP-FTRL (``blt-dp-ftrl``) on DP-FedAvg's populations, written on the public method
 API as a user's method is (:mod:`jfed.algorithms.dp_ftrl`).
 
-A round's cohort is the schedule's (``--cohort cyclic | shuffled | min-separation``), drawn from
+A round's cohort is the schedule's (``--schedule cyclic | shuffled | min-separation``), drawn from
 the run's schedule key; the aggregator is calibrated for the schedule's participation pattern
 over the run's R rounds (the engine checks the two agree when the round is traced).
 
@@ -94,7 +94,8 @@ class FtrlExperiment(FederatedExperiment):
 
     def make_cohort(self, configs: list[Any]) -> Any:
         """The schedule ``--cohort`` names, for N clients and cohorts of K."""
-        return SCHEDULES[self.config.cohort](self.n_clients, self.config.cohort_size, self.config)
+        return SCHEDULES[self.config.schedule](self.n_clients, self.config.cohort_size,
+                                               self.config)  # fmt: skip
 
     @property
     def participation(self) -> Participation:

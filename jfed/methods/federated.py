@@ -108,7 +108,8 @@ class FederatedExperiment(Experiment[FederatedTraining]):
         c = self.config
         capacity = getattr(self.cohort, "capacity", None)
         capacity = capacity(self.n_clients) if callable(capacity) else capacity or c.cohort_size
-        return {"dataset": c.dataset_label, "n_clients": self.n_clients, "cohort": c.cohort,
+        kind = getattr(c, "schedule", c.cohort)
+        return {"dataset": c.dataset_label, "n_clients": self.n_clients, "cohort": kind,
                 "cohort_size": c.cohort_size, "capacity": capacity}  # fmt: skip
 
     # -- privacy

@@ -5,11 +5,12 @@ DP-FedAvg's."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 from jfed._validation import UsageError
-from jfed.methods.declared.dp_fedavg import USER_LEVEL
+from jfed.methods.declared.dp_fedavg import USER_LEVEL, FederatedTraining, federated_cost
 from jfed.methods.declared.private_training import PrivateTraining
 from jfed.methods.fields import Range, integers, param
 from jfed.methods.registry import Method, register
@@ -39,7 +40,15 @@ SERVER_OPTIMIZERS = frozenset({"sgd"})
 
 
 def _min_separation(config) -> bool:
-    return config.cohort in SEPARATED
+    return config.schedule in SEPARATED
+
+
+def _refused(name: str, phrase: str) -> Any:
+    """``FederatedTraining``'s field ``name`` as declared there, refused when given (``phrase``
+    says why): a field that does not apply to DP-FTRL keeps its one meaning across methods."""
+    parent = FederatedTraining.__dataclass_fields__[name]
+    declaration = dict(parent.metadata["jfed"], requires=(lambda config: False, phrase))
+    return dataclasses.field(default=parent.default, metadata={"jfed": declaration})
 
 
 def _tree(config) -> bool:
@@ -51,7 +60,10 @@ class FtrlTraining(PrivateTraining):
     """DP-FTRL's round: a participation schedule instead of sampling, correlated noise, server
     momentum on the released increments."""
 
-    cohort: str = param(
+    cohort: str = _refused(
+        "cohort", "only where rounds sample their clients (DP-FTRL's take those of --schedule)"
+    )
+    schedule: str = param(
         "cyclic", "participation schedule: cyclic (a fixed random partition into b = N // K "
         "groups, round t takes group t mod b), shuffled (every client once per epoch of "
         "N // K rounds, a new order each epoch), min-separation (K clients of group t mod b "
@@ -60,11 +72,12 @@ class FtrlTraining(PrivateTraining):
     separation: int | None = param(
         None, "min-separation: b, the fewest rounds between two participations of a client",
         kind=int, unit="rounds", range=integers(1, 2**30), default_text="N // K",
-        requires=(_min_separation, "only with --cohort min-separation"),
+        requires=(_min_separation, "only with --schedule min-separation"),
     )  # fmt: skip
     server_momentum: float | None = param(
-        0.9, "heavy-ball momentum on the released increments (the papers' DP-FTRLM)",
-        kind=float, range=Range(0.0, 1.0, open_high=True), tunable=True,
+        0.9, "server momentum (sgd) or first-moment decay beta_1 (adam, yogi)", kind=float,
+        range=Range(0.0, 1.0, open_high=True), tunable=True,
+        default_text="0.9: heavy-ball momentum on the released increments (DP-FTRLM)",
     )  # fmt: skip
 
     def check(self) -> Self:
@@ -110,12 +123,12 @@ register(Method(
     "dp-ftrl", DPFTRL,
     "DP-FTRL: a participation schedule, tree-aggregated noise, momentum; no amplification",
     USER_LEVEL, ALL_PARTICIPATIONS, CORRELATED, FTRL_EXPERIMENT, FTRL_PAPER,
-    "DP-FTRLM with tree restarts (Algorithm 1 with momentum)",
+    "DP-FTRLM with tree restarts (Algorithm 1 with momentum)", cost=federated_cost,
 ))  # fmt: skip
 
 register(Method(
     "blt-dp-ftrl", BltDPFTRL,
     "BLT-DP-FTRL: a participation schedule, buffered-linear-Toeplitz noise, momentum",
     USER_LEVEL, ALL_PARTICIPATIONS, CORRELATED, FTRL_EXPERIMENT, BLT_PAPER,
-    "DP-FTRL with BLT noise (min-separation sensitivity)",
+    "DP-FTRL with BLT noise (min-separation sensitivity)", cost=federated_cost,
 ))  # fmt: skip

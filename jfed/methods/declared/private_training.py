@@ -7,12 +7,21 @@ data."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Self
 
 from jfed import catalog
 from jfed._validation import UsageError
-from jfed.methods.declared.dp_fedavg import FederatedTraining
+from jfed.methods.cost import FLOAT32, Cost, CostPlan
+from jfed.methods.declared.dp_fedavg import (
+    POPULATIONS,
+    ROLES,
+    FederatedTraining,
+    _model_shape,
+    federated_cost,
+)
 from jfed.methods.fields import EPSILON, OPEN_UNIT, POSITIVE, param
 
 REPLACE_ONE_COHORTS = frozenset({"uniform"})
@@ -37,8 +46,8 @@ class PrivateTraining(FederatedTraining):
         choices=catalog.COHORT_ACCOUNTANTS, default_text="pld for poisson and schedules, rdp "
         "for uniform", group="privacy",
     )  # fmt: skip
-    update_clip: float = param(1.0, "clip norm C of a client's update", unit="update norm",
-                               range=POSITIVE, tunable=True)  # fmt: skip
+    update_clip: float = param(1.0, "clip norm C of a client's update (adaptive: C_0)",
+                               unit="update norm", range=POSITIVE, tunable=True)  # fmt: skip
 
     def check(self) -> Self:
         if self.cohort in REPLACE_ONE_COHORTS and self.accountant in NO_REPLACE_ONE_SAMPLING:
@@ -47,3 +56,25 @@ class PrivateTraining(FederatedTraining):
                 "dp-accounting's PLD has no sampling without replacement); got --accountant pld"
             )
         return super().check()
+
+
+def with_client_state(models_per_client: int) -> Callable[[FederatedTraining, CostPlan], Cost]:
+    """The cost hook of a method that keeps ``models_per_client`` model-sized arrays per client
+    (SCAFFOLD's control variate, Ditto's personal model): DP-FedAvg's round
+    (:func:`~jfed.methods.declared.dp_fedavg.federated_cost`) plus the engine's table of every
+    client's state (``N x models_per_client x parameters`` float32) and, per round, the
+    cohort's rows gathered and written back."""
+
+    def cost(config: FederatedTraining, plan: CostPlan) -> Cost:
+        base = federated_cost(config, plan)
+        _, record, classes = POPULATIONS.get(config.dataset, (None, 784, 100))
+        parameters, _ = _model_shape(config, record, classes)
+        clients = ROLES if config.dataset == "shakespeare" else config.clients
+        table = FLOAT32 * models_per_client * parameters * clients
+        rows = 2 * FLOAT32 * models_per_client * parameters * min(clients, config.cohort_size)
+        work = 2 * models_per_client * parameters * config.cohort_size * config.rounds
+        return dataclasses.replace(base, memory=base.memory + table + rows,
+                                   work=base.work + work,
+                                   sizes=("clients", *base.sizes))  # fmt: skip
+
+    return cost

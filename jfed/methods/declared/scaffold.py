@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jfed.methods.declared.dp_fedavg import ONE_CLIENT, TRUSTED, USER_LEVEL, FederatedTraining
-from jfed.methods.declared.private_training import PrivateTraining
+from jfed.methods.declared.private_training import PrivateTraining, with_client_state
 from jfed.methods.fields import POSITIVE, param
 from jfed.methods.registry import Method, register
 
@@ -37,12 +37,12 @@ class DPScaffold(PrivateTraining):
 register(Method(
     "scaffold", Scaffold, "SCAFFOLD: control variates (kept per client) against client drift",
     "none", "nothing", "trusted server sees raw updates", SCAFFOLD_EXPERIMENT, SCAFFOLD_PAPER,
-    "SCAFFOLD (Algorithm 1, option II)", private=False,
+    "SCAFFOLD (Algorithm 1, option II)", private=False, cost=with_client_state(1),
 ))  # fmt: skip
 
 register(Method(
     "dp-scaffold", DPScaffold,
     "DP-SCAFFOLD: SCAFFOLD's two statistics clipped and noised, both releases accounted",
     USER_LEVEL, ONE_CLIENT, TRUSTED, SCAFFOLD_EXPERIMENT, SCAFFOLD_PAPER,
-    "SCAFFOLD with user-level DP on both statistics",
+    "SCAFFOLD with user-level DP on both statistics", cost=with_client_state(1),
 ))  # fmt: skip
