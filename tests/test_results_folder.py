@@ -492,3 +492,13 @@ def test_a_resume_with_nothing_left_says_so(tmp_path, capsys):
     assert "nothing left to run" in err and "(1 runs)" in err
     assert main([*SWEEP, "--epsilon", "1,2", "--out", out, "--resume"]) == 0
     assert "nothing left" not in capsys.readouterr().err
+
+
+def test_load_results_refuses_what_is_not_a_sweep_as_bad_input(tmp_path):
+    from jfed import load_results
+    from jfed._validation import UsageError
+
+    (tmp_path / "notes.txt").write_text("x\n")
+    for source in ([], str(tmp_path / "missing"), str(tmp_path / "notes.txt"), str(tmp_path)):
+        with pytest.raises(UsageError):
+            load_results(source)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable
 
 from jfed._io import replacing
+from jfed._validation import UsageError
 from jfed.report.rows import read_rows
 
 PARQUET = "runs.parquet"
@@ -37,17 +38,17 @@ def _files(source: str) -> list[str]:
         for name in (PARQUET, JSONL):
             if os.path.exists(os.path.join(source, name)):
                 return [_regular(os.path.join(source, name))]
-        raise ValueError(f"no {PARQUET} or {JSONL} in the folder {source}")
+        raise UsageError(f"no {PARQUET} or {JSONL} in the folder {source}")
     if not os.path.exists(source):
-        raise ValueError(f"no such sweep folder or results file: {source}")
+        raise UsageError(f"no such sweep folder or results file: {source}")
     if not source.endswith((".jsonl", ".parquet")):
-        raise ValueError(f"expected a sweep folder, a .jsonl or a .parquet file, got {source}")
+        raise UsageError(f"expected a sweep folder, a .jsonl or a .parquet file, got {source}")
     return [_regular(source)]
 
 
 def _regular(path: str) -> str:
     if not os.path.isfile(path):  # a FIFO would block the reader
-        raise ValueError(f"{path} is not a regular file: jfed reads only files")
+        raise UsageError(f"{path} is not a regular file: jfed reads only files")
     return path
 
 
@@ -60,12 +61,15 @@ def load_results(sources: str | Iterable[str]):
     Returns:
       Every record field as a column (curves as lists), plus ``source``: the folder or file the
       row came from. Columns a sweep lacks are missing values in its rows.
+
+    Raises:
+      UsageError: no source, or one that is missing, not a sweep's, or not a regular file.
     """
     import pandas as pd
 
     sources = [sources] if isinstance(sources, str) else list(sources)
     if not sources:
-        raise ValueError("expected at least one sweep folder or results file")
+        raise UsageError("expected at least one sweep folder or results file")
     frames = []
     for source in sources:
         for path in _files(source):
