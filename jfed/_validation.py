@@ -20,6 +20,13 @@ class UsageError(ValueError):
     apply. Its message is one line naming the parameter (or flag) and what is allowed."""
 
 
+class ConfigurationError(UsageError):
+    """A configuration its method refuses: a field outside its declared range, given where it
+    does not apply, or a combination the method cannot run. The command line raises it where a
+    configuration is built from the flags and checked (:func:`jfed.cli.generate.build_config`,
+    a sweep's grid points), whatever check refused it."""
+
+
 def check_positive(name: str, value: float) -> float:
     """Return ``value`` as a float if it is finite and > 0, else raise :class:`UsageError`."""
     value = float(value)

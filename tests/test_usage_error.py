@@ -90,3 +90,18 @@ def test_an_internal_error_from_the_console_is_one_line_exit_1(tmp_path):
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
     assert "internal error: KeyError" in result.stderr
+
+
+def test_a_configuration_refusal_is_a_configuration_error_a_usage_error():
+    """Whatever check refuses a configuration built from the flags (a plain ValueError of a
+    declaration's own check), it reaches the command line as one ConfigurationError."""
+    from jfed._validation import ConfigurationError
+    from jfed.cli.generate import checked_config
+
+    def refuse():
+        raise ValueError("expected --mu >= 0, got --mu=-1")
+
+    with pytest.raises(ConfigurationError, match=r"^--grid mu=-1: expected --mu >= 0") as raised:
+        checked_config(refuse, "--grid mu=-1: ")
+    assert isinstance(raised.value, UsageError)
+    assert checked_config(lambda: 3) == 3  # negative control: an accepted one passes through

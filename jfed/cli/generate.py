@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from jfed._validation import UsageError
+from jfed._validation import ConfigurationError, UsageError
 from jfed.cli.checks import DEFAULT_EPSILONS, parse_numbers
 from jfed.methods import ALIASES, METHODS, Config, Method, method
 from jfed.methods.fields import Field, field_map, fields_of
@@ -207,9 +207,26 @@ def check_shuffled_clients(config: Config, given: dict) -> None:
 
 def build_config(args: argparse.Namespace, extra: dict | None = None) -> Config:
     """The checked configuration of the flags given (``extra``: ``--set`` values; a field given
-    both ways is refused)."""
+    both ways is refused).
+
+    Raises:
+      ConfigurationError: the declaration refuses it (its ``check``'s ``ValueError``, said as
+        it was).
+    """
     declared = chosen_method(args)
     given = given_fields(args, declared.config)
     for name in sorted(set(given) & set(extra or {})):
         raise UsageError(f"--{name.replace('_', '-')} is given twice (as a flag and with --set)")
-    return declared.config(**given, **(extra or {})).check()
+    return checked_config(lambda: declared.config(**given, **(extra or {})).check())
+
+
+def checked_config(build, prefix: str = "") -> Config:
+    """``build()``, a configuration built and checked, with the ``ValueError`` of any check
+    that refuses it raised as :class:`~jfed._validation.ConfigurationError` (``prefix``: what
+    the user gave, e.g. ``"--grid sites=1: "``)."""
+    try:
+        return build()
+    except ConfigurationError:
+        raise
+    except ValueError as error:
+        raise ConfigurationError(f"{prefix}{error}") from None

@@ -26,7 +26,7 @@ import argparse
 import sys
 
 from jfed import __version__
-from jfed._validation import UsageError
+from jfed._validation import ConfigurationError, UsageError
 from jfed.cli import account, faults, generate, launch, methods, options, sweep
 from jfed.cli.checks import check_arguments, check_no_repeated_flag, check_numerical_accountant
 from jfed.cli.faults import one_line
@@ -214,7 +214,7 @@ def checked(args: argparse.Namespace) -> tuple:
     except ValueError as error:
         # the declarations' own checks (jfed.methods.fields, a Config's check()) answer
         # ValueError: everything refused while checking the arguments is bad input
-        raise UsageError(str(error)) from error
+        raise ConfigurationError(str(error)) from error
 
 
 def check_cost(args: argparse.Namespace, config, swept: tuple | None) -> None:

@@ -325,11 +325,8 @@ def check_grid_points(base, grid: dict) -> None:
         points += [dict(zip(names, values, strict=True))
                    for values in itertools.product(*(grid[n] for n in names))]  # fmt: skip
     for point in points:
-        try:
-            base.replace(**point).check()
-        except ValueError as error:
-            given = " ".join(f"--grid {name}={value}" for name, value in point.items())
-            raise UsageError(f"{given}: {error}") from None
+        given = " ".join(f"--grid {name}={value}" for name, value in point.items())
+        generate.checked_config(lambda point=point: base.replace(**point).check(), f"{given}: ")
 
 
 def _finished(results: str) -> set[str]:
