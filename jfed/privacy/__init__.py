@@ -24,6 +24,10 @@ guarantee is the composition of those events, certified through ONE accountant s
 - :mod:`~jfed.privacy.privatizers`: clipping and noise over pytrees, the ``NoiseRandomizer``
   protocol; :mod:`~jfed.privacy.plan`: ``PrivacyPlan`` of the local randomizers.
 - :mod:`~jfed.privacy.calibration`: subsampled Gaussian steps (``jfed account``).
+- :mod:`~jfed.privacy.correlated`: DP-FTRL's correlated Gaussian noise (``TreeNoise``,
+  ``BandedNoise``, ``BltNoise``, ``IndependentNoise``) in ``CorrelatedGaussianSum``;
+  :mod:`~jfed.privacy.participation`: ``Participation`` patterns and the sensitivity of a
+  linear mechanism under them.
 - :mod:`~jfed.privacy.shuffle`, :mod:`~jfed.privacy.last_iterate`: amplification by shuffling
   (closed form, and the numerical "clones" bound composed over many shuffles) and the
   last-iterate accountant of projected noisy SGD.
@@ -127,6 +131,15 @@ _EXPORTS = {
     "spent": "jfed.privacy.accounting",
     "subsampled_gaussian_event": "jfed.privacy.accountants",
     "tree_norm": "jfed.privacy.privatizers",
+    "BandedNoise": "jfed.privacy.correlated",
+    "BltNoise": "jfed.privacy.correlated",
+    "CorrelatedGaussianSum": "jfed.privacy.correlated",
+    "CorrelatedGaussianSumParams": "jfed.privacy.correlated",
+    "IndependentNoise": "jfed.privacy.correlated",
+    "TreeNoise": "jfed.privacy.correlated",
+    "noise_matrix": "jfed.privacy.correlated",
+    "Participation": "jfed.privacy.participation",
+    "gram_sensitivity": "jfed.privacy.participation",
 }
 
 __all__ = sorted(_EXPORTS)
