@@ -6,7 +6,6 @@ negative control that the same test rejects (docs/specs/dp_fedavg.md, "Tests tha
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -444,8 +443,9 @@ def test_cohort_padding_never_aliases_a_real_client():
 
 def test_a_round_on_a_cohort_of_a_hundred_million_clients_is_small_and_fast():
     """A round on a cohort of 100 of 10^8 procedural clients compiles to a program of well under
-    1 MiB (an id per client would be 400 MB) and runs in milliseconds. Negative control: drawing
-    the same cohort with ``jax.random.permutation(n)`` compiles to a program of >= 400 MB."""
+    1 MiB (an id per client would be 400 MB) whose operation count is within 10x of the same
+    round on 10^4 clients. Negative control: drawing the same cohort with ``jax.random.permutation(n)``
+    compiles to a program of >= 400 MB."""
     n, dim = 10**8, 10
     population = SyntheticLinear.create(jax.random.key(0), n, dim)
 
@@ -469,16 +469,22 @@ def test_a_round_on_a_cohort_of_a_hundred_million_clients_is_small_and_fast():
                 sizes.append(view.info.size)
             return theta, jnp.stack(sizes)
 
-    plan = ExecutionPlan.for_backend().fitted(n)
-    program = jax.jit(lambda pop, key: run_rounds(Step(), pop, None, key, 1, plan))
-    compiled = program.lower(population, jax.random.key(1)).compile()
+    def compiled_for(size: int):
+        pop = SyntheticLinear.create(jax.random.key(0), size, dim)
+        plan = ExecutionPlan.for_backend().fitted(size)
+        program = jax.jit(lambda pop, key: run_rounds(Step(), pop, None, key, 1, plan))
+        return program.lower(pop, jax.random.key(1)).compile()
+
+    compiled = compiled_for(n)
     memory = compiled.memory_analysis()
     footprint = memory.temp_size_in_bytes + memory.output_size_in_bytes
     assert footprint < 2**20, footprint
-    jax.block_until_ready(compiled(population, jax.random.key(1)))
-    start = time.perf_counter()
+    # the work is the cohort's, not the population's: XLA's operation count of the round grows
+    # by less than 10x from 10^4 to 10^8 clients (the cohort's draw: longer ids, cycle walks),
+    # where a pass over n would grow 10^4 times
+    flops = compiled.cost_analysis()["flops"]
+    assert flops < 10 * compiled_for(10**4).cost_analysis()["flops"]
     theta, sizes = jax.block_until_ready(compiled(population, jax.random.key(2)))
-    assert time.perf_counter() - start < 1.0
     assert np.all(np.isfinite(np.asarray(theta)))
     assert int(sizes[0, 0]) == 100 and 50 < int(sizes[0, 1]) <= 166
     naive = jax.jit(lambda key: jax.random.permutation(key, n)[:100]).lower(jax.random.key(0))

