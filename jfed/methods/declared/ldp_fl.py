@@ -83,6 +83,8 @@ IMAGES = {"digits": (8, 1438, 359), "procedural-mnist": (28, 60_000, 10_000)}
 CLASSES = 10
 ACTIVATION_COPIES = 1.5  # evaluation; training holds the backward pass's too: 3x
 HIDDEN = 64  # the MLP's hidden units
+# images jfed.algorithms.ldp_fl.accuracy evaluates at once (None: all of them, as it does today)
+EVALUATED_AT_ONCE: int | None = None
 
 
 def model_shape(model: str, side: int) -> tuple[int, int, int]:
@@ -123,7 +125,8 @@ def ldp_fl_cost(config: LDPFL, plan: CostPlan) -> Cost:
         * FLOAT32
         * (MESSAGE_COPIES * parameters + 3 * ACTIVATION_COPIES * batch * activations)
     )
-    evaluation = FLOAT32 * ACTIVATION_COPIES * max(pooled, test) * activations
+    at_once = max(pooled, test) if EVALUATED_AT_ONCE is None else EVALUATED_AT_ONCE
+    evaluation = FLOAT32 * ACTIVATION_COPIES * min(at_once, max(pooled, test)) * activations
     memory = int(data + max(training_memory, evaluation))
     per_client = steps * batch * 3 * products * MATMUL_OPERATIONS + CLIENT_OPERATIONS * parameters
     evaluations = (config.rounds * test + pooled) * products * MATMUL_OPERATIONS
