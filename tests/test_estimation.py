@@ -274,7 +274,7 @@ def test_functional_certified_epsilon_is_dp_accountings_for_the_release_that_ran
     def epsilon(batch: int, noise_factor: float = 1.0) -> float:
         whitened = (2.0 * clip / batch) / (noise_factor * std)
         event = dp_accounting.GaussianDpEvent(1.0 / np.linalg.norm(whitened))
-        return _gaussian_epsilon(event, config.delta)
+        return _gaussian_epsilon(event, record["delta"])
 
     assert record["epsilon_certified"] == pytest.approx(epsilon(41 // 2), rel=1e-9)
     assert record["epsilon_certified"] != pytest.approx(epsilon(41 // 2, 1.01), rel=1e-9)

@@ -29,6 +29,15 @@ from jfed.privacy import Analytic, Basic, ParallelDpEvent, spent
 from jfed.privacy.gaussian import analytic_gaussian_noise
 from jfed.privacy.mechanisms import AnisotropicGaussianMechanism, GaussianMechanism
 
+DEFAULT_DELTA = 1e-5
+"""delta of a release where the configuration leaves it unset (a Gaussian release; a Laplace
+release, pure eps, states 0)."""
+
+
+def delta_of(config: declared.Estimation | declared.FunctionalEstimation) -> float:
+    """The configuration's delta, else :data:`DEFAULT_DELTA`."""
+    return DEFAULT_DELTA if config.delta is None else config.delta
+
 
 def setting_of(config: declared.Estimation) -> estimation.Setting:
     """The setting object ``--setting`` names (:data:`jfed.algorithms.estimation.SETTINGS`)."""
@@ -117,7 +126,7 @@ def calibrate_mean(
     setting = setting_of(config)
     noise = estimation.MECHANISMS[config.mechanism]
     S, n, eps = config.sites, config.units, config.epsilon
-    delta = noise.delta(config.delta)
+    delta = noise.delta(delta_of(config))
     clip = default_clip(config)
     releases = setting.calibrate(noise, S, n, eps, delta, clip)
     truthful = 1.0 / (1.0 + math.exp(-eps))  # e^eps / (1 + e^eps)
@@ -436,10 +445,10 @@ def calibrate_functional(config: declared.FunctionalEstimation, terms: int, ledg
     bounds = model.clip_bounds(terms, config.observations, config.servers * config.functions)
     batch = config.functions // config.iterations
     sensitivities = 2.0 * bounds / batch  # replace one function of a batch
-    shape = NOISE_SHAPES[config.noise_shape]
+    shape, delta = NOISE_SHAPES[config.noise_shape], delta_of(config)
     std = np.zeros(terms)
     if shape.private:
-        multiplier = float(analytic_gaussian_noise(1.0, config.epsilon, config.delta))
+        multiplier = float(analytic_gaussian_noise(1.0, config.epsilon, delta))
         std = shape.noise_std(sensitivities, multiplier)
     padded = np.zeros(functional.MAX_TERMS)
     padded_std, padded_bounds = padded.copy(), padded.copy()
@@ -455,16 +464,16 @@ def calibrate_functional(config: declared.FunctionalEstimation, terms: int, ledg
             program = functional.FunctionalMean(model, config.functions, config.observations,
                                                 config.iterations)  # fmt: skip
             ledger = round_ledger(program, config.servers)
-        certified = spent(round_event(ledger, hp), config.delta, accountant=Analytic(),
+        certified = spent(round_event(ledger, hp), delta, accountant=Analytic(),
                           adjacency=ledger.adjacency)  # fmt: skip
         fields = {
             "epsilon_certified": float(certified),
-            "delta": config.delta,
+            "delta": delta,
             "accountant": shape.accountant + "; disjoint batches, so each function is in one "
             "release",
             "notion": "user-level (eps, delta)-DP of each server's release",
             "sigma": float(std.max()),
-            **shape.extra(sensitivities, std, config.epsilon, config.delta),
+            **shape.extra(sensitivities, std, config.epsilon, delta),
         }
     return hp, {
         **fields,

@@ -44,9 +44,10 @@ class Estimation(Config):
     mechanism: str = param("laplace", "noise: laplace (pure eps) or gaussian (analytic "
                            "calibration, (eps, delta))", choices=catalog.ESTIMATION_MECHANISMS,
                            group="privacy")  # fmt: skip
-    delta: float = param(1e-5, "delta of each release", range=OPEN_UNIT, group="privacy",
-                         requires=(lambda c: c.mechanism == "gaussian",
-                                   "only with --mechanism gaussian"))  # fmt: skip
+    delta: float | None = param(None, "delta of each release", kind=float, range=OPEN_UNIT,
+                                group="privacy", default_text="1e-5",
+                                requires=(lambda c: c.mechanism == "gaussian",
+                                          "only with --mechanism gaussian"))  # fmt: skip
     value_clip: float | None = param(
         None, "c: a unit's value (item-level) or a site's mean (user-level) is clipped to "
         "[-c, c]", kind=float, range=POSITIVE, group="privacy",
@@ -89,8 +90,8 @@ class FunctionalEstimation(Config):
                             "functions)", unit="iterations", range=integers(1, 1000))  # fmt: skip
     epsilon: float = param(1.0, "eps of each server's release (user-level: one function)",
                            range=EPSILON, group="privacy")  # fmt: skip
-    delta: float = param(1e-5, "delta of each server's release", range=OPEN_UNIT,
-                         group="privacy")  # fmt: skip
+    delta: float | None = param(None, "delta of each server's release", kind=float,
+                                range=OPEN_UNIT, group="privacy", default_text="1e-5")  # fmt: skip
     noise_shape: str = param("anisotropic", "Gaussian noise: anisotropic (the seed's shape, "
                            "sigma_l^2 ~ Delta_l ||Delta||_1), isotropic (one sigma, L2 "
                            "sensitivity), both scaled by the analytic Gaussian; or none",
