@@ -146,7 +146,7 @@ def _privacy_holds(config: Estimation, hp) -> bool:
             if sensitivity / scale > config.epsilon * share * (1 + 1e-9):
                 return False
         elif gaussian_delta(sensitivity, scale, config.epsilon * share) > (
-            config.delta * share * (1 + 1e-6)
+            experiments.delta_of(config) * share * (1 + 1e-6)
         ):
             return False
     return True
