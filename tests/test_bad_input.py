@@ -430,3 +430,41 @@ def test_one_certification_warning_for_runs_and_sweep_rows():
     # a non-private silo row keeps its placeholder eps and certifies nothing: no warning
     assert certification_warning({"epsilon": 0.75, "epsilon_certified": float("inf")}) is None
     assert certification_warning({"epsilon": float("inf"), "epsilon_certified": None}) is None
+
+
+# ------------------------------------------------------------------- the documented refusals
+
+CLI_PAGE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "reference", "cli.md")
+
+
+def _documented_refusals() -> list[tuple[str, str]]:
+    """``(command, answer)`` of each row between the page's refusals markers."""
+    import re
+
+    with open(CLI_PAGE, encoding="utf-8") as handle:
+        text = handle.read()
+    table = text.split("<!-- refusals: begin -->")[1].split("<!-- refusals: end -->")[0]
+    return re.findall(r"^\| `(jfed [^`]+)` \| `([^`]+)` \|$", table, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("command, answer", _documented_refusals())
+def test_every_documented_refusal_is_what_jfed_answers(command, answer, tmp_path, capsys,
+                                                       monkeypatch):  # fmt: skip
+    """docs/reference/cli.md's examples, through jfed.main, on a machine with 16 GiB free and
+    a CPU's work budget (as the page says)."""
+    import shlex
+
+    import jfed.methods.cost as cost
+
+    monkeypatch.setattr(cost, "available_memory", lambda: 16 * 2**30)
+    monkeypatch.setattr(cost, "memory_budget", lambda: 16 * 2**30)
+    monkeypatch.setattr(cost, "work_budget", lambda: cost.MAX_WORK["cpu"])
+    monkeypatch.chdir(tmp_path)
+    assert main(shlex.split(command)[1:]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(answer) and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_page_documents_refusals():
+    assert len(_documented_refusals()) >= 8

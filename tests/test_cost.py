@@ -170,7 +170,7 @@ def sixteen_gib(monkeypatch):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        # 10^6 Gaussian rounds composed by PLD: the calibration's first try held 371 GiB
+        # 10^6 Gaussian rounds composed by PLD: the calibration's first try would hold ~400 GiB
         (["run", "dpsgd", "--accountant", "pld", "--epsilon", "1e-6", "--rounds", "1000000",
           "--synthetic", "--clients", "10"],
          r"^--rounds=1000000 needs about .* GiB of host memory for its privacy accounting, 16 "
