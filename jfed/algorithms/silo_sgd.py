@@ -1,22 +1,25 @@
 """ISRL-DP federated SGD across data silos (docs/specs/silo_sgd.md; seed 004).
 
 The silo axis is the engine's client axis: each client function below is written for ONE silo
-(its padded records, its count n_i and its id) and the engine vmaps it over silos. Per-example
-gradients are clipped to norm ``clip_norm`` (L), so one record changes a silo's minibatch-mean
-gradient by at most ``2 L / K`` (replace-one adjacency): that is the sensitivity every noise scale
-here is calibrated for (:mod:`jfed.algorithms.silo_privacy`).
+(its padded records, its count n_i and its id) and the engine vmaps it over silos. Every round
+makes its one release through ``clients.aggregate`` with the algorithm's aggregator
+(:mod:`jfed.algorithms.silo_aggregators`): it clips every per-example gradient to ``clip_norm``
+(L), so one record changes a silo's minibatch-mean gradient by at most ``2 L / K`` (replace-one
+adjacency), adds each silo's noise, and states the event of the release. Private and
+non-private runs differ only in the aggregator (:func:`minibatch_aggregator`).
 
 Algorithms (all ``init`` + ``round``):
 
 - :class:`NoisyMBSGD` (seed Algorithm 2): available silos send ``g_i + u_i``, the server averages
-  and takes a projected step. Non-private MB-SGD is the same with zero noise.
+  and takes a projected step. Non-private MB-SGD is the same with :class:`SiloClippedSum`.
 - :class:`AcceleratedMBSGD`: AC-SA updates (Ghadimi and Lan), one-pass (disjoint batches without
   replacement, parallel composition) or ERM (with replacement, optional ridge), multi-stage
   restarts for strongly convex losses.
 - :class:`ShuffleMBSGD` (seed section 5): every record's noisy gradient is a separate message;
-  a shuffler permutes them, which leaves their sum unchanged, so the simulation averages them.
-- :class:`LocalSGD`: ISRL-DP Local SGD (K noisy one-sample steps per silo, iterates averaged);
-  with zero noise it is FedAvg.
+  a shuffler permutes them, which leaves their sum unchanged, so the simulation sums them.
+- :class:`LocalSGD`: ISRL-DP Local SGD (K noisy one-sample steps per silo, iterates averaged),
+  its K steps one release of the aggregator :class:`LocalSteps`; with
+  :class:`SiloClippedSum` steps it is FedAvg.
 """
 
 from __future__ import annotations
@@ -24,21 +27,32 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jfed import catalog
-from jfed._random import integers_and_normals, private_normals
 from jfed._validation import check_int_range, check_nonnegative, check_positive
 from jfed.algorithms.linear import project_to_ball
-from jfed.algorithms.losses import Loss
-from jfed.privacy.clipping import clip_per_example
+from jfed.algorithms.losses import _Loss
+from jfed.algorithms.silo_aggregators import (
+    ONE_PASS,
+    POISSON,
+    WITH_REPLACEMENT,
+    Sampling,
+    ShuffledMessages,
+    SiloClippedSum,
+    SiloGaussian,
+    SiloMessage,
+    named,
+    sampling_named,
+)
+from jfed.privacy.guarantee import Adjacency
 
-AVAILABILITY = catalog.AVAILABILITIES
-SAMPLING = catalog.SILO_SAMPLINGS
+RELEASE_STREAM = 1
+"""Folded into the round's key for the key a release receives (the round's key draws the
+available silos)."""
 
 
 class Hyperparams(NamedTuple):
@@ -51,6 +65,8 @@ class Hyperparams(NamedTuple):
       noise_std: ``f32[N]``, per-silo noise std (of the minibatch-mean gradient; per record for
         :class:`ShuffleMBSGD`; per local step for :class:`LocalSGD`).
       ridge: ``f32[]``, lambda of the ERM regulariser ``(lambda / 2) ||w||^2`` (accelerated ERM).
+      message_delta: ``f32[]``, delta0 of one shuffled message (:class:`ShuffleMBSGD` only).
+      shuffle_delta: ``f32[]``, the delta a round's shuffling spends (:class:`ShuffleMBSGD`).
     """
 
     step_size: jax.Array
@@ -58,6 +74,8 @@ class Hyperparams(NamedTuple):
     radius: jax.Array
     noise_std: jax.Array
     ridge: jax.Array
+    message_delta: jax.Array | None = None
+    shuffle_delta: jax.Array | None = None
 
 
 def hyperparams(
@@ -68,101 +86,131 @@ def hyperparams(
     radius: float = 10.0,
     noise_std: float | np.ndarray = 0.0,
     ridge: float = 0.0,
+    message_delta: float | None = None,
+    shuffle_delta: float | None = None,
 ) -> Hyperparams:
-    """Validated :class:`Hyperparams`; ``noise_std`` is a scalar or one value per silo."""
+    """Validated :class:`Hyperparams`; ``noise_std`` is a scalar or one value per silo (rounded
+    up to float32, so a run never adds less noise than it was calibrated for); the two deltas
+    only for :class:`ShuffleMBSGD`."""
     noise = np.broadcast_to(np.asarray(noise_std, np.float64), (n_silos,))
     for value in noise:
         check_nonnegative("noise_std", value)
+    noise32 = noise.astype(np.float32)
+    noise32 = np.where(noise32 < noise, np.nextafter(noise32, np.float32(np.inf)), noise32)
+    deltas = [None if d is None else jnp.float32(check_positive(name, d))
+              for name, d in (("message_delta", message_delta),
+                              ("shuffle_delta", shuffle_delta))]  # fmt: skip
     return Hyperparams(
         jnp.float32(check_positive("step_size", step_size)),
         jnp.float32(check_positive("clip_norm", clip_norm)),
         jnp.float32(check_positive("radius", radius)),
-        jnp.asarray(noise, jnp.float32),
+        jnp.asarray(noise32),
         jnp.float32(check_nonnegative("ridge", ridge)),
+        *deltas,
     )
+
+
+# ------------------------------------------------------------------------------ availability
+
+
+@dataclass(frozen=True)
+class EverySilo:
+    """Every silo takes part in every round."""
+
+    name: ClassVar[str] = "all"
+    counted: ClassVar[bool] = False  # takes no --available
+
+    def mask(self, key: jax.Array, n_silos: int, available: int) -> jax.Array:
+        del key, available
+        return jnp.ones(n_silos, jnp.float32)
+
+    def expected(self, n_silos: int, available: int) -> int:
+        """Silos taking part in a round (in expectation)."""
+        del available
+        return n_silos
+
+
+@dataclass(frozen=True)
+class _CountedSilos:
+    """M silos take part in a round (``--available``), exactly or in expectation."""
+
+    counted: ClassVar[bool] = True
+
+    def expected(self, n_silos: int, available: int) -> int:
+        del n_silos
+        return available
+
+
+@dataclass(frozen=True)
+class FixedSilos(_CountedSilos):
+    """A uniformly random subset of exactly M silos each round."""
+
+    name: ClassVar[str] = "fixed"
+
+    def mask(self, key: jax.Array, n_silos: int, available: int) -> jax.Array:
+        ranks = jnp.argsort(jax.random.uniform(key, (n_silos,)))
+        return (ranks < available).astype(jnp.float32)
+
+
+@dataclass(frozen=True)
+class BernoulliSilos(_CountedSilos):
+    """Each silo independently with probability M / N (M_r random with mean M)."""
+
+    name: ClassVar[str] = "bernoulli"
+
+    def mask(self, key: jax.Array, n_silos: int, available: int) -> jax.Array:
+        return jax.random.bernoulli(key, available / n_silos, (n_silos,)).astype(jnp.float32)
+
+
+Availability = EverySilo | FixedSilos | BernoulliSilos
+AVAILABILITIES: dict[str, Availability] = {
+    a.name: a for a in (EverySilo(), FixedSilos(), BernoulliSilos())
+}
+"""Which silos can talk to the server in a round, by the name ``--availability`` gives."""
+
+
+def availability_named(availability: Availability | str) -> Availability:
+    """``availability`` as an object (a name is looked up in :data:`AVAILABILITIES`)."""
+    return named(AVAILABILITIES, availability, "availability")
+
+
+def availability_mask(
+    key: jax.Array, n_silos: int, availability: Availability | str, available: int
+) -> jax.Array:
+    """``f32[N]``: 1 for the silos that can talk to the server this round (``available`` = M
+    for :class:`FixedSilos` and :class:`BernoulliSilos`)."""
+    return availability_named(availability).mask(key, n_silos, available)
 
 
 # ------------------------------------------------------------------------------ shared pieces
 
 
-def availability_mask(key: jax.Array, n_silos: int, mode: str, available: int) -> jax.Array:
-    """``f32[N]``: 1 for the silos that can talk to the server this round.
-
-    ``all``: every silo; ``fixed``: a uniformly random subset of exactly ``available`` silos;
-    ``bernoulli``: each silo independently with probability ``available / N`` (so M_r is random
-    with mean ``available``).
-    """
-    if mode == "all":
-        return jnp.ones(n_silos, jnp.float32)
-    if mode == "fixed":
-        ranks = jnp.argsort(jax.random.uniform(key, (n_silos,)))
-        return (ranks < available).astype(jnp.float32)
-    if mode == "bernoulli":
-        return jax.random.bernoulli(key, available / n_silos, (n_silos,)).astype(jnp.float32)
-    raise ValueError(f"unknown availability {mode!r}; expected one of {AVAILABILITY}")
+def minibatch_aggregator(
+    private: bool,
+    sampling: Sampling,
+    batch: int,
+    records: tuple[int, ...] | None = None,
+    releases: int = 1,
+) -> SiloClippedSum | SiloGaussian:
+    """A silo minibatch's aggregator: ISRL-DP Gaussian noise per silo (``private``) or none."""
+    if not private:
+        return SiloClippedSum()
+    return SiloGaussian(sampling, batch, records, releases)
 
 
-def minibatch_weights(
-    key: jax.Array, count: jax.Array, n_max: int, batch: int, sampling: str
-) -> tuple[jax.Array, jax.Array]:
-    """Which records a silo uses this round, as ``(indices: i32[b], weights: f32[b])``.
-
-    The minibatch gradient is ``sum_j weights_j clip(grad_j)`` with weights summing to 1 in
-    expectation (exactly, for the fixed-size samplers).
-
-    - ``with-replacement``: K uniform draws from ``[0, count)`` (the seed's sampler), weights 1/K.
-    - ``without-replacement``: K distinct records, weights 1/K.
-    - ``poisson``: every record independently with probability q = K / count, weights 1/K on the
-      chosen ones (the sampler dp-accounting's PLD accountant covers exactly); b = n_max, so a
-      round costs O(n_i) gradients instead of O(K).
-    """
-    if sampling == "with-replacement":
-        return jax.random.randint(key, (batch,), 0, count), jnp.full(batch, 1.0 / batch)
-    if sampling == "without-replacement":
-        scores = jnp.where(jnp.arange(n_max) < count, jax.random.uniform(key, (n_max,)), -1.0)
-        return jax.lax.top_k(scores, batch)[1], jnp.full(batch, 1.0 / batch)
-    if sampling == "poisson":
-        chosen = jax.random.uniform(key, (n_max,)) < batch / count
-        chosen = chosen & (jnp.arange(n_max) < count)
-        return jnp.arange(n_max), chosen.astype(jnp.float32) / batch
-    raise ValueError(f"unknown sampling {sampling!r}; expected one of {SAMPLING}")
-
-
-def clipped_gradients(
-    loss: Loss, w: jax.Array, X: jax.Array, y: jax.Array, clip_norm: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-    """Per-example gradients ``f32[b, p]`` clipped to ``clip_norm``, and ``clipped: f32[b]``."""
-    return clip_per_example(loss.per_example_gradients(w, X, y), clip_norm)
-
-
-def noisy_minibatch_gradient(
-    loss: Loss,
-    w: jax.Array,
-    silo,
-    indices: jax.Array,
-    weights: jax.Array,
-    hp: Hyperparams,
-    noise_key: jax.Array,
-) -> tuple[jax.Array, jax.Array]:
-    """One silo's ``g_i + u_i``: weighted sum of clipped gradients plus N(0, sigma_i^2 I).
-
-    Returns the noisy gradient ``f32[p]`` and the fraction of the used examples that were clipped.
-    """
+def _minibatch_client(loss, batch, sampling, broadcast, silo, key) -> SiloMessage:
+    """ONE silo's per-example gradients at its minibatch (the aggregator clips and noises)."""
+    w, mask, pass_key, round_index = broadcast
+    indices, weights = sampling.draw(key, silo, batch, pass_key, round_index)
     X, y = silo.rows(indices)
-    gradients, clipped = clipped_gradients(loss, w, X, y, hp.clip_norm)
-    noise = hp.noise_std[silo.silo_id] * private_normals(noise_key, w.shape)
-    used = weights > 0
-    clipped_fraction = jnp.sum(clipped * used) / jnp.maximum(jnp.sum(used), 1)
-    # float32 on every backend: the noise is calibrated to the clipped gradients' norms, which a
-    # GPU's default product (tf32 operands) could raise by up to 2^-11
-    weighted = jnp.matmul(weights, gradients, precision=jax.lax.Precision.HIGHEST)
-    return weighted + noise, clipped_fraction
+    gradients = loss.per_example_gradients(w, X, y)
+    return SiloMessage(gradients, weights, mask[silo.silo_id], silo.silo_id)
 
 
-def _available_sum(messages, weights):
-    """Statistic: sums of the messages of available silos, their number, and clip counts."""
-    vectors, available, clipped = messages
-    return jnp.sum(vectors, 0), jnp.sum(available), jnp.sum(clipped)
+def _server_step(w, gradient_sum, available, step_size, radius):
+    """Projected step with the average over available silos (no step when none is available)."""
+    step = project_to_ball(w - step_size * gradient_sum / jnp.maximum(available, 1.0), radius)
+    return jnp.where(available > 0, step, w)
 
 
 class State(NamedTuple):
@@ -202,22 +250,22 @@ class _SiloConfig:
     """Static configuration common to the silo algorithms.
 
     Attributes:
-      loss: the per-example loss.
+      loss: the per-example loss (:mod:`jfed.algorithms.losses`).
       dim: feature dimension d (the parameter has ``loss.param_dim(d)`` entries).
       n_silos: N.
       batch: K, records per silo per round (local steps for Local SGD).
       rounds: R (sets the averaging window).
-      availability: ``all``, ``fixed`` or ``bernoulli`` (see :func:`availability_mask`).
+      availability: :data:`AVAILABILITIES` (or its name): which silos take part in a round.
       available: M for ``fixed`` / ``bernoulli``.
       average_last: the output average covers the last this-many iterates (0: ``ceil(R / 2)``).
     """
 
-    loss: Loss
+    loss: _Loss
     dim: int
     n_silos: int
     batch: int
     rounds: int
-    availability: str = "all"
+    availability: Availability = EverySilo()
     available: int = 0
     average_last: int = 0
 
@@ -225,12 +273,21 @@ class _SiloConfig:
         check_int_range("silos", self.n_silos, 1, 10**7)
         check_int_range("batch", self.batch, 1, 10**7)
         check_int_range("rounds", self.rounds, 1, 10**7)
-        if self.availability not in AVAILABILITY:
-            raise ValueError(
-                f"unknown availability {self.availability!r}; expected one of {AVAILABILITY}"
-            )
-        if self.availability != "all":
+        object.__setattr__(self, "availability", availability_named(self.availability))
+        if self.availability.counted:
             check_int_range("available", self.available, 1, self.n_silos)
+        if "sampling" in self.__dataclass_fields__:
+            object.__setattr__(self, "sampling", sampling_named(self.sampling))
+        if getattr(self, "aggregator", None) is None:
+            object.__setattr__(self, "aggregator", self.default_aggregator())
+        held = getattr(self.aggregator, "sampling", None)
+        if held is not None and held != self.sampling:
+            raise ValueError(f"the aggregator accounts {held.name} sampling, but the algorithm "
+                             f"samples {self.sampling.name}")  # fmt: skip
+
+    def default_aggregator(self) -> Any:
+        """The aggregator when none is given: the private one (its event needs ``records``)."""
+        raise NotImplementedError
 
     @property
     def param_dim(self) -> int:
@@ -246,7 +303,17 @@ class _SiloConfig:
         return State(zeros, zeros, zeros, jnp.float32(0), jnp.int32(0), key)
 
     def _mask(self, key: jax.Array) -> jax.Array:
-        return availability_mask(key, self.n_silos, self.availability, self.available)
+        return self.availability.mask(key, self.n_silos, self.available)
+
+    def _release(self, clients, hp: Hyperparams, client, broadcast, key: jax.Array, w):
+        """The round's one release through the aggregator: ``(sum of the available silos'
+        messages, their number, their clipped fractions summed)``."""
+        params = self.aggregator.read(hp)
+        total, _, diagnostics = clients.aggregate(
+            self.aggregator, params, self.aggregator.init(params, w), client, broadcast,
+            jax.random.fold_in(key, RELEASE_STREAM),
+        )  # fmt: skip
+        return total, diagnostics["available"], diagnostics["clipped_count"]
 
     def _advance(self, state: State, w: jax.Array, w_ag: jax.Array, available, clipped):
         """Next state (averaging the reported iterate over the last ``window`` rounds) and info."""
@@ -262,74 +329,33 @@ class _SiloConfig:
         return new_state, RoundInfo(w_ag, available, clipped / jnp.maximum(available, 1.0))
 
 
-def _mbsgd_client(loss, batch, sampling, broadcast, silo, key):
-    w, mask, hp = broadcast
-    if sampling == "with-replacement":
-        # one counter-mode draw for the K indices and the noise (the common case, kept cheap)
-        indices, normals = integers_and_normals(key, batch, silo.count, w.shape[0])
-        X, y = silo.rows(indices)
-        gradients, clipped = clipped_gradients(loss, w, X, y, hp.clip_norm)
-        gradient = gradients.mean(0) + hp.noise_std[silo.silo_id] * normals
-        clipped = clipped.mean()
-    else:
-        index_key, noise_key = jax.random.split(key)
-        indices, weights = minibatch_weights(index_key, silo.count, silo.n_max, batch, sampling)
-        gradient, clipped = noisy_minibatch_gradient(loss, w, silo, indices, weights, hp, noise_key)
-    available = mask[silo.silo_id]
-    return available * gradient, available, available * clipped
-
-
-def _server_step(w, gradient_sum, available, step_size, radius):
-    """Projected step with the average over available silos (no step when none is available)."""
-    step = project_to_ball(w - step_size * gradient_sum / jnp.maximum(available, 1.0), radius)
-    return jnp.where(available > 0, step, w)
-
-
 @dataclass(frozen=True)
 class NoisyMBSGD(_SiloConfig):
-    """ISRL-DP Noisy MB-SGD (seed Algorithm 2); zero noise gives non-private MB-SGD.
+    """ISRL-DP Noisy MB-SGD (seed Algorithm 2); :class:`SiloClippedSum` gives non-private
+    MB-SGD.
 
     Attributes (beyond :class:`_SiloConfig`):
-      sampling: ``with-replacement`` (the seed's), ``without-replacement`` (K distinct records) or
-        ``poisson`` (what the exact PLD calibration covers); see :func:`minibatch_weights`.
+      sampling: a record sampler of :data:`jfed.algorithms.silo_aggregators.SAMPLINGS` (or its
+        name): ``with-replacement`` (the seed's), ``without-replacement``, ``poisson`` (what the
+        exact PLD calibration covers) or ``one-pass``.
+      aggregator: the round's release (:func:`minibatch_aggregator`; default: ISRL-DP noise).
     """
 
-    sampling: str = "with-replacement"
+    sampling: Sampling = WITH_REPLACEMENT
+    aggregator: Any = None
+
+    def default_aggregator(self) -> SiloGaussian:
+        return SiloGaussian(self.sampling, self.batch)
 
     def round(
         self, state: State, hp: Hyperparams, key: jax.Array, clients
     ) -> tuple[State, RoundInfo]:
-        client = partial(_mbsgd_client, self.loss, self.batch, self.sampling)
-        gradient_sum, available, clipped = clients.sum(
-            client, (state.w, self._mask(key), hp), _available_sum
-        )
+        client = partial(_minibatch_client, self.loss, self.batch, self.sampling)
+        broadcast = (state.w, self._mask(key), state.batch_key, state.round)
+        gradient_sum, available, clipped = self._release(clients, hp, client, broadcast, key,
+                                                         state.w)  # fmt: skip
         w = _server_step(state.w, gradient_sum, available, hp.step_size, hp.radius)
         return self._advance(state, w, w, available, clipped)
-
-
-def one_pass_indices(
-    batch_key: jax.Array,
-    silo_id: jax.Array,
-    count: jax.Array,
-    n_max: int,
-    batch: int,
-    round_index: jax.Array,
-) -> jax.Array:
-    """Round r's batch ``perm[rK : (r+1)K]`` of a per-silo permutation of ``[0, count)`` that is
-    fixed for the run, so no record is used twice while ``R K <= count``."""
-    scores = jax.random.uniform(jax.random.fold_in(batch_key, silo_id), (n_max,))
-    order = jnp.argsort(jnp.where(jnp.arange(n_max) < count, scores, 2.0))
-    return jax.lax.dynamic_slice(order, (round_index * batch,), (batch,))
-
-
-def _one_pass_client(loss, batch, broadcast, silo, key):
-    """Disjoint batches (see :func:`one_pass_indices`)."""
-    w, mask, hp, batch_key, round_index = broadcast
-    indices = one_pass_indices(batch_key, silo.silo_id, silo.count, silo.n_max, batch, round_index)
-    weights = jnp.full(batch, 1.0 / batch)
-    gradient, clipped = noisy_minibatch_gradient(loss, w, silo, indices, weights, hp, key)
-    available = mask[silo.silo_id]
-    return available * gradient, available, available * clipped
 
 
 def multistage_schedule(rounds: int, first: int = 2) -> tuple[int, ...]:
@@ -362,21 +388,24 @@ class AcceleratedMBSGD(_SiloConfig):
 
     Attributes (beyond :class:`_SiloConfig`):
       sampling: ``one-pass`` (disjoint batches without replacement; needs R K <= n_i) or
-        a sampler of :func:`minibatch_weights` (fresh minibatch each round, the ERM variant).
+        a sampler that draws a fresh minibatch each round (the ERM variant).
       momentum: AC-SA (True) or plain projected SGD (False).
       stages: stage lengths, or ``None`` for a single stage.
+      aggregator: as :class:`NoisyMBSGD`'s.
     """
 
-    sampling: str = "one-pass"
+    sampling: Sampling = ONE_PASS
     momentum: bool = True
     stages: tuple[int, ...] | None = None
+    aggregator: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.stages is not None and sum(self.stages) != self.rounds:
             raise ValueError(f"expected stages summing to rounds={self.rounds}, got {self.stages}")
-        if self.sampling not in catalog.SAMPLINGS:
-            raise ValueError(f"unknown sampling {self.sampling!r}")
+
+    def default_aggregator(self) -> SiloGaussian:
+        return SiloGaussian(self.sampling, self.batch)
 
     def _stage_round(self, round_index: jax.Array) -> jax.Array:
         """Round index within the current stage (0 at a stage's first round)."""
@@ -397,107 +426,190 @@ class AcceleratedMBSGD(_SiloConfig):
         beta = (t + 1.0) / 2.0 if self.momentum else jnp.float32(1.0)
         gamma = (t + 1.0) * hp.step_size / 2.0 if self.momentum else hp.step_size
         w_md = w / beta + (1.0 - 1.0 / beta) * w_ag
-        mask = self._mask(key)
-        if self.sampling == "one-pass":
-            client = partial(_one_pass_client, self.loss, self.batch)
-            broadcast: tuple = (w_md, mask, hp, state.batch_key, state.round)
-        else:
-            client = partial(_mbsgd_client, self.loss, self.batch, self.sampling)
-            broadcast = (w_md, mask, hp)
-        gradient_sum, available, clipped = clients.sum(client, broadcast, _available_sum)
+        client = partial(_minibatch_client, self.loss, self.batch, self.sampling)
+        broadcast = (w_md, self._mask(key), state.batch_key, state.round)
+        gradient_sum, available, clipped = self._release(clients, hp, client, broadcast, key,
+                                                         w_md)  # fmt: skip
         gradient_sum = gradient_sum + hp.ridge * w_md * available
         w_new = _server_step(w, gradient_sum, available, gamma, hp.radius)
         w_ag_new = w_new / beta + (1.0 - 1.0 / beta) * w_ag
         return self._advance(state, w_new, w_ag_new, available, clipped)
 
 
-def _shuffle_client(loss, batch, broadcast, silo, key):
-    """Every sampled record's clipped gradient plus its own N(0, sigma0^2 I) is a message; the
-    sum of the K messages has noise N(0, K sigma0^2 I), drawn at once (equal in distribution)."""
-    w, mask, hp = broadcast
-    index_key, noise_key = jax.random.split(key)
-    indices, _ = minibatch_weights(index_key, silo.count, silo.n_max, batch, "with-replacement")
-    X, y = silo.rows(indices)
-    gradients, clipped = clipped_gradients(loss, w, X, y, hp.clip_norm)
-    noise = math.sqrt(batch) * hp.noise_std[silo.silo_id] * private_normals(noise_key, w.shape)
-    available = mask[silo.silo_id]
-    return available * (gradients.sum(0) + noise), available, available * clipped.mean()
-
-
 @dataclass(frozen=True)
 class ShuffleMBSGD(_SiloConfig):
-    """Shuffle-DP Noisy MB-SGD: M K per-record noisy gradients, shuffled, averaged by the server.
+    """Shuffle-DP Noisy MB-SGD: M K per-record noisy gradients (K drawn with replacement per
+    silo), shuffled, averaged by the server (:class:`ShuffledMessages`). ``noise_std`` is per
+    record (sigma0).
 
-    The shuffler hides which silo and record each message came from; it does not change their sum,
-    so the simulation averages directly. ``noise_std`` is per record (sigma0).
+    Attributes (beyond :class:`_SiloConfig`):
+      aggregator: :class:`ShuffledMessages` (default: K messages per silo, their count per round
+        unknown to the event).
     """
+
+    aggregator: Any = None
+    sampling: ClassVar[Sampling] = WITH_REPLACEMENT
+
+    def default_aggregator(self) -> ShuffledMessages:
+        return ShuffledMessages(self.batch)
 
     def round(
         self, state: State, hp: Hyperparams, key: jax.Array, clients
     ) -> tuple[State, RoundInfo]:
-        client = partial(_shuffle_client, self.loss, self.batch)
-        gradient_sum, available, clipped = clients.sum(
-            client, (state.w, self._mask(key), hp), _available_sum
-        )
-        w = _server_step(state.w, gradient_sum / self.batch, available, hp.step_size, hp.radius)
+        client = partial(_minibatch_client, self.loss, self.batch, self.sampling)
+        broadcast = (state.w, self._mask(key), state.batch_key, state.round)
+        message_sum, available, clipped = self._release(clients, hp, client, broadcast, key,
+                                                        state.w)  # fmt: skip
+        w = _server_step(state.w, message_sum / self.batch, available, hp.step_size, hp.radius)
         return self._advance(state, w, w, available, clipped)
 
 
-def _local_sgd_client(loss, steps, sampling, broadcast, silo, key):
-    """K local steps from the global model, ``w <- w - eta (g + u)``: g is the clipped gradient
-    of one uniformly drawn record (``with-replacement``, the seed's), or the sum of the clipped
-    gradients of the records Poisson-sampled at rate 1 / n_i (``poisson``: one record in
-    expectation; what the exact PLD calibration covers)."""
-    w, mask, hp = broadcast
+class LocalStart(NamedTuple):
+    """What ONE silo hands :class:`LocalSteps`: where its local steps start and its records.
 
-    def step(carry, step_key):
-        w_local, clipped_total = carry
-        index_key, noise_key = jax.random.split(step_key)
-        if sampling == "poisson":
-            indices, weights = minibatch_weights(index_key, silo.count, silo.n_max, 1, "poisson")
-            gradient, clipped = noisy_minibatch_gradient(
-                loss, w_local, silo, indices, weights, hp, noise_key
-            )
-            return (w_local - hp.step_size * gradient, clipped_total + clipped), None
-        X, y = silo.rows(jax.random.randint(index_key, (1,), 0, silo.count))
-        gradient, clipped = clipped_gradients(loss, w_local, X, y, hp.clip_norm)
-        noise = hp.noise_std[silo.silo_id] * jax.random.normal(noise_key, w_local.shape)
-        return (w_local - hp.step_size * (gradient[0] + noise), clipped_total + clipped[0]), None
+    Attributes:
+      w: ``f32[p]``, the global model.
+      step_size: ``f32[]``, eta of a local step.
+      available: ``f32[]``, 1 if the silo takes part this round.
+      silo: the silo's view (:class:`~jfed.data.silos.SiloView`).
+      key: the silo's own key (its draws of records, one per step).
+    """
 
-    (w_final, clipped), _ = jax.lax.scan(step, (w, 0.0), jax.random.split(key, steps))
-    available = mask[silo.silo_id]
-    return available * w_final, available, available * clipped / steps
+    w: jax.Array
+    step_size: jax.Array
+    available: jax.Array
+    silo: Any
+    key: jax.Array
+
+
+@dataclass(frozen=True)
+class LocalSteps:
+    """Local SGD's release: each silo takes ``steps`` = K local steps ``w <- w - eta g`` from the
+    global model, g its ``inner`` aggregator's privatized one-sample gradient (each record of the
+    step's sample clipped to L, plus the silo's noise for :class:`SiloGaussian`), and sends its
+    K-th iterate; the release is the sum over available silos.
+
+    The K-th iterate is a post-processing of the K noisy gradients, so the event is the inner
+    aggregator's with K releases per round (``inner.releases = steps``). The noise of step k is
+    drawn from the engine's privacy stream of the silo, the records from the silo's own key.
+
+    Attributes:
+      loss: the per-example loss.
+      sampling: a record sampler drawing one record per step in expectation (``batch`` 1):
+        ``with-replacement`` or ``poisson`` (rate 1 / n_i).
+      steps: K local steps per round.
+      inner: :class:`SiloGaussian` (batch 1, ``releases = steps``) or :class:`SiloClippedSum`.
+    """
+
+    loss: _Loss
+    sampling: Sampling
+    steps: int
+    inner: SiloClippedSum | SiloGaussian
+    adjacency: ClassVar[Adjacency] = Adjacency.REPLACE_ONE
+    local: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        check_int_range("steps", self.steps, 1, 10**7)
+        if getattr(self.inner, "releases", self.steps) != self.steps:
+            raise ValueError(f"the inner aggregator releases {self.inner.releases} gradients a "
+                             f"round, the silo takes {self.steps} local steps")  # fmt: skip
+
+    @property
+    def Params(self) -> type:  # noqa: N802 (the protocol's name)
+        return self.inner.Params
+
+    def read(self, hyper):
+        return self.inner.read(hyper)
+
+    def init(self, params, template) -> tuple:
+        return self.inner.init(params, template)
+
+    def preprocess(self, params, state, update: LocalStart, key: jax.Array) -> dict:
+        """ONE silo's K-th local iterate (0 when unavailable) and its clipped fraction."""
+        del state
+        silo = update.silo
+
+        def step(carry, keys):
+            w, clipped_total = carry
+            index_key, noise_key = keys
+            indices, weights = self.sampling.draw(index_key, silo, 1, None, None)
+            X, y = silo.rows(indices)
+            message = SiloMessage(self.loss.per_example_gradients(w, X, y), weights,
+                                  jnp.float32(1.0), silo.silo_id)  # fmt: skip
+            gradient, clipped = self.inner.privatize(params, message, noise_key)
+            return (w - update.step_size * gradient, clipped_total + clipped), None
+
+        keys = (jax.random.split(update.key, self.steps), jax.random.split(key, self.steps))
+        (w, clipped), _ = jax.lax.scan(step, (update.w, jnp.float32(0.0)), keys)
+        available = update.available
+        return {"value": available * w, "available": available,
+                "clipped": available * clipped / self.steps}  # fmt: skip
+
+    def release(self, params, state, summed: dict, key: jax.Array):
+        return self.inner.release(params, state, summed, key)
+
+    def event(self, params):
+        """The inner aggregator's event (K releases of each silo a round)."""
+        return self.inner.event(params)
+
+
+def _local_client(broadcast, silo, key) -> LocalStart:
+    w, mask, step_size = broadcast
+    return LocalStart(w, step_size, mask[silo.silo_id], silo, key)
+
+
+LOCAL_SAMPLINGS = (WITH_REPLACEMENT, POISSON)
+"""The samplers of Local SGD's one-record steps."""
 
 
 @dataclass(frozen=True)
 class LocalSGD(_SiloConfig):
     """ISRL-DP Local SGD (seed appendix I): each silo takes ``batch`` = K noisy one-sample local
     steps from the global model and sends its K-th iterate; the server averages the iterates of
-    the available silos (and projects). Zero noise gives non-private Local SGD (FedAvg).
+    the available silos (and projects). :class:`LocalSteps` over :class:`SiloClippedSum` gives
+    non-private Local SGD (FedAvg).
 
     Attributes (beyond :class:`_SiloConfig`):
       sampling: ``with-replacement`` (one uniform record per local step, the seed's) or
         ``poisson`` (each record with probability 1 / n_i per step, what the exact PLD
         calibration covers).
+      aggregator: :class:`LocalSteps` (default: ISRL-DP noise at every step).
     """
 
-    sampling: str = "with-replacement"
+    sampling: Sampling = WITH_REPLACEMENT
+    aggregator: Any = None
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.sampling not in ("with-replacement", "poisson"):
+        sampling = sampling_named(self.sampling)
+        if sampling not in LOCAL_SAMPLINGS:
             raise ValueError(
-                f"unknown Local SGD sampling {self.sampling!r}; expected 'with-replacement' or "
-                "'poisson'"
+                f"unknown Local SGD sampling {sampling.name!r}; expected one of "
+                f"{[s.name for s in LOCAL_SAMPLINGS]}"
             )
+        super().__post_init__()
+
+    def default_aggregator(self) -> LocalSteps:
+        return self.local_steps(SiloGaussian(self.sampling, 1, None, self.batch))
+
+    def local_steps(self, inner: SiloClippedSum | SiloGaussian) -> LocalSteps:
+        """:class:`LocalSteps` of this algorithm over ``inner``."""
+        return LocalSteps(self.loss, self.sampling, self.batch, inner)
 
     def round(
         self, state: State, hp: Hyperparams, key: jax.Array, clients
     ) -> tuple[State, RoundInfo]:
-        client = partial(_local_sgd_client, self.loss, self.batch, self.sampling)
-        iterate_sum, available, clipped = clients.sum(
-            client, (state.w, self._mask(key), hp), _available_sum
-        )
+        broadcast = (state.w, self._mask(key), hp.step_size)
+        iterate_sum, available, clipped = self._release(clients, hp, _local_client, broadcast,
+                                                        key, state.w)  # fmt: skip
         average = project_to_ball(iterate_sum / jnp.maximum(available, 1.0), hp.radius)
         w = jnp.where(available > 0, average, state.w)
         return self._advance(state, w, w, available, clipped)
+
+
+def local_sgd(
+    private: bool, loss: _Loss, sampling: Sampling, steps: int,
+    records: tuple[int, ...] | None = None,
+) -> LocalSteps:  # fmt: skip
+    """Local SGD's aggregator: K one-record steps with ISRL-DP noise (``private``) or none."""
+    inner = minibatch_aggregator(private, sampling, 1, records, steps)
+    return LocalSteps(loss, sampling, steps, inner)

@@ -6,27 +6,50 @@ device; the evaluation is in float64 on the host: excess train / test risk again
 constrained optimum w*, the heterogeneity upsilon_*^2, and the test error (classification) or
 relative RMSE (regression). Settings are chosen on the training loss (the paper tunes its step
 size on it; the silo tasks have no validation split).
+
+Privacy. Every round makes one release through its aggregator
+(:mod:`jfed.algorithms.silo_aggregators`), which states its event; a run's event is that event
+composed over the rounds its sampler composes (one for disjoint one-pass batches), taken silo by
+silo (:func:`jfed.privacy.parallel.per_branch`: ISRL-DP holds for each silo's transcript, the
+guarantee stated is the worst silo's). The exact calibration searches each silo size's noise
+through those events and the record's eps is what the accountant certifies for them; a formula
+calibration certifies nothing (``epsilon_certified`` None) and its record carries
+``exact_epsilon``, what PLD certifies for its noise had the silos sampled by Poisson (the same
+program with Poisson sampling, traced).
 """
 
 from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 
 from jfed._validation import UsageError
 from jfed.algorithms import silo_metrics, silo_privacy, silo_sgd
 from jfed.algorithms.losses import Loss
+from jfed.algorithms.silo_aggregators import POISSON, SAMPLINGS, ShuffledMessages
 from jfed.data.silos import SiloTask, load_silos
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_of, non_private_fields
-from jfed.privacy import analytic_gaussian_epsilon
+from jfed.privacy import Adjacency, Advanced, Analytic, rounds_of, spent
+from jfed.privacy.parallel import branches, per_branch
+from jfed.privacy.shuffle import shuffle_validity_limit
 
 
 def load_task(config: declared.SiloData) -> SiloTask:
     return load_silos(
         config.dataset, mixing=config.mixing, n_silos=config.silos, seed=config.data_seed
     )
+
+
+def _params_as_ran(release, hyper):
+    """A release's aggregator parameters read from host hyper-parameters ``hyper`` as the device
+    ran them (float32, then float64), array leaves included (a noise std per silo)."""
+    leaves = dict(jax.tree_util.tree_flatten_with_path(hyper)[0])
+    values = [np.asarray(leaves[path], np.float32).astype(np.float64)
+              for path in release.params_paths]  # fmt: skip
+    return jax.tree_util.tree_unflatten(release.params_treedef, values)
 
 
 class SiloExperiment(Experiment):
@@ -46,8 +69,11 @@ class SiloExperiment(Experiment):
         super().__init__(config)
         self.task = task if task is not None else load_task(config)
         self.counts = np.asarray(self.task.train.counts)
-        self.sampling = self.choose_sampling(config)
-        self.report_metric = "relative_rmse" if self.task.loss == "squared" else "test_error"
+        self.records = tuple(int(n) for n in self.counts)
+        self.loss = Loss(self.task.loss, self.task.classes)
+        self.sampling = SAMPLINGS[self.choose_sampling(config)]
+        self.availability = silo_sgd.AVAILABILITIES[config.availability]
+        self.report_metric = "relative_rmse" if self.loss.regression else "test_error"
         self._noise: dict = {}
         self._optima: dict = {}
 
@@ -55,8 +81,11 @@ class SiloExperiment(Experiment):
     def choose_sampling(self, config) -> str:
         return config.sampling or self.default_sampling
 
-    def program(self, **common):
-        return silo_sgd.NoisyMBSGD(**common, sampling=self.sampling)
+    def program(self, sampling, **common):
+        """The static program sampling records with ``sampling``."""
+        aggregator = silo_sgd.minibatch_aggregator(self.method.private, sampling,
+                                                   self.config.batch, self.records)  # fmt: skip
+        return silo_sgd.NoisyMBSGD(**common, sampling=sampling, aggregator=aggregator)
 
     def calibrate_many(self, config, epsilons: list[float], delta: float) -> list[tuple]:
         """``[(noise std f64[N], privacy fields)]``, one per eps."""
@@ -74,14 +103,18 @@ class SiloExperiment(Experiment):
         given = getattr(self.config, "delta", None)
         return given if given is not None else 1.0 / float(self.counts.min()) ** 2
 
+    def build(self, sampling):
+        """The program with the configuration's fixed fields, sampling records with
+        ``sampling``."""
+        return self.program(
+            sampling, loss=self.loss, dim=self.task.dim, n_silos=self.task.n_silos,
+            batch=self.config.batch, rounds=self.config.rounds, availability=self.availability,
+            available=self.config.available or 0, average_last=self.config.average_last,
+        )  # fmt: skip
+
     @property
     def algorithm(self):
-        return self.program(
-            loss=Loss(self.task.loss, self.task.classes), dim=self.task.dim,
-            n_silos=self.task.n_silos, batch=self.config.batch, rounds=self.config.rounds,
-            availability=self.config.availability, available=self.config.available or 0,
-            average_last=self.config.average_last,
-        )  # fmt: skip
+        return self.build(self.sampling)
 
     def identity(self) -> dict:
         return {
@@ -90,8 +123,36 @@ class SiloExperiment(Experiment):
             "n_silos": self.task.n_silos,
             "records": int(self.counts.sum()),
             "dim": self.task.dim,
-            "sampling": self.sampling,
+            "sampling": self.sampling.name,
         }
+
+    def hyperparams(self, config, noise) -> silo_sgd.Hyperparams:
+        """The traced numbers of one run; ``noise``: each silo's noise std (one value for all,
+        or ``None`` for none)."""
+        return silo_sgd.hyperparams(
+            self.task.n_silos, step_size=config.step_size, clip_norm=config.gradient_clip,
+            radius=config.radius, noise_std=0.0 if noise is None else noise,
+            ridge=getattr(config, "ridge", 0.0),
+        )  # fmt: skip
+
+    # -- privacy: the events the round's aggregator states
+    def composed_event(self, hyper, ledger=None):
+        """The run's event at host hyper-parameters ``hyper`` as the releases compose: the round's
+        release (:meth:`ledger`, or ``ledger``) at the parameters that ran, over the rounds the
+        sampler composes."""
+        (release,) = (ledger or self.ledger()).releases  # a silo round releases once
+        event = release.aggregator.event(_params_as_ran(release, hyper))
+        return rounds_of(event, self.sampling.rounds_composed(self.rounds))
+
+    def run_event(self, hyper, ledger=None):
+        """:meth:`composed_event` silo by silo (the worst silo's guarantee is stated)."""
+        return per_branch(self.composed_event(hyper, ledger))
+
+    def certified_epsilon(self, hyper, delta: float, accountant, ledger=None) -> float:
+        """eps that ``accountant`` certifies at ``delta`` for the run's events (replace-one
+        adjacency of one record)."""
+        return spent(self.run_event(hyper, ledger), delta, accountant=accountant,
+                     adjacency=Adjacency.REPLACE_ONE)  # fmt: skip
 
     def prepare(self, configs) -> None:
         """Calibrate every (eps, clip) of ``configs`` up front, the eps of one clip together (the
@@ -113,14 +174,10 @@ class SiloExperiment(Experiment):
         if key not in self._noise:
             self.prepare([config])
         noise, fields = self._noise[key]
-        hp = silo_sgd.hyperparams(
-            self.task.n_silos, step_size=config.step_size, clip_norm=config.gradient_clip,
-            radius=config.radius, noise_std=noise, ridge=getattr(config, "ridge", 0.0),
-        )  # fmt: skip
         fields = dict(fields, sigma=float(np.max(noise)))
         if not np.all(noise == noise[0]):
             fields["sigma_per_silo"] = noise.tolist()
-        return hp, fields
+        return self.hyperparams(config, noise), fields
 
     def _optimum(self, X, y, radius: float, split: str) -> np.ndarray:
         if (split, radius) not in self._optima:
@@ -145,7 +202,7 @@ class SiloExperiment(Experiment):
             )
 
         def report(v: np.ndarray) -> float:
-            if name == "squared":
+            if self.loss.regression:
                 return silo_metrics.relative_rmse(v, X_test, y_test, y_train.mean())
             return silo_metrics.test_error(name, classes, v, X_test, y_test)
 
@@ -164,7 +221,7 @@ class SiloExperiment(Experiment):
             "available_per_round": np.asarray(outputs["available"]).tolist(),
             "clipped_fraction": float(outputs["clipped_fraction"]),
         }
-        if name != "squared":
+        if not self.loss.regression:
             metrics["optimum_test_error"] = report(w_star)
         return metrics
 
@@ -210,11 +267,17 @@ class MBSGDExperiment(SiloExperiment):
     """Non-private minibatch SGD."""
 
 
+def local_sgd_program(experiment: SiloExperiment, sampling, **common) -> silo_sgd.LocalSGD:
+    """Local SGD of ``experiment``'s fixed fields, its steps private or not as its method."""
+    aggregator = silo_sgd.local_sgd(experiment.method.private, experiment.loss, sampling,
+                                    experiment.config.batch, experiment.records)  # fmt: skip
+    return silo_sgd.LocalSGD(**common, sampling=sampling, aggregator=aggregator)
+
+
 class FedAvgExperiment(SiloExperiment):
     """Non-private Local SGD."""
 
-    def program(self, **common):
-        return silo_sgd.LocalSGD(**common, sampling=self.sampling)
+    program = local_sgd_program
 
 
 def _isrl_fields(method, epsilon_certified, accountant: str, delta: float, **extra) -> dict:
@@ -225,21 +288,27 @@ def _isrl_fields(method, epsilon_certified, accountant: str, delta: float, **ext
         "notion": method.notion,
         "protected": method.protected,
         "trust_model": method.trust_model,
+        "adjacency": Adjacency.REPLACE_ONE.value,
         **extra,
     }
 
 
 class CalibratedExperiment(SiloExperiment):
-    """A silo method whose noise is calibrated exactly (dp-accounting's PLD over its
-    Poisson-sampled steps) or by the paper's formulas (sampling with replacement)."""
+    """A silo method whose noise is calibrated exactly (dp-accounting's PLD over the events of
+    its Poisson-sampled steps) or by the paper's formulas (sampling with replacement)."""
+
+    EXACT_ACCOUNTANT = "pld-poisson-replace-one"
+
+    def calibration(self, config) -> silo_privacy.Calibration:
+        return silo_privacy.CALIBRATIONS[config.calibration]
 
     def choose_sampling(self, config) -> str:
         """The sampler the calibration accounts for, unless ``--sampling`` names another. The
         exact (PLD) calibration covers Poisson sampling only: a run that samples otherwise under
         it is refused rather than reported with a guarantee that does not model it."""
-        exact = config.calibration == "exact"
-        sampling = config.sampling or ("poisson" if exact else "with-replacement")
-        if exact and sampling not in ("poisson", "one-pass"):
+        calibration = self.calibration(config)
+        sampling = config.sampling or calibration.sampling
+        if calibration.certifies and not SAMPLINGS[sampling].exact:
             raise UsageError(
                 f"the exact (PLD) calibration of {self.method.name} accounts Poisson sampling, "
                 f"got --sampling {sampling}; use --sampling poisson, or a formula calibration "
@@ -247,39 +316,68 @@ class CalibratedExperiment(SiloExperiment):
             )
         return sampling
 
-    def minibatch_steps(self, config) -> tuple[int, int]:
-        """(expected records per step, steps) that the calibration composes."""
-        return config.batch, config.rounds
+    def record_share(self, config) -> int:
+        """K: the minibatch mean's denominator (one record's share of it is L / K)."""
+        return config.batch
+
+    def formula_noise(self, calibration, n: int, config, epsilon: float, delta: float) -> float:
+        """sigma of a silo of n records by the formula ``calibration``."""
+        return calibration.minibatch_noise(n, config.batch, config.rounds, epsilon, delta,
+                                           config.gradient_clip)  # fmt: skip
+
+    def reference_ledger(self, config):
+        """The releases of the same program sampling by Poisson (what ``exact_epsilon``
+        accounts for a formula's noise), traced with the structure of ``config``'s
+        hyper-parameters."""
+        from jfed.engine import trace_releases
+
+        if "_reference" not in self.__dict__:
+            structure = self.hyperparams(config, 1.0)
+            self.__dict__["_reference"] = trace_releases(self.build(POISSON),
+                                                         self.population, structure)  # fmt: skip
+        return self.__dict__["_reference"]
+
+    def exact_noises(self, config, epsilons, delta) -> np.ndarray:
+        """``f64[len(epsilons), N]``: every silo's least noise meeting each eps (PLD over the
+        run's events, searched once per distinct silo size)."""
+        noises = np.zeros((len(epsilons), len(self.records)))
+        for n in np.unique(self.counts):
+            silos = np.flatnonzero(self.counts == n)
+
+            def silo_event(noise_std: float, silo: int = int(silos[0])):
+                hyper = self.hyperparams(config, noise_std)
+                return branches(self.composed_event(hyper))[silo]
+
+            found = silo_privacy.exact_noises(silo_event, self.record_share(config),
+                                              config.gradient_clip, list(epsilons),
+                                              delta)  # fmt: skip
+            noises[:, silos] = np.asarray(found)[:, None]
+        return noises
 
     def calibrate_many(self, config, epsilons, delta):
-        """The minibatch calibration: one PLD grid per distinct silo size, shared by the eps
-        (:func:`silo_privacy.mbsgd_noises`)."""
-        batch, steps = self.minibatch_steps(config)
-        by_size = {
-            int(n): silo_privacy.mbsgd_noises(
-                int(n),
-                batch,
-                steps,
-                list(epsilons),
-                delta,
-                config.gradient_clip,
-                config.calibration,
-            )
-            for n in np.unique(self.counts)
-        }
-        exact = config.calibration == "exact"
+        """Each silo's noise for every eps: the exact calibration searches it through the run's
+        events (:meth:`exact_noises`) and certifies the run; a formula gives it, and the record
+        adds what PLD certifies for that noise under Poisson sampling (``exact_epsilon``)."""
+        calibration = self.calibration(config)
+        if calibration.certifies:
+            noises = self.exact_noises(config, epsilons, delta)
+        else:
+            noises = np.array([[self.formula_noise(calibration, int(n), config, e, delta)
+                                for n in self.counts] for e in epsilons])  # fmt: skip
+        label = self.EXACT_ACCOUNTANT if calibration.certifies else self.formula_label(calibration)
         calibrated = []
-        for index in range(len(epsilons)):
-            results = [by_size[int(n)][index] for n in self.counts]
-            fields = _isrl_fields(
-                self.method,
-                max(r.epsilon for r in results) if exact else None,
-                "pld-poisson-replace-one" if exact else f"seed-{config.calibration}-formula",
-                delta,
-                exact_epsilon=max(r.exact_epsilon for r in results),
-            )
-            calibrated.append((np.array([r.noise_std for r in results]), fields))
+        for noise in noises:
+            hyper = self.hyperparams(config, noise)
+            reference = None if calibration.certifies else self.reference_ledger(config)
+            exact = self.certified_epsilon(hyper, delta, silo_privacy.EXACT, reference)
+            fields = _isrl_fields(self.method, exact if calibration.certifies else None, label,
+                                  delta, exact_epsilon=exact)  # fmt: skip
+            calibrated.append((noise, fields))
         return calibrated
+
+    def formula_label(self, calibration) -> str:
+        """The record's accountant field for a formula calibration."""
+        return f"seed-{calibration.name}-formula"
 
 
 class NoisyMBSGDExperiment(CalibratedExperiment):
@@ -294,14 +392,17 @@ class AcceleratedExperiment(CalibratedExperiment):
             return "one-pass"
         return super().choose_sampling(config)
 
-    def program(self, **common):
+    def program(self, sampling, **common):
         stages = (
             silo_sgd.multistage_schedule(self.config.rounds) if self.config.multistage else None
         )
-        return silo_sgd.AcceleratedMBSGD(**common, sampling=self.sampling, stages=stages)
+        aggregator = silo_sgd.minibatch_aggregator(self.method.private, sampling,
+                                                   self.config.batch, self.records)  # fmt: skip
+        return silo_sgd.AcceleratedMBSGD(**common, sampling=sampling, stages=stages,
+                                         aggregator=aggregator)  # fmt: skip
 
     def calibrate_many(self, config, epsilons, delta):
-        if self.sampling != "one-pass":
+        if not self.sampling.disjoint_rounds:
             return super().calibrate_many(config, epsilons, delta)
         batch = config.batch
         if config.rounds * batch > self.counts.min():
@@ -309,19 +410,18 @@ class AcceleratedExperiment(CalibratedExperiment):
                 f"expected rounds * batch <= the smallest silo ({self.counts.min()} records) for "
                 f"the one-pass algorithm, got {config.rounds} * {batch}"
             )
+        calibration = self.calibration(config)
         calibrated = []
         for epsilon in epsilons:
-            result = silo_privacy.one_pass_noise(
-                batch, epsilon, delta, config.gradient_clip, config.calibration
-            )
+            result = silo_privacy.one_pass_noise(batch, epsilon, delta, config.gradient_clip,
+                                                 calibration)  # fmt: skip
+            noise = np.full(len(self.counts), result.noise_std)
             # one Gaussian release of sensitivity 2L/K per record: its exact eps certifies it
-            certified = float(analytic_gaussian_epsilon(
-                2.0 * config.gradient_clip / batch, result.noise_std, delta
-            ))  # fmt: skip
+            certified = self.certified_epsilon(self.hyperparams(config, noise), delta, Analytic())
             fields = _isrl_fields(
                 self.method, certified, f"{result.calibration}+parallel-composition", delta
             )
-            calibrated.append((np.full(len(self.counts), result.noise_std), fields))
+            calibrated.append((noise, fields))
         return calibrated
 
 
@@ -329,29 +429,20 @@ class LocalSGDExperiment(CalibratedExperiment):
     """ISRL-DP Local SGD: exact calibration over its K R Poisson-sampled local steps of expected
     size 1, or the paper's formula."""
 
-    def program(self, **common):
-        return silo_sgd.LocalSGD(**common, sampling=self.sampling)
+    program = local_sgd_program
 
-    def minibatch_steps(self, config) -> tuple[int, int]:
-        return 1, config.batch * config.rounds
+    def record_share(self, config) -> int:
+        return 1
 
-    def calibrate_many(self, config, epsilons, delta):
-        if config.calibration == "exact":
-            return super().calibrate_many(config, epsilons, delta)
-        calibrated = []
-        for epsilon in epsilons:
-            results = [
-                silo_privacy.local_sgd_noise(
-                    int(n), config.batch, config.rounds, epsilon, delta, config.gradient_clip
-                )
-                for n in self.counts
-            ]
-            fields = _isrl_fields(
-                self.method, None, "local-sgd-seed-formula", delta,
-                exact_epsilon=max(r.exact_epsilon for r in results),
-            )  # fmt: skip
-            calibrated.append((np.array([r.noise_std for r in results]), fields))
-        return calibrated
+    def formula_noise(self, calibration, n: int, config, epsilon: float, delta: float) -> float:
+        """The seed's Local SGD formula (whichever formula calibration is named)."""
+        del calibration
+        return silo_privacy.local_sgd_noise(n, config.batch, config.rounds, epsilon, delta,
+                                            config.gradient_clip).noise_std  # fmt: skip
+
+    def formula_label(self, calibration) -> str:
+        del calibration
+        return "local-sgd-seed-formula"
 
 
 class ShuffleExperiment(SiloExperiment):
@@ -361,28 +452,60 @@ class ShuffleExperiment(SiloExperiment):
     def choose_sampling(self, config) -> str:
         return "with-replacement"
 
-    def program(self, **common):
-        return silo_sgd.ShuffleMBSGD(**common)
+    def messages(self, config) -> int:
+        """Messages shuffled per round: M K (M the silos taking part, in expectation)."""
+        available = self.availability.expected(len(self.counts), config.available or 0)
+        return available * config.batch
+
+    def program(self, sampling, **common):
+        del sampling
+        aggregator = ShuffledMessages(self.config.batch, self.messages(self.config))
+        return silo_sgd.ShuffleMBSGD(**common, aggregator=aggregator)
+
+    def hyperparams(self, config, noise) -> silo_sgd.Hyperparams:
+        """``noise``: a :class:`~jfed.algorithms.silo_privacy.ShuffleNoise` or its
+        :class:`~jfed.algorithms.silo_aggregators.ShuffleParams` (a number, or ``None``, for
+        the structure only)."""
+        message_delta = getattr(noise, "message_delta", 1e-9)
+        shuffle_delta = getattr(noise, "shuffle_delta", 1e-9)
+        noise_std = getattr(noise, "noise_std", noise)
+        return silo_sgd.hyperparams(
+            self.task.n_silos, step_size=config.step_size, clip_norm=config.gradient_clip,
+            radius=config.radius, noise_std=0.0 if noise_std is None else noise_std,
+            message_delta=message_delta, shuffle_delta=shuffle_delta,
+        )  # fmt: skip
+
+    def calibrate(self, config) -> tuple:
+        _, fields = super().calibrate(config)
+        chain = self._chains[(config.epsilon, config.gradient_clip)]
+        return self.hyperparams(config, chain), fields
 
     def calibrate_many(self, config, epsilons, delta):
-        available = (config.available or 0) if config.availability != "all" else len(self.counts)
-        messages = available * config.batch
+        messages = self.messages(config)
         # the shuffling bound's own split of delta: a third over the rounds
-        if silo_privacy.shuffle_validity_limit(messages, delta / (3 * config.rounds)) <= 0:
+        if shuffle_validity_limit(messages, delta / (3 * config.rounds)) <= 0:
+            available = messages // config.batch
             raise UsageError(
                 f"expected more shuffled messages per round: {available} silos x --batch "
                 f"{config.batch} = {messages} messages cover no eps0 > 0 of the shuffling bound "
                 f"at --delta {delta:g} over {config.rounds} rounds (it needs n > 16 ln(2/delta)); "
                 "raise --batch or --delta"
             )
+        ledger = self.ledger()
+
+        def run_epsilon(params) -> float:
+            return self.certified_epsilon(self.hyperparams(config, params), delta, Advanced(),
+                                          ledger)  # fmt: skip
+
         calibrated = []
+        chains = self.__dict__.setdefault("_chains", {})
         for epsilon in epsilons:
-            chain = silo_privacy.shuffle_noise(
-                available * config.batch, config.rounds, epsilon, delta, config.gradient_clip
-            )
+            chain = silo_privacy.shuffle_noise(messages, config.rounds, epsilon, delta,
+                                               config.gradient_clip, run_epsilon)  # fmt: skip
+            chains[(epsilon, config.gradient_clip)] = chain
             fields = _isrl_fields(
                 self.method, chain.epsilon, "shuffle-fmt21+advanced-composition", delta,
-                epsilon0=chain.epsilon0, delta0=chain.delta0,
+                epsilon0=chain.epsilon0, delta0=chain.message_delta,
                 epsilon_per_round=chain.epsilon_round,
                 shuffled_messages_per_round=chain.messages,
             )  # fmt: skip

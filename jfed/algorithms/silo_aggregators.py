@@ -1,0 +1,409 @@
+"""The silo algorithms' privacy: how a silo samples its records, and the aggregators whose
+releases carry the ISRL-DP and shuffle-DP guarantees (docs/specs/silo_sgd.md).
+
+Record samplers (:data:`SAMPLINGS`, by the name ``--sampling`` gives) draw a silo's minibatch on
+the device and state, on the host, the event of a release over that minibatch:
+
+- :class:`WithReplacement`: K uniform draws, weights 1/K; ``SampledWithReplacementDpEvent`` (no
+  accountant here composes it);
+- :class:`WithoutReplacement`: K distinct records, weights 1/K; ``SampledWithoutReplacement``;
+- :class:`PoissonSampling`: every record with probability q = K / n_i, weights 1/K;
+  ``PoissonSampled(q, .)``;
+- :class:`OnePass`: round r's K records of a permutation fixed for the run (disjoint batches);
+  the release itself, once per run (the rounds compose in parallel).
+
+Aggregators (the :mod:`jfed.privacy.aggregators` protocol), one release per round over every
+silo. A silo's message is built from its per-example gradients ``f32[b, p]`` and weights
+``f32[b]`` (:class:`SiloMessage`); each example's gradient is clipped to L here, so one record
+moves a minibatch mean of K gradients by at most ``2 L / K`` (replace-one adjacency):
+
+- :class:`SiloClippedSum`: the weighted sum of clipped gradients, no noise (non-private MB-SGD
+  and FedAvg: ``NonPrivateDpEvent``);
+- :class:`SiloGaussian`: the same plus ``N(0, sigma_i^2 I)`` drawn by silo i (ISRL-DP, a local
+  randomizer per silo). Its event is the parallel composition over silos
+  (:class:`~jfed.privacy.ParallelDpEvent`): silo i's branch is its sampler's event of
+  ``Gaussian(sigma_i K / L)`` (z = noise std / L/K, the add-or-remove bound of one record's
+  share; dp-accounting's PLD doubles it under replace-one), ``releases`` times a round;
+- :class:`ShuffledMessages`: every sampled record's clipped gradient plus ``N(0, sigma0^2 I)``
+  is a message (an (eps0, delta0) Gaussian local randomizer); a shuffler permutes the M K
+  messages of a round, so a round is central (eps_r, delta_r)-DP by amplification by shuffling
+  (:func:`jfed.privacy.shuffle_epsilon`): its event.
+
+Each silo draws its noise from the key the engine hands the aggregator (its privacy stream,
+apart from the silo's own draws of records).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jfed._random import integers_and_normals, private_normals
+from jfed._validation import check_int_range, check_nonnegative, check_positive
+from jfed.privacy.accounting import poisson_sampled, rounds_of, sampled_without_replacement
+from jfed.privacy.clipping import clip_per_example
+from jfed.privacy.guarantee import Adjacency
+
+if TYPE_CHECKING:
+    import dp_accounting
+
+# ------------------------------------------------------------------------------ record samplers
+
+
+@dataclass(frozen=True)
+class _Sampler:
+    """What every record sampler states (class attributes) and how its rounds compose.
+
+    ``name``: its ``--sampling`` name; ``exact``: an accountant here composes its event tightly
+    (what the exact calibration needs); ``disjoint_rounds``: each record takes part in one
+    round at most, so the rounds compose in parallel (a run is one release of each record)."""
+
+    name: ClassVar[str]
+    exact: ClassVar[bool] = False
+    disjoint_rounds: ClassVar[bool] = False
+
+    def rounds_composed(self, rounds: int) -> int:
+        """How many releases of one record R rounds compose."""
+        return 1 if self.disjoint_rounds else rounds
+
+
+@dataclass(frozen=True)
+class WithReplacement(_Sampler):
+    """K uniform draws from the silo's ``[0, n_i)`` (the seed's sampler), weights 1/K. No
+    accountant here composes sampling with replacement."""
+
+    name: ClassVar[str] = "with-replacement"
+
+    def draw(self, key, silo, batch: int, pass_key, round_index) -> tuple[jax.Array, jax.Array]:
+        """``(indices: i32[K], weights: f32[K])`` (one counter-mode draw of the K integers)."""
+        del pass_key, round_index
+        indices, _ = integers_and_normals(key, batch, silo.count, 0)
+        return indices, jnp.full(batch, 1.0 / batch)
+
+    def sampled_event(self, release, records: int, batch: int):
+        import dp_accounting
+
+        return dp_accounting.SampledWithReplacementDpEvent(records, batch, release)
+
+
+@dataclass(frozen=True)
+class WithoutReplacement(_Sampler):
+    """K distinct records of the silo, weights 1/K."""
+
+    name: ClassVar[str] = "without-replacement"
+
+    def draw(self, key, silo, batch: int, pass_key, round_index) -> tuple[jax.Array, jax.Array]:
+        del pass_key, round_index
+        real = jnp.arange(silo.n_max) < silo.count
+        scores = jnp.where(real, jax.random.uniform(key, (silo.n_max,)), -1.0)
+        return jax.lax.top_k(scores, batch)[1], jnp.full(batch, 1.0 / batch)
+
+    def sampled_event(self, release, records: int, batch: int):
+        """``SampledWithoutReplacement(n, K, .)`` (dp-accounting's RDP accountant composes it
+        under replace-one: :func:`jfed.privacy.sampled_without_replacement`)."""
+        return sampled_without_replacement(release, records, batch)
+
+
+@dataclass(frozen=True)
+class PoissonSampling(_Sampler):
+    """Every record independently with probability q = K / n_i, weights 1/K on the chosen ones:
+    the sampler dp-accounting's PLD accountant covers exactly. Its minibatch spans the silo's
+    ``n_max`` rows, so a round costs O(n_i) gradients instead of O(K)."""
+
+    name: ClassVar[str] = "poisson"
+    exact: ClassVar[bool] = True
+
+    def draw(self, key, silo, batch: int, pass_key, round_index) -> tuple[jax.Array, jax.Array]:
+        del pass_key, round_index
+        chosen = jax.random.uniform(key, (silo.n_max,)) < batch / silo.count
+        chosen = chosen & (jnp.arange(silo.n_max) < silo.count)
+        return jnp.arange(silo.n_max), chosen.astype(jnp.float32) / batch
+
+    def sampled_event(self, release, records: int, batch: int):
+        return poisson_sampled(release, min(1.0, batch / records))
+
+
+def one_pass_indices(
+    pass_key: jax.Array,
+    silo_id: jax.Array,
+    count: jax.Array,
+    n_max: int,
+    batch: int,
+    round_index: jax.Array,
+) -> jax.Array:
+    """Round r's batch ``perm[rK : (r+1)K]`` of a per-silo permutation of ``[0, count)`` that is
+    fixed for the run, so no record is used twice while ``R K <= count``."""
+    scores = jax.random.uniform(jax.random.fold_in(pass_key, silo_id), (n_max,))
+    order = jnp.argsort(jnp.where(jnp.arange(n_max) < count, scores, 2.0))
+    return jax.lax.dynamic_slice(order, (round_index * batch,), (batch,))
+
+
+@dataclass(frozen=True)
+class OnePass(_Sampler):
+    """Disjoint batches: round r takes records ``rK .. (r+1)K - 1`` of a per-silo permutation
+    fixed for the run (:func:`one_pass_indices`; needs R K <= n_i). Each record takes part in
+    one round at most, so the rounds compose in parallel: a run is one release of each record."""
+
+    name: ClassVar[str] = "one-pass"
+    exact: ClassVar[bool] = True
+    disjoint_rounds: ClassVar[bool] = True
+
+    def draw(self, key, silo, batch: int, pass_key, round_index) -> tuple[jax.Array, jax.Array]:
+        del key
+        indices = one_pass_indices(pass_key, silo.silo_id, silo.count, silo.n_max, batch,
+                                   round_index)  # fmt: skip
+        return indices, jnp.full(batch, 1.0 / batch)
+
+    def sampled_event(self, release, records: int, batch: int):
+        """The release itself: the record is in its round's batch."""
+        del records, batch
+        return release
+
+
+Sampling = WithReplacement | WithoutReplacement | PoissonSampling | OnePass
+WITH_REPLACEMENT, POISSON, ONE_PASS = WithReplacement(), PoissonSampling(), OnePass()
+SAMPLINGS: dict[str, Sampling] = {
+    s.name: s for s in (WITH_REPLACEMENT, WithoutReplacement(), POISSON, ONE_PASS)
+}
+"""Every record sampler by its name (``--sampling``)."""
+
+
+def named(table: dict[str, Any], value: Any, what: str) -> Any:
+    """``value`` as the object of ``table`` it names (an object as it is); ``ValueError`` naming
+    ``what`` and the choices for an unknown name."""
+    if not isinstance(value, str):
+        return value
+    if value not in table:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {tuple(table)}")
+    return table[value]
+
+
+def sampling_named(sampling: Sampling | str) -> Sampling:
+    """``sampling`` as a sampler (a name is looked up in :data:`SAMPLINGS`)."""
+    return named(SAMPLINGS, sampling, "sampling")
+
+
+# ------------------------------------------------------------------------------ aggregators
+
+
+class SiloMessage(NamedTuple):
+    """What ONE silo hands its aggregator (the engine vmaps it over silos).
+
+    Attributes:
+      gradients: ``f32[b, p]``, per-example gradients at the silo's sampled records.
+      weights: ``f32[b]``, their weights in the minibatch (1/K each, 0 for records not drawn).
+      available: ``f32[]``, 1 if the silo talks to the server this round (else its message is 0).
+      silo_id: ``i32[]``, the silo.
+    """
+
+    gradients: jax.Array
+    weights: jax.Array
+    available: jax.Array
+    silo_id: jax.Array
+
+
+class ClipParams(NamedTuple):
+    """``clip_norm``: L > 0, the bound on every per-example gradient (``f32[]``)."""
+
+    clip_norm: Any
+
+
+class SiloNoiseParams(NamedTuple):
+    """Parameters of :class:`SiloGaussian`.
+
+    Attributes:
+      clip_norm: L > 0 (``f32[]``).
+      noise_std: sigma_i >= 0 of every silo (``f32[N]``): the std of each coordinate of the noise
+        on the silo's minibatch mean.
+    """
+
+    clip_norm: Any
+    noise_std: Any
+
+
+def _weighted_clipped_sum(gradients, weights, clip_norm) -> tuple[jax.Array, jax.Array]:
+    """``sum_j weights_j clip(gradients_j)`` and the fraction of the used examples clipped."""
+    clipped_gradients, clipped = clip_per_example(gradients, clip_norm)
+    used = weights > 0
+    clipped_fraction = jnp.sum(clipped * used) / jnp.maximum(jnp.sum(used), 1)
+    # float32 on every backend: the noise is calibrated to the clipped gradients' norms, which a
+    # GPU's default product (tf32 operands) could raise by up to 2^-11
+    weighted = jnp.matmul(weights, clipped_gradients, precision=jax.lax.Precision.HIGHEST)
+    return weighted, clipped_fraction
+
+
+@dataclass(frozen=True)
+class SiloClippedSum:
+    """Each silo's weighted sum of per-example gradients clipped to L, summed over the available
+    silos; no noise (non-private: :meth:`event` is ``NonPrivateDpEvent``)."""
+
+    Params: ClassVar[type] = ClipParams
+
+    def read(self, hyper) -> ClipParams:
+        """Its parameters, read from the silo hyper-parameters unchanged."""
+        return ClipParams(hyper.clip_norm)
+
+    def init(self, params, template) -> tuple:
+        del params, template
+        return ()
+
+    def privatize(self, params, message: SiloMessage, key: jax.Array):
+        """ONE silo's minibatch gradient as it leaves the silo (``f32[p]``) and the fraction of
+        its used examples that were clipped."""
+        del key
+        return _weighted_clipped_sum(message.gradients, message.weights, params.clip_norm)
+
+    def preprocess(self, params, state, update: SiloMessage, key: jax.Array) -> dict:
+        """``{"value": the silo's message (0 when unavailable), "available", "clipped"}``."""
+        del state
+        value, clipped_fraction = self.privatize(params, update, key)
+        available = update.available
+        return {"value": available * value, "available": available,
+                "clipped": available * clipped_fraction}  # fmt: skip
+
+    def release(self, params, state, summed: dict, key: jax.Array):
+        """The sum of the available silos' messages, with their number and clip counts."""
+        del params, key
+        return summed["value"], state, {"available": summed["available"],
+                                        "clipped_count": summed["clipped"]}  # fmt: skip
+
+    def event(self, params) -> dp_accounting.DpEvent:
+        import dp_accounting
+
+        del params
+        return dp_accounting.NonPrivateDpEvent()
+
+
+@dataclass(frozen=True)
+class SiloGaussian(SiloClippedSum):
+    """ISRL-DP: silo i adds ``N(0, sigma_i^2 I)`` to its minibatch mean of clipped gradients
+    before it leaves the silo; each silo's transcript is private in its own records, whoever
+    reads it (a local randomizer per silo, replace-one adjacency of one record).
+
+    Attributes:
+      sampling: how each silo samples its records (its event wraps a release).
+      batch: K, the minibatch mean's denominator (one record moves it by at most L / K under
+        add-or-remove, 2 L / K under replace-one).
+      records: n_i of every silo (host only, for the events; ``None`` where unknown).
+      releases: noisy gradients each silo releases per round (Local SGD: its K local steps).
+    """
+
+    sampling: Sampling = PoissonSampling()
+    batch: int = 1
+    records: tuple[int, ...] | None = None
+    releases: int = 1
+    Params: ClassVar[type] = SiloNoiseParams
+    local: ClassVar[bool] = True
+    adjacency: ClassVar[Adjacency] = Adjacency.REPLACE_ONE
+
+    def __post_init__(self) -> None:
+        check_int_range("batch", self.batch, 1, 10**12)
+        check_int_range("releases", self.releases, 1, 10**12)
+
+    def read(self, hyper) -> SiloNoiseParams:
+        return SiloNoiseParams(hyper.clip_norm, hyper.noise_std)
+
+    def privatize(self, params, message: SiloMessage, key: jax.Array):
+        weighted, clipped_fraction = super().privatize(params, message, key)
+        noise = params.noise_std[message.silo_id] * private_normals(key, weighted.shape)
+        return weighted + noise, clipped_fraction
+
+    def silo_event(self, clip_norm: float, noise_std: float, records: int):
+        """The event of one silo of ``records`` records over one round: its sampler's event of
+        ``Gaussian(sigma K / L)``, :attr:`releases` times."""
+        import dp_accounting
+
+        multiplier = check_nonnegative("noise_std", noise_std) * self.batch / clip_norm
+        release = dp_accounting.GaussianDpEvent(multiplier)
+        return rounds_of(self.sampling.sampled_event(release, records, self.batch), self.releases)
+
+    def event(self, params) -> dp_accounting.DpEvent:
+        """``ParallelDpEvent`` of every silo's :meth:`silo_event` (host side; ``noise_std`` one
+        value per silo or one for all)."""
+        from jfed.privacy.accountants import ParallelDpEvent
+
+        if self.records is None:
+            raise ValueError("SiloGaussian states its event from the silos' record counts: "
+                             "give records=(n_1, ..., n_N)")  # fmt: skip
+        clip = check_positive("clip_norm", params.clip_norm)
+        noise = np.broadcast_to(np.asarray(params.noise_std, np.float64), (len(self.records),))
+        return ParallelDpEvent(tuple(
+            self.silo_event(clip, float(s), n) for s, n in zip(noise, self.records, strict=True)
+        ))  # fmt: skip
+
+
+class ShuffleParams(NamedTuple):
+    """Parameters of :class:`ShuffledMessages` (``f32[]`` / ``f32[N]`` on device).
+
+    Attributes:
+      clip_norm: L > 0.
+      noise_std: sigma0 of every silo's per-record messages (``f32[N]``, one value).
+      message_delta: delta0 of one message as a local randomizer.
+      shuffle_delta: the delta the amplification by shuffling spends per round.
+    """
+
+    clip_norm: Any
+    noise_std: Any
+    message_delta: Any
+    shuffle_delta: Any
+
+
+@dataclass(frozen=True)
+class ShuffledMessages(SiloClippedSum):
+    """Shuffle DP: every sampled record's clipped gradient plus its own ``N(0, sigma0^2 I)`` is
+    a message; a trusted shuffler permutes the round's M K messages, which leaves their sum
+    unchanged, so the simulation sums them (a silo's K noises are drawn at once as one
+    ``N(0, K sigma0^2 I)``, equal in distribution).
+
+    A message is an (eps0, delta0) local randomizer for any two records (sensitivity 2 L; eps0
+    by the analytic Gaussian); :meth:`event` is the round's central (eps_r, delta_r) from
+    shuffling ``messages`` of them (:func:`jfed.privacy.shuffle_epsilon`).
+
+    Attributes:
+      batch: K, the messages of one silo per round.
+      messages: the messages shuffled per round, M K (host only, for the event).
+    """
+
+    batch: int = 1
+    messages: int | None = None
+    Params: ClassVar[type] = ShuffleParams
+    local: ClassVar[bool] = True
+    adjacency: ClassVar[Adjacency] = Adjacency.REPLACE_ONE
+
+    def read(self, hyper) -> ShuffleParams:
+        return ShuffleParams(hyper.clip_norm, hyper.noise_std, hyper.message_delta,
+                             hyper.shuffle_delta)  # fmt: skip
+
+    def privatize(self, params, message: SiloMessage, key: jax.Array):
+        # each drawn record is a message of its own: the silo's part of the round is their sum
+        each_once = message._replace(weights=jnp.ones_like(message.weights))
+        total, clipped_fraction = super().privatize(params, each_once, key)
+        noise = params.noise_std[message.silo_id] * private_normals(key, total.shape)
+        return total + math.sqrt(self.batch) * noise, clipped_fraction
+
+    def message_epsilon(self, params) -> float:
+        """eps0 of one message (host): the analytic Gaussian's at sensitivity 2 L, the least
+        sigma0 and delta0."""
+        from jfed.privacy.gaussian import analytic_gaussian_epsilon
+
+        sigma0 = float(np.min(np.asarray(params.noise_std, np.float64)))
+        return float(analytic_gaussian_epsilon(2.0 * check_positive("clip_norm", params.clip_norm),
+                                               sigma0, float(params.message_delta)))  # fmt: skip
+
+    def event(self, params) -> dp_accounting.DpEvent:
+        """``ApproximateDpEvent(eps_r, delta_r)`` of one round's shuffled messages."""
+        from jfed.privacy.accountants import ApproximateDpEvent
+        from jfed.privacy.shuffle import shuffle_epsilon
+
+        if self.messages is None:
+            raise ValueError("ShuffledMessages states its event from the messages shuffled per "
+                             "round: give messages=M K")  # fmt: skip
+        epsilon, delta = shuffle_epsilon(self.message_epsilon(params), self.messages,
+                                         float(params.shuffle_delta),
+                                         float(params.message_delta))  # fmt: skip
+        return ApproximateDpEvent(epsilon, delta)
