@@ -288,3 +288,97 @@ def test_calibration_takes_accountant_objects_and_keys_alike():
     event = privacy.gaussian_rounds_event(by_object)
     spent = privacy.spent(event, 1e-5, accountant=privacy.Classic(), adjacency="bounded")
     assert spent <= 0.5 + 1e-9
+
+
+# ------------------------------------------------------------------ the discrete mechanisms
+
+
+def test_discrete_laplace_is_pure_in_every_pure_accountant():
+    """A discrete Laplace release of parameter a and L1 sensitivity s spends eps = a s
+    (discrete_accounting's closed form) wherever pure releases compose: basic, advanced and
+    optimal composition, and zCDP (eps^2 / 2)."""
+    from jfed.privacy.accountants import pure_epsilon
+    from jfed.privacy.discrete_accounting import discrete_laplace_epsilon
+
+    event = dp_accounting.dp_event.DiscreteLaplaceDpEvent(0.25, 3)
+    assert pure_epsilon(event) == discrete_laplace_epsilon(event) == 0.75
+    basic = privacy.Basic().make().compose(event, 4)
+    assert basic.get_epsilon(1e-6) == pytest.approx(4 * 0.75)
+    assert privacy.spent(event, 0.0, accountant=privacy.Basic()) == pytest.approx(0.75)
+    optimal = privacy.OptimalPure().make().compose(event, 4)
+    assert optimal.get_epsilon(1e-6) <= 3.0
+    zcdp = privacy.Zcdp().make().compose(event, 4)
+    assert zcdp.rho == pytest.approx(4 * 0.75**2 / 2)
+    # the PLD accountant of dp-accounting (add-or-remove) agrees on one release: pure 0.75
+    pld = privacy.Pld().make().compose(event)
+    assert pld.get_delta(0.75 + 1e-3) == pytest.approx(0.0, abs=1e-12)
+    assert pld.get_delta(0.7) > 0.0
+
+
+def test_zcdp_takes_the_discrete_events_with_their_own_rho():
+    from jfed.privacy.discrete_accounting import zcdp_event
+
+    central = privacy.DiscreteGaussianDpEvent(1.5, 64.0, 64.0, 10)
+    acc = privacy.Zcdp().make().compose(central, 7)
+    assert acc.rho == pytest.approx(7 / (2 * 1.5**2))  # the continuous Gaussian's rho
+    # small shares (variance 0.75 each): the sum is measurably off a discrete Gaussian (tau)
+    shared = privacy.DiscreteGaussianDpEvent(1.5, 1.0, 1.0, 10, shares=3)
+    acc = privacy.Zcdp().make().compose(shared)
+    assert acc.rho == pytest.approx(zcdp_event(shared).rho) and acc.rho > 1 / (2 * 1.5**2)
+    # Skellam: rho = Delta^2 / (2 mu) + Delta^2 / (2 mu^2) when xi = 0 (6 Delta_1 <= Delta^2)
+    skellam = privacy.SkellamDpEvent(2.0, 10.0, 10.0, 4)
+    mu = (2.0 * 10.0) ** 2
+    acc = privacy.Zcdp().make().compose(skellam)
+    assert acc.rho == pytest.approx(100 / (2 * mu) + 100 / (2 * mu**2))
+    # negative control: an approximate-zCDP Skellam (xi > 0) is refused, not understated
+    loose = privacy.SkellamDpEvent(2.0, 1.0, 100.0, 4)
+    assert zcdp_event(loose).xi > 0
+    assert not privacy.Zcdp().make().supports(loose)
+    with pytest.raises(ValueError, match="approximate zCDP"):
+        privacy.spent(loose, 1e-6, accountant=privacy.Zcdp())
+
+
+def test_discrete_rdp_spec_composes_as_dp_accountings_rdp_on_the_gaussian_curve():
+    """The central discrete Gaussian has the continuous Gaussian's Renyi curve (CKS Thm 14): the
+    spec's accountant over its orders equals dp-accounting's RDP accountant of GaussianDpEvent(z)
+    over the same orders; zero-out reads as add-or-remove; replace-one is refused."""
+    from jfed.privacy.discrete_accounting import ORDERS
+
+    z, rounds = 1.3, 25
+    event = privacy.DiscreteGaussianDpEvent(z, 4096.0, 4096.0, 100)
+    ours = privacy.DiscreteRdp().make().compose(event, rounds)
+    assert isinstance(ours, privacy.DiscreteRdpAccountant)
+    reference = dp_accounting.rdp.RdpAccountant(orders=list(ORDERS))
+    reference.compose(dp_accounting.GaussianDpEvent(z), rounds)
+    assert ours.get_epsilon(1e-6) == pytest.approx(reference.get_epsilon(1e-6), rel=1e-12)
+    assert ours.get_delta(2.0) == pytest.approx(reference.get_delta(2.0), rel=1e-12)
+    zero_out = privacy.spent(event, 1e-6, accountant=privacy.DiscreteRdp(), adjacency="zero-out")
+    assert zero_out == pytest.approx(privacy.DiscreteRdp().make().compose(event).get_epsilon(1e-6))
+    with pytest.raises(ValueError, match="replace-one"):
+        privacy.DiscreteRdp().make("replace-one")
+    # non-private and no-op events walk as in every jfed accountant
+    silent = privacy.DiscreteRdp().make().compose(dp_accounting.NoOpDpEvent())
+    assert silent.get_epsilon(1e-6) == 0.0
+    broken = privacy.DiscreteRdp().make().compose(dp_accounting.NonPrivateDpEvent())
+    assert broken.get_epsilon(1e-6) == math.inf and broken.get_delta(5.0) == 1.0
+    assert not privacy.DiscreteRdp().make().supports(dp_accounting.LaplaceDpEvent(1.0))
+
+
+def test_zero_out_adjacency_is_stated_and_composes_as_add_or_remove():
+    from dp_accounting import NeighboringRelation
+
+    from jfed.privacy.accountants import NEIGHBORING
+
+    assert NEIGHBORING[privacy.Adjacency.ZERO_OUT] == NeighboringRelation.ADD_OR_REMOVE_ONE
+    assert privacy.Adjacency.of("zero-out").states("central DP") == (
+        "central DP, zero-out adjacency"
+    )
+    event = privacy.DiscreteGaussianDpEvent(1.0, 8.0, 8.0, 1, shares=4)
+    guarantee = privacy.certify(
+        event, 1e-5, accountant=privacy.DiscreteRdp(), adjacency="zero-out",
+        notion="distributed (eps, delta)-DP", protected="one client's update",
+        trust_model="secure sum",
+    )  # fmt: skip
+    assert guarantee.adjacency is privacy.Adjacency.ZERO_OUT
+    assert guarantee.accountant == "discrete-rdp"
+    assert guarantee.notion.endswith("zero-out adjacency")

@@ -6,9 +6,17 @@ guarantee is the composition of those events, certified through ONE accountant s
 
 - :mod:`~jfed.privacy.aggregators`: ``GaussianSum``, ``QuantileAdaptiveGaussianSum``,
   ``FixedDenominatorMean``, ``PlainSum``, ``CohortMean``, ``LocalRandomizerSum`` (the DPQuery
-  shape: ``init``, ``preprocess``, ``release``, ``event``).
+  shape: ``init``, ``preprocess``, ``release``, ``event``); ``NOT_PRIVATE``, the diagnostics
+  outside the guarantee.
+- :mod:`~jfed.privacy.discrete_aggregators` (``DiscreteGaussianSum``, ``DiscreteLaplaceSum``:
+  central releases on an integer grid with exact discrete noise, :mod:`~jfed.privacy.discrete`)
+  and :mod:`~jfed.privacy.distributed_dp` (``DistributedDiscreteGaussianSum``, ``SkellamSum``:
+  secure aggregation, no trusted server); their events and RDP accountant in
+  :mod:`~jfed.privacy.discrete_accounting` (``DiscreteRdp()``); :mod:`~jfed.privacy.exact_release`
+  checks a release's stated guarantee on its exact output laws.
 - :mod:`~jfed.privacy.accounting`: the accountant specs (``Pld()``, ``Rdp()``, ``Zcdp()``,
-  ``Analytic()``, ``Classic()``, ``Basic()``, ``Advanced()``, ``OptimalPure()``) in one table,
+  ``Analytic()``, ``Classic()``, ``Basic()``, ``Advanced()``, ``OptimalPure()``,
+  ``DiscreteRdp()``) in one table,
   :data:`ACCOUNTANTS`, each making a ``dp_accounting.PrivacyAccountant``; ``Adjacency``;
   ``certify`` turns the event a run emitted into its guarantee, ``calibrate`` /
   ``calibrate_grid`` find the noise for a target through the same accountant.
@@ -38,6 +46,20 @@ guarantee is the composition of those events, certified through ONE accountant s
 # importing one light part of the layer (a closed form, the guarantee record) does not pay for
 # dp-accounting, scipy.signal or JAX.
 _EXPORTS = {
+    "DiscreteRdp": "jfed.privacy.accounting",
+    "DiscreteRdpAccountant": "jfed.privacy.discrete_accounting",
+    "DiscreteGaussianDpEvent": "jfed.privacy.discrete_accounting",
+    "SkellamDpEvent": "jfed.privacy.discrete_accounting",
+    "discrete_gaussian_delta": "jfed.privacy.discrete_accounting",
+    "discrete_gaussian_epsilon": "jfed.privacy.discrete_accounting",
+    "DiscreteGaussianSum": "jfed.privacy.discrete_aggregators",
+    "DiscreteGaussianSumParams": "jfed.privacy.discrete_aggregators",
+    "DiscreteLaplaceSum": "jfed.privacy.discrete_aggregators",
+    "DiscreteLaplaceSumParams": "jfed.privacy.discrete_aggregators",
+    "DistributedDiscreteGaussianSum": "jfed.privacy.distributed_dp",
+    "DistributedSumParams": "jfed.privacy.distributed_dp",
+    "SkellamSum": "jfed.privacy.distributed_dp",
+    "NOT_PRIVATE": "jfed.privacy.aggregators",
     "Basic": "jfed.privacy.accounting",
     "Classic": "jfed.privacy.accounting",
     "ParallelDpEvent": "jfed.privacy.accountants",

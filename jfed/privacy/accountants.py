@@ -10,7 +10,8 @@ through any of them. They are made by the accountant specs of :mod:`jfed.privacy
 =============================  ====================================================================
 accountant                     what it composes (and how)
 =============================  ====================================================================
-:class:`ZcdpAccountant`        Gaussian (rho = 1/(2 z^2)), zCDP, Laplace and randomized response
+:class:`ZcdpAccountant`        Gaussian (rho = 1/(2 z^2)), zCDP, discrete Gaussian and Skellam
+                               (their own rho), Laplace, discrete Laplace and randomized response
                                (pure eps -> eps^2/2-zCDP); sums rho; converts once
 :class:`AdvancedComposition`   (eps_i, delta_i) events (pure ones have delta_i = 0) by the advanced
                                composition theorem (Dwork-Roth Thm 3.20, heterogeneous form),
@@ -18,12 +19,16 @@ accountant                     what it composes (and how)
 :class:`AnalyticGaussian`      Gaussian releases without sampling, exactly: one Gaussian of the
                                combined multiplier, the analytic Gaussian's eps (Balle-Wang 2018)
 :class:`ClassicGaussian`       Gaussian releases, each by the classic bound at delta / R, eps summed
-:class:`BasicComposition`      exact single releases (Laplace, randomized response, analytic
-                               Gaussian at a share of delta, stated (eps, delta)), eps summed;
-                               parallel branches take their worst
+:class:`BasicComposition`      exact single releases (Laplace, discrete Laplace, randomized
+                               response, analytic Gaussian at a share of delta, stated (eps,
+                               delta)), eps summed; parallel branches take their worst
 :class:`OptimalPureComposition`  pure eps0-DP releases of one eps0, by the optimal composition
                                theorem (Kairouz, Oh and Viswanath; exact for binary RR)
 =============================  ====================================================================
+
+The discrete mechanisms' RDP accountant,
+:class:`~jfed.privacy.discrete_accounting.DiscreteRdpAccountant`, walks events as these do (it is
+built on the same base).
 
 Noise multiplier convention (every jfed event): ``z = noise std / C``, C the bound on one
 protected unit's contribution, i.e. the L2 sensitivity under add-or-remove adjacency. Under
@@ -44,16 +49,15 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 
 from jfed._validation import check_nonnegative, check_open_unit, check_positive
 from jfed.privacy import zcdp
+from jfed.privacy._accountant_base import NEIGHBORING as NEIGHBORING
+from jfed.privacy._accountant_base import Walker as _Walker
+from jfed.privacy.discrete_accounting import (
+    DiscreteGaussianDpEvent,
+    SkellamDpEvent,
+    discrete_laplace_epsilon,
+    zcdp_event,
+)
 from jfed.privacy.guarantee import Adjacency
-
-NEIGHBORING = {
-    Adjacency.ADD_OR_REMOVE: NeighboringRelation.ADD_OR_REMOVE_ONE,
-    Adjacency.REPLACE_ONE: NeighboringRelation.REPLACE_ONE,
-    # "bounded" states a release's sensitivity as the distance between its outputs on any two
-    # neighbouring inputs (one client's message under local DP), which is how add-or-remove
-    # reads GaussianDpEvent(z)
-    Adjacency.BOUNDED: NeighboringRelation.ADD_OR_REMOVE_ONE,
-}
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
@@ -73,9 +77,12 @@ class ParallelDpEvent(events.DpEvent):
 
 
 def pure_epsilon(event: events.DpEvent) -> float | None:
-    """The pure eps of one Laplace or randomized-response release (``None`` for other events)."""
+    """The pure eps of one Laplace, discrete Laplace or randomized-response release (``None``
+    for other events)."""
     if isinstance(event, events.LaplaceDpEvent):
         return 1.0 / event.noise_multiplier
+    if isinstance(event, events.DiscreteLaplaceDpEvent):
+        return discrete_laplace_epsilon(event)
     if isinstance(event, events.RandomizedResponseDpEvent):
         p, k = event.noise_parameter, event.num_buckets
         if p == 0.0:
@@ -84,53 +91,14 @@ def pure_epsilon(event: events.DpEvent) -> float | None:
     return None
 
 
-class _Walker(dp_accounting.PrivacyAccountant):
-    """Base of jfed's accountants: composed, self-composed, no-op and non-private events are
-    walked here; each leaf goes to :meth:`_leaf`, which returns why it cannot compose it (or
-    ``None`` when it can, composing it when ``do_compose``)."""
-
-    def __init__(self, adjacency: Adjacency = Adjacency.ADD_OR_REMOVE) -> None:
-        super().__init__(NEIGHBORING[Adjacency(adjacency)])
-        self.adjacency = Adjacency(adjacency)
-        self.non_private = False
-
-    def _maybe_compose(self, event, count, do_compose):
-        if isinstance(event, events.NoOpDpEvent):
-            return None
-        if isinstance(event, events.NonPrivateDpEvent):
-            if do_compose:
-                self.non_private = True
-            return None
-        if isinstance(event, events.SelfComposedDpEvent):
-            return self._maybe_compose(event.event, event.count * count, do_compose)
-        if isinstance(event, events.ComposedDpEvent):
-            for inner in event.events:
-                error = self._maybe_compose(inner, count, do_compose)
-                if error is not None:
-                    return error
-            return None
-        reason = self._leaf(event, count, do_compose)
-        return None if reason is None else self.CompositionErrorDetails(event, reason)
-
-    def _leaf(self, event: events.DpEvent, count: int, do_compose: bool) -> str | None:
-        raise NotImplementedError
-
-    def get_epsilon(self, target_delta: float) -> float:
-        return math.inf if self.non_private else self._epsilon(target_delta)
-
-    def get_delta(self, target_epsilon: float) -> float:
-        return 1.0 if self.non_private else self._delta(target_epsilon)
-
-    def _epsilon(self, delta: float) -> float:
-        raise NotImplementedError
-
-    def _delta(self, epsilon: float) -> float:
-        raise ValueError(f"the {type(self).__name__} accountant answers eps for a delta only")
-
-
 class ZcdpAccountant(_Walker):
     """Sums zCDP rho; eps(delta) = rho + 2 sqrt(rho ln(1/delta)). No subsampling; add-or-remove
-    (a Gaussian's rho = 1/(2 z^2) is the add-or-remove one)."""
+    (a Gaussian's rho = 1/(2 z^2) is the add-or-remove one).
+
+    Discrete Gaussian and Skellam releases (:mod:`jfed.privacy.discrete_accounting`) enter with
+    their own rho (:func:`~jfed.privacy.discrete_accounting.zcdp_event`); a release whose bound
+    is approximate zCDP (``xi > 0``: a Skellam one whose L1 sensitivity is large) is refused,
+    since rho alone would understate it."""
 
     def __init__(self, adjacency: Adjacency = Adjacency.ADD_OR_REMOVE) -> None:
         if NEIGHBORING[Adjacency(adjacency)] != NeighboringRelation.ADD_OR_REMOVE_ONE:
@@ -146,6 +114,14 @@ class ZcdpAccountant(_Walker):
             rho = 0.5 / event.noise_multiplier**2 if event.noise_multiplier > 0 else math.inf
         elif isinstance(event, events.ZCDpEvent):
             rho = event.rho
+        elif isinstance(event, DiscreteGaussianDpEvent | SkellamDpEvent):
+            approximate = zcdp_event(event)
+            if approximate.xi > 0:
+                return (
+                    f"the zcdp accountant sums rho, but {type(event).__name__} is only "
+                    f"(xi={approximate.xi:.3g}, rho)-approximate zCDP (use DiscreteRdp())"
+                )
+            rho = approximate.rho
         elif pure_epsilon(event) is not None:
             rho = 0.5 * pure_epsilon(event) ** 2  # pure eps -> eps^2 / 2 (Bun and Steinke)
         else:
@@ -306,12 +282,13 @@ class BasicComposition(_Walker):
         self.releases: list[tuple[events.DpEvent, int]] = []
 
     def _leaf(self, event, count, do_compose):
-        supported = (events.LaplaceDpEvent, events.GaussianDpEvent, ApproximateDpEvent,
-                     events.RandomizedResponseDpEvent, ParallelDpEvent)  # fmt: skip
+        supported = (events.LaplaceDpEvent, events.DiscreteLaplaceDpEvent, events.GaussianDpEvent,
+                     ApproximateDpEvent, events.RandomizedResponseDpEvent,
+                     ParallelDpEvent)  # fmt: skip
         if not isinstance(event, supported):
             return (
-                "basic composition takes Laplace, Gaussian, randomized-response and parallel "
-                f"events, not {type(event).__name__} (use Pld())"
+                "basic composition takes Laplace, discrete Laplace, Gaussian, randomized-response "
+                f"and parallel events, not {type(event).__name__} (use Pld())"
             )
         if do_compose:
             self.releases.append((event, count))

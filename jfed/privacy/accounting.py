@@ -9,7 +9,8 @@ spec (its key)      accountant
 ``Pld()`` pld       dp-accounting's privacy loss distributions: numerically tight upper bounds;
                     Poisson sampling, either adjacency
 ``Rdp()`` rdp       dp-accounting's Renyi DP; the only one for sampling without replacement
-``Zcdp()`` zcdp     rho adds over releases, converted once (add-or-remove, no sampling)
+``Zcdp()`` zcdp     rho adds over releases, converted once (add-or-remove, no sampling; the
+                    discrete Gaussian's and Skellam's rho too)
 ``Analytic()``      exact for Gaussian releases without sampling (the analytic Gaussian);
                     analytic
 ``Classic()``       the classic bound per release at (eps / R, delta / R), basic composition;
@@ -17,6 +18,9 @@ spec (its key)      accountant
 ``Basic()``         basic composition of exact single releases, with parallel branches
 ``Advanced()``      the advanced composition theorem over (eps_i, delta_i) releases
 ``OptimalPure()``   the optimal composition of pure eps0-DP releases of one eps0
+``DiscreteRdp()``   Renyi DP of the integer-grid mechanisms (discrete Gaussian, distributed
+                    discrete Gaussian, Skellam, discrete Laplace), Poisson sampling by Zhu and
+                    Wang's general bound; discrete-rdp
 ==================  ===========================================================================
 
 :data:`ACCOUNTANTS` maps each key to its spec: the command line's ``--accountant`` choices are
@@ -260,9 +264,29 @@ class OptimalPure(_Spec):
         return OptimalPureComposition(Adjacency.of(adjacency))
 
 
-AccountantSpec = Pld | Rdp | Zcdp | Analytic | Classic | Basic | Advanced | OptimalPure
+@dataclass(frozen=True)
+class DiscreteRdp(_Spec):
+    """Renyi DP of the integer-grid mechanisms (discrete Gaussian, distributed discrete Gaussian,
+    Skellam, discrete Laplace), alone or Poisson-sampled (Zhu and Wang's general bound), beside
+    Gaussian events: :class:`~jfed.privacy.discrete_accounting.DiscreteRdpAccountant`.
+    Add-or-remove, zero-out or bounded adjacency; replace-one is refused."""
+
+    key: ClassVar[str] = "discrete-rdp"
+    name: ClassVar[str] = "discrete-rdp"
+    composes_sampling: ClassVar[bool] = True
+
+    def make(self, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE):
+        from jfed.privacy.discrete_accounting import DiscreteRdpAccountant
+
+        return DiscreteRdpAccountant(adjacency=Adjacency.of(adjacency))
+
+
+AccountantSpec = (
+    Pld | Rdp | Zcdp | Analytic | Classic | Basic | Advanced | OptimalPure | DiscreteRdp
+)
 ACCOUNTANTS: dict[str, type[AccountantSpec]] = {
-    spec.key: spec for spec in (Pld, Rdp, Zcdp, Analytic, Classic, Basic, Advanced, OptimalPure)
+    spec.key: spec
+    for spec in (Pld, Rdp, Zcdp, Analytic, Classic, Basic, Advanced, OptimalPure, DiscreteRdp)
 }
 """Every accountant spec by its key: the one table the command line's choices come from."""
 

@@ -58,9 +58,11 @@ if TYPE_CHECKING:
 
 PyTree = Any
 
-NOT_PRIVATE = ("clipped_count", "norm_sum", "count")
-"""Diagnostics an aggregator may return that are computed from unnoised client data: a record
-that keeps them says they are outside the guarantee."""
+NOT_PRIVATE = ("clipped_count", "norm_sum", "count", "rounding_fallbacks", "survivors",
+               "withheld", "wrapped_coordinates")  # fmt: skip
+"""Diagnostics an aggregator may return that are computed from unnoised client data or from who
+took part (the grid sums' rounding fallbacks; the secure sums' survivors, withheld releases and
+wrapped coordinates): a record that keeps them says they are outside the guarantee."""
 
 
 @runtime_checkable
@@ -303,6 +305,12 @@ class FixedDenominatorMean:
     @property
     def Params(self) -> type:  # noqa: N802 (the protocol's name)
         return self.inner.Params
+
+    @property
+    def adjacency(self) -> Adjacency | None:
+        """``inner``'s own adjacency where it states one (a secure sum's zero-out), else
+        ``None`` (the cohort's)."""
+        return getattr(self.inner, "adjacency", None)
 
     def init(self, params: Any, template: PyTree) -> PyTree:
         return self.inner.init(params, template)

@@ -45,9 +45,10 @@ analysis (Mironov et al. 2019) is proved for the continuous Gaussian only, so it
 
 :class:`DiscreteRdpAccountant` composes all of these (and Gaussian, Poisson-subsampled Gaussian
 and zCDP events, as dp-accounting's RDP accountant does) over integer orders and converts with
-dp-accounting's RDP-to-(eps, delta) conversion. Stated for the adjacency of the events: the
-aggregators that emit them say which (add-or-remove for the central ones, zero-out for the
-distributed ones).
+dp-accounting's RDP-to-(eps, delta) conversion; :class:`jfed.privacy.DiscreteRdp` makes it in the
+one accountant table. Stated for the adjacency of the events: the aggregators that emit them say
+which (add-or-remove for the central ones, zero-out for the distributed ones). The zCDP
+accountant takes them too, through :func:`zcdp_event`.
 """
 
 from __future__ import annotations
@@ -57,14 +58,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attr
-import dp_accounting
 import numpy as np
 from dp_accounting import dp_event as events
-from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 from scipy import special
 
 from jfed._validation import check_nonnegative, check_open_unit, check_positive
+from jfed.privacy._accountant_base import Walker
+from jfed.privacy.guarantee import Adjacency
 
 Orders = Sequence[float] | np.ndarray
 """RDP orders: a sequence or an array of numbers > 1."""
@@ -316,23 +317,42 @@ def discrete_gaussian_epsilon(delta: float, sigma_squared: float, sensitivity: i
 # ------------------------------------------------------------------------------- the accountant
 
 
-class DiscreteRdpAccountant(dp_accounting.PrivacyAccountant):
+_DISCRETE = (DiscreteGaussianDpEvent, SkellamDpEvent, events.DiscreteLaplaceDpEvent)
+
+
+class DiscreteRdpAccountant(Walker):
     """An RDP accountant (integer orders, :data:`ORDERS`) for the discrete events, alone or
     Poisson-sampled, next to Gaussian, Poisson-subsampled Gaussian and zCDP events (the same
     curves as dp-accounting's RDP accountant) and discrete Laplace events; converts to (eps,
-    delta) with dp-accounting's conversion. Add-or-remove adjacency (the neighbouring relation
-    of the events' sensitivities: zero-out for the distributed events, see their aggregators).
+    delta) with dp-accounting's RDP-to-(eps, delta) conversion.
+
+    The events' sensitivities are the distances between neighbouring outputs, which is how
+    add-or-remove, zero-out (the distributed sums) and bounded adjacency read them; replace-one is
+    refused (a clipped sum moves by twice its clip norm there, which these events do not say).
+    Composed, self-composed, no-op and non-private events are walked as by jfed's other
+    accountants (:class:`jfed.privacy._accountant_base.Walker`).
+
+    Args:
+      orders: integer RDP orders >= 2 (the general subsampling bound needs integers).
+      adjacency: :class:`~jfed.privacy.Adjacency` (not ``REPLACE_ONE``).
     """
 
-    def __init__(self, orders: Sequence[int] = ORDERS) -> None:
-        super().__init__(NeighboringRelation.ADD_OR_REMOVE_ONE)
+    def __init__(
+        self, orders: Sequence[int] = ORDERS, adjacency: Adjacency | str = Adjacency.ADD_OR_REMOVE
+    ) -> None:
+        adjacency = Adjacency.of(adjacency)
+        if adjacency is Adjacency.REPLACE_ONE:
+            raise ValueError(
+                "the discrete RDP accountant reads its events' sensitivities as the distance "
+                "between neighbouring outputs (add-or-remove, zero-out or bounded adjacency); "
+                "got adjacency='replace-one'"
+            )
+        super().__init__(adjacency)
         self._orders = np.asarray(orders, np.float64)
         self._rdp = np.zeros_like(self._orders)
 
     def _curve(self, event: events.DpEvent) -> np.ndarray | None:
-        if isinstance(event, DiscreteGaussianDpEvent | SkellamDpEvent):
-            return rdp_curve(event, self._orders)
-        if isinstance(event, events.DiscreteLaplaceDpEvent):
+        if isinstance(event, _DISCRETE):
             return rdp_curve(event, self._orders)
         if isinstance(event, events.GaussianDpEvent):
             if event.noise_multiplier == 0:
@@ -351,41 +371,22 @@ class DiscreteRdpAccountant(dp_accounting.PrivacyAccountant):
                 )
             if q == 0:
                 return np.zeros_like(self._orders)
-            if isinstance(
-                inner, DiscreteGaussianDpEvent | SkellamDpEvent | events.DiscreteLaplaceDpEvent
-            ):
+            if isinstance(inner, _DISCRETE):
                 return poisson_subsampled_rdp(
                     lambda alphas: rdp_curve(inner, alphas), q, self._orders.astype(int)
                 )
         return None
 
-    def _maybe_compose(self, event, count, do_compose):
-        if isinstance(event, events.NoOpDpEvent):
-            return None
-        if isinstance(event, events.NonPrivateDpEvent):
-            if do_compose:
-                self._rdp = self._rdp + np.inf
-            return None
-        if isinstance(event, events.SelfComposedDpEvent):
-            return self._maybe_compose(event.event, event.count * count, do_compose)
-        if isinstance(event, events.ComposedDpEvent):
-            for inner in event.events:
-                error = self._maybe_compose(inner, count, do_compose)
-                if error is not None:
-                    return error
-            return None
+    def _leaf(self, event: events.DpEvent, count: int, do_compose: bool) -> str | None:
         curve = self._curve(event)
         if curve is None:
-            return self.CompositionErrorDetails(
-                invalid_event=event,
-                error_message=f"the discrete RDP accountant cannot compose {type(event).__name__}",
-            )
+            return f"the discrete RDP accountant cannot compose {type(event).__name__}"
         if do_compose:
             self._rdp = self._rdp + count * curve
         return None
 
-    def get_epsilon(self, target_delta: float) -> float:
-        return float(rdp_lib.compute_epsilon(self._orders, self._rdp, target_delta)[0])
+    def _epsilon(self, delta: float) -> float:
+        return float(rdp_lib.compute_epsilon(self._orders, self._rdp, delta)[0])
 
-    def get_delta(self, target_epsilon: float) -> float:
-        return float(rdp_lib.compute_delta(self._orders, self._rdp, target_epsilon)[0])
+    def _delta(self, epsilon: float) -> float:
+        return float(rdp_lib.compute_delta(self._orders, self._rdp, epsilon)[0])

@@ -39,16 +39,13 @@ import numpy as np
 
 from jfed._validation import check_positive
 from jfed.privacy import discrete
+from jfed.privacy.aggregators import NOT_PRIVATE as NOT_PRIVATE  # the one list, re-exported
 
 if TYPE_CHECKING:
     import dp_accounting
 
 PyTree = Any
 
-NOT_PRIVATE = ("clipped_count", "norm_sum", "rounding_fallbacks", "survivors", "withheld",
-               "wrapped_coordinates")  # fmt: skip
-"""Diagnostics computed from unnoised client data or from who took part: a record that keeps
-them says they are outside the guarantee."""
 
 DEFAULT_BETA = math.exp(-0.5)
 """Conditional rounding's concentration parameter (Kairouz, Liu and Steinke's recommendation):

@@ -15,7 +15,11 @@ class Adjacency(enum.Enum):
       then moves by up to twice the clip norm);
     - ``BOUNDED``: a release's sensitivity is stated as the distance between its outputs on any
       two neighbouring inputs, as for one client's message under local DP (the notion then names
-      the neighbours itself).
+      the neighbours itself);
+    - ``ZERO_OUT``: a unit's data is replaced by zeros while it still takes part (distributed DP
+      with secure aggregation: a client's update zeroed while its noise share is still sent, so
+      the number of shares does not depend on the protected data). Its sensitivities read as
+      add-or-remove ones: a clipped sum moves by at most the clip norm.
 
     The values are the names records and the command line use.
     """
@@ -23,6 +27,7 @@ class Adjacency(enum.Enum):
     ADD_OR_REMOVE = "add-or-remove"
     REPLACE_ONE = "replace-one"
     BOUNDED = "bounded"
+    ZERO_OUT = "zero-out"
 
     @classmethod
     def of(cls, value: Adjacency | str) -> Adjacency:
