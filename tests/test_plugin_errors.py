@@ -3,6 +3,7 @@ reported as the plug-in's: one line naming the method, its package (or module), 
 line; never "internal error ... a fault of jfed". The plug-ins here are built on the example
 package of examples/plugin, defined in this file (outside the jfed package)."""
 
+import importlib
 import os
 import sys
 from dataclasses import dataclass
@@ -13,9 +14,11 @@ from jfed.cli.main import main
 from jfed.methods import Method, Output, register
 from jfed.methods.registry import METHODS
 
+# the repository's own example plug-in (examples/plugin), from its folder: not a dependency
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "plugin"))
-from jfed_noisy_mean import NoisyMeanConfig
-from jfed_noisy_mean.experiment import NoisyMean, NoisyMeanAlgorithm
+NoisyMeanConfig = importlib.import_module("jfed_noisy_mean").NoisyMeanConfig
+_example = importlib.import_module("jfed_noisy_mean.experiment")
+NoisyMean, NoisyMeanAlgorithm = _example.NoisyMean, _example.NoisyMeanAlgorithm
 
 
 @dataclass(frozen=True)
