@@ -322,11 +322,19 @@ def cohort_with_state(
     if info.ids is None:
         info = CohortInfo(info.size, info.overflow, info.capacity,
                           jnp.arange(n_clients, dtype=jnp.int32))  # fmt: skip
-    positions = jnp.arange(info.ids.shape[0], dtype=jnp.int32)
+    valid = jnp.arange(info.ids.shape[0], dtype=jnp.int32) < info.size
     rows = gather_rows(table, info.ids, plan)
     result, new_rows = _cohort(client_fn, broadcast, population, key, plan, info, statistic,
                                rows)  # fmt: skip
-    table = scatter_rows(table, info.ids, new_rows, positions < info.size, plan)
+    # padding keeps the row it read (and writes nothing): what is written then depends on what
+    # was read, so XLA orders the gather before the scatter and updates the table in place;
+    # without it, a new state that ignores the old (e.g. c_i <- g) made it copy the whole table
+    # every round (O(population): 0.4 s a round at 10^6 x 100 on CPU, twice the memory)
+    new_rows = jax.tree.map(
+        lambda new, old: jnp.where(valid.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+        new_rows, rows,
+    )  # fmt: skip
+    table = scatter_rows(table, info.ids, new_rows, valid, plan)
     return result, table
 
 

@@ -1,0 +1,173 @@
+"""Per-client state: a round that reads and writes every cohort member's state against the same
+round without state, and its cost as the population grows (it should follow the cohort).
+
+    python bench/client_state.py [--populations 1e4,1e5,1e6] [--cohort 1000] [--dim 100]
+                                 [--rounds 20] [--repeats 7] [--json PATH]
+
+Workload: procedural linear-regression clients (``SyntheticLinear``, d = ``--dim``), a uniform
+cohort of ``--cohort`` clients per round, each sending its least-squares gradient clipped to
+norm 1; the server steps on the sum. With state (SCAFFOLD-like), each client also keeps a
+control variate ``c_i: f32[d]`` in the engine's table: it sends ``g - c_i + c`` (clipped) and
+keeps ``g`` as its new ``c_i``; the server keeps ``c`` as the running mean of what was sent.
+
+Timing: a program of R rounds also creates the table (``n x d`` zeros), a cost paid once per
+run; so each row times programs of R and 2R rounds and reports ``(t(2R) - t(R)) / R``, the cost
+of one round alone (medians over ``--repeats``, the rows taking turns so that they share the
+machine's load: bench/_common.times_in_turns). ``x_stateless`` is a row's round time over the
+stateless round's at the same n (target <= 1.3 at n = 10^6, cohort 1,000); ``x_smallest_n``
+over the same kind's at the smallest n (flat: O(cohort)). ``peak_mb`` is XLA's memory analysis
+of the 2R-round program (arguments + outputs + temporaries - aliased), ``table_mb`` the table's
+size: a peak of about one table plus O(cohort) shows the scatter is in place.
+
+Timings are not committed (the machine is shared); run it to see them. JSON (default
+``bench/results/client_state.json``): ``rows`` of ``{n, state, cohort, dim, round_ms,
+round_ms_runs, x_stateless, x_smallest_n, peak_mb, table_mb}``, with ``uptime`` before and
+after, ``device`` and ``versions``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from _common import device_name, times_in_turns, uptime, write_json
+
+from jfed.data import SyntheticLinear
+from jfed.engine import ExecutionPlan, Uniform, run_rounds
+from jfed.report import versions
+
+STEP = 0.1
+
+
+def _clipped(gradient: jax.Array) -> jax.Array:
+    return gradient * jnp.minimum(1.0, 1.0 / jnp.maximum(jnp.linalg.norm(gradient), 1e-12))
+
+
+def gradient(theta: jax.Array, record) -> jax.Array:
+    x, y = record
+    return (x @ theta - y) * x
+
+
+@dataclass(frozen=True)
+class Stateless:
+    """SGD on the cohort's summed clipped gradients."""
+
+    cohort: int
+    dim: int
+
+    def init(self, hyper, key):
+        return {"theta": jnp.zeros(self.dim), "control": jnp.zeros(self.dim)}
+
+    def client(self, broadcast, record, key):
+        theta, _ = broadcast
+        return _clipped(gradient(theta, record))
+
+    def round(self, state, hyper, key, clients):
+        cohort = clients.sample(Uniform(self.cohort))
+        total = cohort.sum(self.client, (state["theta"], state["control"]))
+        return {"theta": state["theta"] - STEP * total / self.cohort,
+                "control": state["control"]}, cohort.info.size  # fmt: skip
+
+
+@dataclass(frozen=True)
+class WithState(Stateless):
+    """The same round, each member reading and rewriting its control variate."""
+
+    def client_state(self, hyper, key):
+        return jnp.zeros(self.dim)
+
+    def stateful_client(self, broadcast, record, key, control_i):
+        theta, control = broadcast
+        g = gradient(theta, record)
+        return _clipped(g - control_i + control), g
+
+    def round(self, state, hyper, key, clients):
+        cohort = clients.sample(Uniform(self.cohort))
+        broadcast = (state["theta"], state["control"])
+        total = cohort.sum(self.stateful_client, broadcast, client_state=True)
+        mean = total / self.cohort
+        return {"theta": state["theta"] - STEP * mean,
+                "control": 0.9 * state["control"] + 0.1 * mean}, cohort.info.size  # fmt: skip
+
+
+def compiled(algorithm, population, rounds: int, plan: ExecutionPlan):
+    program = jax.jit(
+        lambda population, key: run_rounds(algorithm, population, None, key, rounds, plan)
+    )
+    return program.lower(population, jax.random.key(0)).compile()
+
+
+def peak_mb(executable) -> float:
+    memory = executable.memory_analysis()
+    if memory is None:
+        return float("nan")
+    total = (memory.argument_size_in_bytes + memory.output_size_in_bytes
+             + memory.temp_size_in_bytes - memory.alias_size_in_bytes)  # fmt: skip
+    return total / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--populations", default="1e4,1e5,1e6")
+    parser.add_argument("--cohort", type=int, default=1000)
+    parser.add_argument("--dim", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", metavar="PATH", default="bench/results/client_state.json")
+    args = parser.parse_args()
+    populations = [int(float(s)) for s in args.populations.split(",")]
+    load_before = uptime()
+    print(f"per-client state, cohort {args.cohort}, d = {args.dim}, {device_name()}; "
+          f"{load_before}")  # fmt: skip
+    runs, programs = {}, {}
+    key = jax.random.key(1)
+    for n in populations:
+        population = SyntheticLinear.create(jax.random.key(0), n, args.dim)
+        plan = ExecutionPlan.for_backend().fitted(n)
+        for state, kind in (("no", Stateless), ("yes", WithState)):
+            algorithm = kind(args.cohort, args.dim)
+            short = compiled(algorithm, population, args.rounds, plan)
+            long = compiled(algorithm, population, 2 * args.rounds, plan)
+            programs[(n, state)] = long
+            runs[(n, state, 1)] = lambda p=population, c=short: c(p, key)
+            runs[(n, state, 2)] = lambda p=population, c=long: c(p, key)
+    times = times_in_turns({str(k): v for k, v in runs.items()}, args.repeats)
+    rows = []
+    for n in populations:
+        for state in ("no", "yes"):
+            short, long = times[str((n, state, 1))], times[str((n, state, 2))]
+            per_round = [(b - a) / args.rounds for a, b in zip(short, long, strict=True)]
+            rows.append({
+                "n": n, "state": state, "cohort": args.cohort, "dim": args.dim,
+                "round_ms": 1e3 * statistics.median(per_round),
+                "round_ms_runs": [1e3 * t for t in per_round],
+                "peak_mb": peak_mb(programs[(n, state)]),
+                "table_mb": 4 * n * args.dim / 2**20 if state == "yes" else 0.0,
+            })  # fmt: skip
+    for row in rows:
+        stateless = next(r for r in rows if r["n"] == row["n"] and r["state"] == "no")
+        smallest = next(r for r in rows if r["n"] == populations[0] and r["state"] == row["state"])
+        row["x_stateless"] = row["round_ms"] / stateless["round_ms"]
+        row["x_smallest_n"] = row["round_ms"] / smallest["round_ms"]
+    print(f"{'n':>10} {'state':>5} {'round ms':>9} {'x stateless':>11} {'x n_min':>8}"
+          f" {'peak MB':>9} {'table MB':>9}")  # fmt: skip
+    for row in rows:
+        print(f"{row['n']:>10,} {row['state']:>5} {row['round_ms']:>9.3f}"
+              f" {row['x_stateless']:>11.2f} {row['x_smallest_n']:>8.2f}"
+              f" {row['peak_mb']:>9.1f} {row['table_mb']:>9.1f}")  # fmt: skip
+    load_after = uptime()
+    print(f"after: {load_after}")
+    if args.json:
+        write_json(args.json, {
+            "benchmark": "client_state", "rounds": [args.rounds, 2 * args.rounds],
+            "repeats": args.repeats, "plan": ExecutionPlan.for_backend().describe(),
+            "rows": rows, "uptime": {"before": load_before, "after": load_after},
+            "device": device_name(), "versions": versions(),
+        })  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
