@@ -29,6 +29,7 @@ from jfed.privacy.discrete_aggregators import (
     DiscreteGaussianSumParams,
     DiscreteLaplaceSum,
     DiscreteLaplaceSumParams,
+    largest_grid_norm,
 )
 from jfed.privacy.distributed_dp import (
     DistributedDiscreteGaussianSum,
@@ -124,10 +125,15 @@ def test_discrete_gaussian_sum_event_and_its_range():
     )
     assert DiscreteRdpAccountant().compose(event).get_epsilon(1e-5) == pytest.approx(
         reference.get_epsilon(1e-5), rel=1e-6)  # fmt: skip
+    # the event of any z (a calibration searches through it); check() refuses what cannot run
+    fine = DiscreteGaussianSum(dimension=10, grid_norm=2**14)
+    assert fine.event(DiscreteGaussianSumParams(1.0, 5.0)).noise_multiplier == 5.0
     with pytest.raises(ValueError, match="lower grid_norm"):
-        DiscreteGaussianSum(dimension=10, grid_norm=2**14).event(
-            DiscreteGaussianSumParams(1.0, 5.0)
-        )
+        fine.check(DiscreteGaussianSumParams(1.0, 5.0))
+    fine.check(DiscreteGaussianSumParams(1.0, 1.0))
+    # out of range on the device: NaN, never less noise than stated
+    in_range = jax.jit(fine.noise_parameters)(DiscreteGaussianSumParams(1.0, 5.0))[2]
+    assert not bool(in_range)
     with pytest.raises(ValueError, match="dimension=6"):
         DiscreteGaussianSum(dimension=6).preprocess(params, (), jnp.ones(5), jax.random.key(0))
 
@@ -239,6 +245,14 @@ def test_dropouts_below_the_accounted_shares_withhold_the_release():
     assert 0.3 < dropped.mean() < 0.7
     with pytest.raises(ValueError, match="dropout_rate"):
         aggregator.event(DistributedSumParams(1.0, 1.0, 1.0))
+    # a noise beyond the sampler's range: refused on the host, withheld on the device
+    loud = DistributedSumParams(1.5, 2.0**12, 0.0)
+    assert aggregator.event(loud).noise_multiplier == 2.0**12
+    with pytest.raises(ValueError, match="lower grid_norm"):
+        aggregator.check(loud)
+    assert not bool(jax.jit(aggregator.in_range)(loud))
+    assert bool(jax.jit(aggregator.in_range)(params))
+    assert aggregator.adjacency.value == "zero-out"
 
 
 def test_grid_norm_for_bits_is_the_largest_that_fits():
@@ -252,3 +266,47 @@ def test_grid_norm_for_bits_is_the_largest_that_fits():
     assert spread(grid) < 2**15 <= spread(grid + 1)
     with pytest.raises(ValueError, match="raise bits"):
         grid_norm_for_bits(4, 10_000, 1.0, 16)
+
+
+def test_largest_grid_norm_keeps_the_sampler_in_range_and_the_int32_sum_exact():
+    """The grid DP-FedAvg picks: the default 2^12 where it fits; halved where the noise's
+    variance or the int32 sum of the cohort would leave their ranges, and each answer's double
+    does not fit (the largest)."""
+    from jfed.privacy.discrete_aggregators import check_variance
+
+    def fits(grid, clients, z, dimension):
+        bound = discrete.rounded_squared_norm_bound(grid, dimension, math.exp(-0.5))
+        try:
+            check_variance(z, bound, 1, grid)
+        except ValueError:
+            return False
+        sigma = math.sqrt(z**2 * bound * (1 + 2.0**-16) + 2) * (1 + 1e-3) + 1
+        return clients * math.sqrt(bound) + 40 * sigma < 2**31
+
+    assert largest_grid_norm(610, 150, 1.0) == 2**12
+    for clients, z in ((150, 20.0), (600_000, 1.0), (10_000, 60.0)):
+        grid = largest_grid_norm(610, clients, z)
+        assert grid < 2**12 and fits(grid, clients, z, 610) and not fits(2 * grid, clients, z, 610)
+    with pytest.raises(ValueError, match="int32 sum of 10000000000 clients"):
+        largest_grid_norm(610, 10**10, 1.0)
+
+
+def test_per_layer_clipping_on_the_grid_bounds_every_record():
+    """Per-layer clipping (every leaf to C / sqrt(2)) then the grid: each record within the same
+    exact bound B as flat clipping; a leaf within its share passes unchanged (negative control:
+    flat clipping of the same updates leaves a large leaf larger than its share)."""
+    flat = DiscreteGaussianSum(dimension=6, grid_norm=2**10)
+    layered = DiscreteGaussianSum(dimension=6, grid_norm=2**10, per_layer=True)
+    params = DiscreteGaussianSumParams(clip_norm=1.5, noise_multiplier=0.8)
+    updates = _updates(6, seed=3)
+    updates["b"] = updates["b"].at[1].set(0.01)  # client 1's small leaf
+    keys = jax.random.split(jax.random.key(2), CLIENTS)
+    records = jax.vmap(lambda u, k: layered.preprocess(params, (), u, k))(updates, keys)
+    squares = _flat(records["value"]).astype(np.int64) ** 2
+    assert np.all(squares.sum(axis=1) <= layered.squared_bound)
+    w_norms = np.linalg.norm(np.asarray(records["value"]["w"], np.float64), axis=1) / 2**10 * 1.5
+    assert np.all(w_norms <= 1.5 / math.sqrt(2) * 1.01)  # each leaf within C / sqrt(2)
+    plain = jax.vmap(lambda u, k: flat.preprocess(params, (), u, k))(updates, keys)
+    plain_w = np.linalg.norm(np.asarray(plain["value"]["w"], np.float64), axis=1) / 2**10 * 1.5
+    assert np.any(plain_w > 1.5 / math.sqrt(2) * 1.05)
+    assert int(records["value"]["b"][1]) == pytest.approx(0.01 / 1.5 * 2**10, abs=1)

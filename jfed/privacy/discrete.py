@@ -46,6 +46,7 @@ Federated Learning with Secure Aggregation", ICML 2021 (conditional randomized r
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -523,14 +524,16 @@ def randomized_round(key: jax.Array, values: jax.Array) -> jax.Array:
 
 
 def conditional_round(
-    key: jax.Array, values: jax.Array, bound: int, max_tries: int, norm: str = "l2"
-) -> tuple[jax.Array, jax.Array]:
+    key: jax.Array, values: jax.Array, bound: int, max_tries: int,
+    within: Callable[[jax.Array, int], jax.Array] = squared_norm_at_most,
+) -> tuple[jax.Array, jax.Array]:  # fmt: skip
     """``(vector: i32[...], fell_back: f32[])``: :func:`randomized_round` of ``values`` redrawn
-    until ``||vector||^2 <= bound`` (``norm="l2"``) or ``||vector||_1 <= bound`` (``"l1"``),
-    checked exactly in integers (Kairouz, Liu and Steinke's conditional randomized rounding);
-    after ``max_tries`` failures the vector is zeros and ``fell_back`` is 1. Whatever happens,
-    the returned vector meets the bound: the sensitivity the accountant uses holds exactly."""
-    check = squared_norm_at_most if norm == "l2" else absolute_sum_at_most
+    until ``within(vector, bound)``: ``||vector||^2 <= bound`` (:func:`squared_norm_at_most`,
+    the default) or ``||vector||_1 <= bound`` (:func:`absolute_sum_at_most`), checked exactly in
+    integers (Kairouz, Liu and Steinke's conditional randomized rounding); after ``max_tries``
+    failures the vector is zeros and ``fell_back`` is 1. Whatever happens, the returned vector
+    meets the bound: the sensitivity the accountant uses holds exactly."""
+    check = within
 
     def body(state):
         tries, vector, accepted = state

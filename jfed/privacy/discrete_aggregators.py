@@ -30,6 +30,7 @@ Diagnostics named in :data:`NOT_PRIVATE` are computed from unnoised data (outsid
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -40,6 +41,7 @@ import numpy as np
 from jfed._validation import check_positive
 from jfed.privacy import discrete
 from jfed.privacy.aggregators import NOT_PRIVATE as NOT_PRIVATE  # the one list, re-exported
+from jfed.privacy.privatizers import clip_tree_per_layer, tree_norm
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -112,9 +114,11 @@ def grid_check(name: str, grid_norm: int, beta: float, max_tries: int) -> None:
 class _GridSum:
     """What the central grid sums share: the static fields' checks, the client's rounded record
     and the release's scaling back. Subclasses define ``dimension``, ``grid_norm``, ``beta``,
-    ``max_tries``, ``_norm`` ("l2" or "l1") and ``_bound`` (the exact integer bound)."""
+    ``max_tries``, ``_clip`` (:func:`clip_l2` or :func:`clip_l1`), ``_within`` (the exact integer
+    check of that norm) and ``_bound`` (the exact integer bound)."""
 
-    _norm: ClassVar[str]
+    _clip: ClassVar[Callable]
+    _within: ClassVar[Callable]
     dimension: int
     grid_norm: int
     beta: float
@@ -133,18 +137,21 @@ class _GridSum:
         del params, template
         return ()
 
+    def _clipped(self, update: PyTree, clip_norm: jax.Array):
+        """``(f32[d] the clipped update, clipped: f32[], norm: f32[] before clipping)``."""
+        vector = flatten(update)
+        _check_dimension(type(self).__name__, self.dimension, vector.shape[0])
+        return self._clip(vector, clip_norm)
+
     def preprocess(self, params: Any, state: tuple, update: PyTree, key: jax.Array) -> dict:
         """ONE client's record: ``{"value": its rounded update (int32 leaves shaped like the
         update), "clipped", "norm" (before clipping, in the clipping's norm),
         "rounding_fallbacks"}``."""
         del state
-        vector = flatten(update)
-        _check_dimension(type(self).__name__, self.dimension, vector.shape[0])
-        clip = clip_l2 if self._norm == "l2" else clip_l1
-        clipped, was_clipped, norm = clip(vector, params.clip_norm)
+        clipped, was_clipped, norm = self._clipped(update, params.clip_norm)
         rounded, fell_back = discrete.conditional_round(
             key, on_grid(clipped, params.clip_norm, self.grid_norm), self._bound,
-            self.max_tries, norm=self._norm,
+            self.max_tries, within=self._within,
         )  # fmt: skip
         value = unflatten(rounded, jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.int32),
                                                 update))  # fmt: skip
@@ -193,22 +200,36 @@ class DiscreteGaussianSum(_GridSum):
     m``), then ``C / L`` times that as floats.
 
     The int32 sum must not wrap: ``clients * sqrt(B) + 40 sigma < 2^31`` keeps it exact (with
-    the defaults, ``B`` about ``L^2 = 2^24``: up to 10^5 clients at z = 1); a wrapped sum is only
-    a wrong value, never a privacy failure (the noise is added modulo 2^32 all the same).
+    the defaults, ``B`` about ``L^2 = 2^24``: about 5 10^5 clients at z = 1;
+    :func:`largest_grid_norm` picks a grid for a cohort); a wrapped sum is only a wrong value,
+    never a privacy failure (the noise is added modulo 2^32 all the same).
 
     Attributes:
       dimension: d, the number of coordinates of a client's update (checked at trace time).
       grid_norm: L, the clip norm in grid units (an integer; larger: finer grid, more bits).
       beta: conditional rounding's parameter in [0, 1) (0: the deterministic bound).
       max_tries: roundings drawn before a client falls back to zeros.
+      per_layer: clip every leaf (layer) of the update to ``C / sqrt(leaves)`` before rounding
+        (instead of the whole update to C): either way the update's L2 norm is at most C, and the
+        rounded record's squared norm at most B.
     """
 
     dimension: int
     grid_norm: int = 2**12
     beta: float = DEFAULT_BETA
     max_tries: int = 32
+    per_layer: bool = False
     Params: ClassVar[type] = DiscreteGaussianSumParams
-    _norm: ClassVar[str] = "l2"
+    _clip: ClassVar[Callable] = staticmethod(clip_l2)
+    _within: ClassVar[Callable] = staticmethod(discrete.squared_norm_at_most)
+
+    def _clipped(self, update: PyTree, clip_norm: jax.Array):
+        if not self.per_layer:
+            return super()._clipped(update, clip_norm)
+        layers, any_clipped = clip_tree_per_layer(update, clip_norm)
+        # the flat clip after the layers' is a no-op up to float rounding: C holds as one norm
+        vector, _, _ = super()._clipped(layers, clip_norm)
+        return vector, any_clipped, tree_norm(update)
 
     @property
     def squared_bound(self) -> int:
@@ -248,17 +269,25 @@ class DiscreteGaussianSum(_GridSum):
         return value, state, diagnostics
 
     def event(self, params: DiscreteGaussianSumParams) -> dp_accounting.DpEvent:
-        """``DiscreteGaussianDpEvent(z, sqrt(B), min(B, sqrt(d B)), d)`` of one release (host);
-        ``ValueError`` if the grid's variance would leave the sampler's range."""
+        """``DiscreteGaussianDpEvent(z, sqrt(B), min(B, sqrt(d B)), d)`` of one release (host).
+
+        The event of any ``z``, so that a calibration may search through it; :meth:`check`
+        refuses a ``z`` whose variance leaves the sampler's range on this grid (the device then
+        releases NaN, never less noise)."""
         from jfed.privacy.discrete_accounting import DiscreteGaussianDpEvent
 
         check_positive("clip_norm", params.clip_norm)
         z = check_positive("noise_multiplier", params.noise_multiplier)
-        check_variance(z, self.squared_bound, 1, self.grid_norm)
         bound = self.squared_bound
         return DiscreteGaussianDpEvent(
             z, math.sqrt(bound), l1_bound(bound, self.dimension), self.dimension
         )
+
+    def check(self, params: DiscreteGaussianSumParams) -> None:
+        """Host: ``ValueError`` naming the parameters unless the noise of ``params`` is in the
+        sampler's range on this grid (:func:`check_variance`)."""
+        z = check_positive("noise_multiplier", params.noise_multiplier)
+        check_variance(z, self.squared_bound, 1, self.grid_norm)
 
 
 def l1_bound(squared_bound: int, dimension: int) -> float:
@@ -277,6 +306,32 @@ def check_variance(noise_multiplier: float, squared_bound: int, shares: int, gri
             f"discrete Gaussian variance of {most:.4g} grid units, above the sampler's 2^31 - "
             "2^16: lower grid_norm"
         )
+
+
+def largest_grid_norm(
+    dimension: int, clients: int, noise_multiplier: float, beta: float = DEFAULT_BETA,
+    most: int = 2**12,
+) -> int:  # fmt: skip
+    """Host: the largest power of two ``L <= most`` on which a :class:`DiscreteGaussianSum` of
+    ``clients`` records of ``dimension`` coordinates runs at ``noise_multiplier`` exactly: the
+    noise's variance in the sampler's range (:func:`check_variance`) and the int32 sum exact,
+    ``clients sqrt(B) + 40 sigma < 2^31`` (a record's coordinate is at most ``sqrt(B)``; noise
+    beyond 40 sigma has probability below 10^-340). ``ValueError`` naming the numbers if no
+    grid does (the finer the grid, the smaller the rounding's share of the noise:
+    :meth:`DiscreteGaussianSum.noise_inflation`)."""
+    grid_norm = int(most)
+    while grid_norm >= 1:
+        bound = discrete.rounded_squared_norm_bound(grid_norm, dimension, beta)
+        variance = noise_multiplier**2 * bound * (1 + 2.0**-16) + 2
+        sigma = math.sqrt(variance + math.sqrt(2.0 * variance) + 1)  # 2^k m < v + t
+        fits_sampler = variance < discrete.SIGMA_SQUARED_LIMIT - 2**16
+        if fits_sampler and clients * math.sqrt(bound) + 40.0 * sigma < 2.0**31:
+            return grid_norm
+        grid_norm //= 2
+    raise ValueError(
+        f"no integer grid holds the exact int32 sum of {clients} clients' updates of "
+        f"{dimension} coordinates at noise_multiplier={noise_multiplier:g}"
+    )
 
 
 # ---------------------------------------------------------------------------- discrete Laplace
@@ -321,7 +376,8 @@ class DiscreteLaplaceSum(_GridSum):
     beta: float = DEFAULT_BETA
     max_tries: int = 32
     Params: ClassVar[type] = DiscreteLaplaceSumParams
-    _norm: ClassVar[str] = "l1"
+    _clip: ClassVar[Callable] = staticmethod(clip_l1)
+    _within: ClassVar[Callable] = staticmethod(discrete.absolute_sum_at_most)
 
     @property
     def absolute_bound(self) -> int:

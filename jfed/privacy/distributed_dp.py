@@ -65,6 +65,7 @@ from jfed.privacy.discrete_aggregators import (
     on_grid,
     unflatten,
 )
+from jfed.privacy.guarantee import Adjacency
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -167,6 +168,7 @@ class _SecureSum:
     rotation: bool = True
     count_wraps: bool = True
     Params: ClassVar[type] = DistributedSumParams
+    adjacency: ClassVar[Adjacency] = Adjacency.ZERO_OUT
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -194,9 +196,18 @@ class _SecureSum:
 
     def share_variance(self, params: DistributedSumParams) -> jax.Array:
         """``u32[]``: a share's least variance, ``ceil(v / min_clients)`` for an integer ``v >=
-        z^2 B``, so ``min_clients`` shares carry at least ``z^2 B``."""
+        z^2 B``, so ``min_clients`` shares carry at least ``z^2 B``; 1 where :meth:`in_range`
+        is False (the release is then withheld)."""
         least = discrete.variance_at_least(params.noise_multiplier, self.squared_bound)
-        return (least + np.uint32(self.min_clients - 1)) // np.uint32(self.min_clients)
+        share = (least + np.uint32(self.min_clients - 1)) // np.uint32(self.min_clients)
+        return jnp.where(self.in_range(params), share, np.uint32(1))
+
+    def in_range(self, params: DistributedSumParams) -> jax.Array:
+        """``bool[]``: whether the noise of ``params`` is what the event states: ``z^2 B`` below
+        the float-to-integer cap and a share's variance in the sampler's range."""
+        least = discrete.variance_at_least(params.noise_multiplier, self.squared_bound)
+        share = (least + np.uint32(self.min_clients - 1)) // np.uint32(self.min_clients)
+        return (least < np.uint32(2**31)) & discrete.variance_in_range(share)
 
     def _share(self, key: jax.Array, params: DistributedSumParams, size: int) -> jax.Array:
         raise NotImplementedError
@@ -253,7 +264,8 @@ class _SecureSum:
         value = centred.astype(jnp.float32) * (params.clip_norm / self.grid_norm)
         if self.rotation:
             value = unrotate(value, state.rotation)
-        withheld = summed["count"] < self.min_clients
+        # fewer shares than accounted, or a noise the event does not state: nothing released
+        withheld = (summed["count"] < self.min_clients) | ~self.in_range(params)
         value = jnp.where(withheld, 0.0, value[: self.dimension])
         share = self.share_variance(params).astype(jnp.float32)
         diagnostics = {
@@ -281,8 +293,13 @@ class _SecureSum:
         rate = float(params.dropout_rate)
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"expected dropout_rate in [0, 1), got dropout_rate={rate}")
-        check_variance(z, self.squared_bound, self.min_clients, self.grid_norm)
         return z
+
+    def check(self, params: DistributedSumParams) -> None:
+        """Host: ``ValueError`` naming the parameters unless a share's noise is in the sampler's
+        range on this grid (the event is stated for any ``z``, so that a calibration may search
+        through it; out of range, every release is withheld)."""
+        check_variance(self._check(params), self.squared_bound, self.min_clients, self.grid_norm)
 
 
 @dataclass(frozen=True)
