@@ -291,9 +291,9 @@ def test_randomized_response_keeps_the_true_bit_at_e_eps_odds():
 # ------------------------------------------------------------------------------------ rates
 
 
-def _units_slope(program, replications=3000):
-    configs = [Estimation(setting="federated", sites=8, units=n, epsilon=0.5,
-                          replications=replications) for n in (4, 8, 16, 32)]  # fmt: skip
+def _units_slope(program):
+    # as many replications as the program runs (the experiment's configuration fixes them)
+    configs = [program.config.replace(units=n) for n in (4, 8, 16, 32)]
     rows = run_sweep(program, configs, None, progress=False)
     n = np.array([r["units"] for r in rows], np.float64)
     value = np.array([r["privacy_mse"] for r in rows])
