@@ -74,10 +74,75 @@ def test_dpsgd_clips_gradients_to_g():
     gradient, clipped = dpsgd.client_message((jnp.zeros(2), hp), record, jax.random.key(0))
     assert float(jnp.linalg.norm(gradient)) == pytest.approx(0.5, rel=1e-6)
     assert float(clipped) == 1.0
-    sigma, guarantee = dpsgd.calibrate(1.0, 1e-5, 10, clip_norm=0.5)
-    assert guarantee.epsilon == pytest.approx(1.0) and guarantee.rho == pytest.approx(
-        10 * 1.0**2 / (2 * sigma**2)
+    # the noise is noise_std per coordinate: multiplier noise_std / 2G (a record moves its
+    # clipped gradient by up to 2G)
+    noisy = dpsgd.hyperparams(clip_norm=0.5, noise_std=3.0)
+    keys = jax.random.split(jax.random.key(1), 20_000)
+    draws = jax.jit(jax.vmap(lambda k: dpsgd.client_message((jnp.zeros(2), noisy), record, k)[0]))(
+        keys
     )
+    spread = float(jnp.std(draws - gradient))
+    assert spread == pytest.approx(3.0, rel=4.5 / np.sqrt(2 * 40_000))
+    assert abs(spread - 0.5 * 3.0) > 0.5  # negative control: a noise scaled by G
+
+
+def test_dpsgd_round_releases_the_clients_noised_gradients_with_their_own_draws(small_problem):
+    """A round's release is the sum of every client's message drawn from the client's own key
+    (what ``client_message`` computes for one client): the draws of the client function that
+    perturbed its gradient itself. Negative control: other keys give another sum."""
+    from jfed.engine.keys import client_key, round_key, run_streams
+
+    _, _, population = small_problem
+    hp = dpsgd.hyperparams(clip_norm=0.5, learning_rate=1.0, noise_std=2.0, radius=1e9)
+    key = jax.random.key(4)
+    state, _ = simulate(dpsgd.FedAvg(4), population, hp, key, 1)
+    root = round_key(run_streams(key)[2], 0)
+    ids = jnp.arange(population.n_clients)
+
+    @jax.jit
+    def messages(root):
+        keys = jax.vmap(lambda i: client_key(root, i))(ids)
+        return jax.vmap(
+            lambda i, k: dpsgd.client_message((jnp.zeros(4), hp), population.record(i), k)[0]
+        )(ids, keys)
+
+    np.testing.assert_allclose(-state.theta, messages(root).mean(0), rtol=1e-5, atol=1e-6)
+    other = messages(jax.random.fold_in(root, 1)).mean(0)
+    assert not np.allclose(-state.theta, other, rtol=1e-5, atol=1e-6)
+
+
+def test_modulated_round_releases_each_clients_map_drawn_from_its_own_key(small_problem):
+    """The round's one release (the ModulatedMap aggregator) sums exactly the messages that
+    ``client_message`` gives every client from its own key: the map's draws are the client's.
+    Negative control: the same map drawn from the engine's privacy stream sums to another
+    statistic."""
+    from jfed.algorithms.linear import second_moments
+    from jfed.engine import ExecutionPlan, aggregate
+    from jfed.engine.clients import PRIVACY_STREAM
+    from jfed.engine.keys import round_key, run_streams
+
+    _, _, population = small_problem
+    hp = modulated.hyperparams(noise_std=1.5, clip_norm=1.0, ridge=0.3)
+    key = jax.random.key(6)
+    state, _ = simulate(modulated.OneShot(4), population, hp, key, 1)
+    _, server_root, client_root = run_streams(key)
+    broadcast = modulated._broadcast(hp, round_key(server_root, 0), 4, 1)
+    plan = ExecutionPlan().fitted(population.n_clients)
+
+    def theta(client_fn):
+        @jax.jit
+        def summed(population):
+            return aggregate(client_fn, broadcast, population, round_key(client_root, 0), plan,
+                             second_moments)  # fmt: skip
+
+        return modulated.OneShot(4).server_step(state, hp, broadcast, summed(population))[0].theta
+
+    np.testing.assert_allclose(state.theta, theta(modulated.client_message), rtol=1e-5, atol=1e-6)
+
+    def privacy_stream(b, record, k):
+        return modulated.client_message(b, record, jax.random.fold_in(k, PRIVACY_STREAM))
+
+    assert not np.allclose(state.theta, theta(privacy_stream), rtol=1e-5, atol=1e-6)
 
 
 def test_clip_project_and_psd_helpers():

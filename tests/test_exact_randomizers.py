@@ -278,8 +278,23 @@ def test_private_normals_equal_the_former_draws_outside_the_extreme_cells():
     assert np.array_equal(np.asarray(normals), np.asarray(former_normals))
 
 
+def _map_statement(epsilon: float, delta: float, rounds: int):
+    """``(guarantee, shift)`` of ``rounds`` messages of the default map calibrated to (eps,
+    delta) under zCDP, as a run states it (:func:`modulated.reach_statement`)."""
+    from dp_accounting import GaussianDpEvent
+
+    from jfed.privacy import certify, rounds_of
+
+    sensitivity = modulated.sensitivity(1.0, 0.5, 1.0, 1, 3.0)
+    multiplier = modulated.calibrated_noise_std(epsilon, delta, rounds, sensitivity) / sensitivity
+    guarantee = certify(rounds_of(GaussianDpEvent(multiplier), rounds), delta, accountant=Zcdp(),
+                        adjacency="bounded", notion="local (eps, delta)-DP via zCDP",
+                        protected="x", trust_model="t")  # fmt: skip
+    return modulated.reach_statement(guarantee, multiplier, rounds, Zcdp()), 1.0 / multiplier
+
+
 @pytest.mark.parametrize("rounds", [1, 10])
-def test_modulated_plan_labels_eps_beyond_the_noise_reach(rounds):
+def test_modulated_statement_labels_eps_beyond_the_noise_reach(rounds):
     """Up to the largest eps whose messages stay within the float32 normals' reach but for 0.1%
     of delta the guarantee is stated plainly; above it (the paper's grid reaches eps 100) the
     notion says it is the ideal Gaussian's, not certified for the sampler, and names that eps;
@@ -288,21 +303,32 @@ def test_modulated_plan_labels_eps_beyond_the_noise_reach(rounds):
     out of reach with probability above delta itself."""
     delta = 1e-5
     largest = modulated.largest_reachable_epsilon(delta, rounds, Zcdp())
-    accepted = modulated.plan(largest, delta, rounds)
-    shift = accepted.sensitivity / accepted.noise_std
+    accepted, shift = _map_statement(largest, delta, rounds)
     assert modulated.out_of_reach_probability(shift, rounds) <= 1e-3 * delta
-    assert "not certified" not in accepted.guarantee.notion
-    beyond = modulated.plan(largest * 1.01, delta, rounds)
+    assert "not certified" not in accepted.notion
+    beyond, beyond_shift = _map_statement(largest * 1.01, delta, rounds)
     assert "of the ideal real-valued Gaussian, not certified for the float32 sampler" in (
-        beyond.guarantee.notion
+        beyond.notion
     )
-    assert f"certified up to eps {largest:.4g}" in beyond.guarantee.notion
-    beyond_shift = beyond.sensitivity / beyond.noise_std
+    assert f"certified up to eps {largest:.4g}" in beyond.notion
     with pytest.raises(ValueError, match=f"expected epsilon <= {largest:.4g}"):
         modulated.check_noise_reach(beyond_shift, largest * 1.01, delta, rounds, Zcdp())
     former = min(1.0, rounds * stats.norm.sf(5.17 - shift))
     assert former > delta
-    assert "not certified" not in modulated.plan(10.0, delta, 1).guarantee.notion
+    assert "not certified" not in _map_statement(10.0, delta, 1)[0].notion
+
+
+def test_a_run_states_the_reach_in_its_record():
+    """A modulated run at eps 100 (beyond the reach) says so in its record's notion."""
+    from jfed.data import load_regression
+    from jfed.methods import ModulatedOneShot, build_experiment
+
+    config = ModulatedOneShot(dataset="fair", epsilon=100.0)
+    experiment = build_experiment(config, task=load_regression("fair"))
+    _, fields = experiment.calibrated(config)
+    assert "not certified for the float32 sampler" in fields["notion"]
+    _, fields = experiment.calibrated(config.replace(epsilon=5.0))
+    assert "not certified" not in fields["notion"]
 
 
 @pytest.mark.parametrize("with_extreme", [False, True])

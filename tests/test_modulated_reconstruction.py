@@ -115,7 +115,9 @@ def test_response_information_and_its_effect():
 def test_spectral_bound_is_the_matrix_form_and_never_below_the_trace_form():
     rng = np.random.default_rng(5)
     for dim, leak in ((1, 3.0), (8, 0.0), (8, 4.1), (50, 100.0)):
-        spectral = recon.reconstruction_lower_bound(dim, 1.0, 0.5, 1.0, 2.0, 3, leak, "spectral")
+        spectral = recon.reconstruction_lower_bound(
+            dim, 1.0, 0.5, 1.0, 2.0, 3, leak, recon.SPECTRAL
+        )
         trace = recon.reconstruction_lower_bound(dim, 1.0, 0.5, 1.0, 2.0, 3, leak)
         a = 1.0 / recon.reconstruction_lower_bound(dim, 1.0, 0.5, 1.0, 2.0, 3)
         w = rng.normal(size=dim)
@@ -132,6 +134,10 @@ def test_bad_parameters_raise():
         recon.reconstruction_lower_bound(3, 1.0, 0.5, 1.0, 0.0)
     with pytest.raises(ValueError, match="form"):
         recon.reconstruction_lower_bound(3, 1.0, 0.5, 1.0, 1.0, form="fisher")
+    # a form by its name is the form object itself
+    assert recon.reconstruction_lower_bound(8, 1.0, 0.5, 1.0, 2.0, 3, 4.1, "spectral") == (
+        recon.reconstruction_lower_bound(8, 1.0, 0.5, 1.0, 2.0, 3, 4.1, recon.SPECTRAL)
+    )
     with pytest.raises(ValueError, match="releases"):
         recon.reconstruction_lower_bound(3, 1.0, 0.5, 1.0, 1.0, releases=0)
 

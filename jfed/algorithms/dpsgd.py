@@ -1,12 +1,16 @@
 """DP-SGD FedAvg with one sample per client: the baseline of the modulated-learning paper.
 
 Every round every client computes its own least-squares gradient ``g_i = (x_i^T theta - y_i) x_i``,
-clips it to norm ``G``, adds ``N(0, sigma^2 I)`` and sends it; the server averages and steps.
-Replacing one client's record moves its message by at most ``2G``, so a round is the Gaussian
-mechanism with sensitivity ``2G``; T full-participation rounds compose in zCDP (no subsampling
-amplification). The guarantee covers the whole record ``(x_i, y_i)``. The Gaussian noise is a
-:class:`~jfed.privacy.NoiseRandomizer` (``FedAvg.randomizer``, ``plan(randomizer=...)``): another
-local randomizer plugs in, and the calibration and accounting follow its event.
+clips it to norm ``G``, adds noise and sends it; the server averages and steps. The clip and the
+noise are the round's aggregator, a local randomizer
+(:class:`~jfed.privacy.client_stream.ClientStreamRandomizerSum`, released through
+``clients.aggregate``): replacing one client's record moves its message by at most ``2G``, so a
+round is, per client, the randomizer's mechanism at that sensitivity (Gaussian noise of std
+``noise_std`` by default: multiplier ``noise_std / 2G``), under bounded adjacency; T
+full-participation rounds compose (no subsampling amplification). The guarantee covers the
+whole record ``(x_i, y_i)``. The noise is a :class:`~jfed.privacy.NoiseRandomizer`
+(``FedAvg.randomizer``): another local randomizer plugs in, and the calibration and accounting
+follow its event.
 
 References: docs/specs/modulated.md (Baseline).
 """
@@ -14,18 +18,14 @@ References: docs/specs/modulated.md (Baseline).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from jfed import privacy
 from jfed._validation import check_int_range, check_nonnegative, check_positive
 from jfed.algorithms.linear import project_to_ball
-from jfed.privacy.accounting import AccountantSpec, Zcdp, via
-from jfed.privacy.clipping import clip_to_ball
-from jfed.privacy.plan import PrivacyPlan, rounds_plan
+from jfed.privacy.client_stream import ClientStreamRandomizerSum, KeyedUpdate, NoiseScaleParams
 from jfed.privacy.privatizers import GaussianNoise, NoiseRandomizer
 
 GAUSSIAN = GaussianNoise()
@@ -34,7 +34,9 @@ TRUST_MODEL = "local DP: untrusted server; each client randomizes its own gradie
 
 
 class Hyperparams(NamedTuple):
-    """Traced parameters (f32 scalars): gradient clip ``G``, learning rate, noise, radius."""
+    """Traced parameters (f32 scalars): gradient clip ``G``, learning rate, the noise scale
+    ``noise_std`` of every message (the randomizer's: its multiplier is ``noise_std`` over its
+    sensitivity of a gradient moving by ``2 G``), radius."""
 
     clip_norm: jax.Array
     learning_rate: jax.Array
@@ -50,7 +52,8 @@ def hyperparams(
     radius: float = 10.0,
 ) -> Hyperparams:
     """Validated :class:`Hyperparams`; defaults are the paper's tuned values on Fair
-    (clip 2.06 rounded to 2, step 0.1)."""
+    (clip 2.06 rounded to 2, step 0.1); ``noise_std`` normally comes from the method's
+    calibration (``jfed.methods.DPSGD``; :func:`jfed.privacy.rounds_plan`)."""
     return Hyperparams(
         jnp.float32(check_positive("clip_norm", clip_norm)),
         jnp.float32(check_positive("learning_rate", learning_rate)),
@@ -64,41 +67,9 @@ def sensitivity(clip_norm: float) -> float:
     return 2.0 * check_positive("clip_norm", clip_norm)
 
 
-def calibrate(
-    epsilon: float,
-    delta: float,
-    rounds: int,
-    clip_norm: float,
-    accountant: AccountantSpec = Zcdp(),  # noqa: B008 (frozen, immutable)
-) -> tuple[float, privacy.PrivacyGuarantee]:
-    """Noise per round so that ``rounds`` full-participation rounds are (eps, delta)-LDP:
-    ``(noise_std, guarantee)`` of :func:`plan`."""
-    privacy_plan = plan(epsilon, delta, rounds, clip_norm=clip_norm, accountant=accountant)
-    return privacy_plan.noise_std, privacy_plan.guarantee
-
-
-def plan(
-    epsilon: float,
-    delta: float,
-    rounds: int,
-    *,
-    clip_norm: float = 2.0,
-    accountant: AccountantSpec = Zcdp(),  # noqa: B008 (frozen, immutable)
-    randomizer: NoiseRandomizer = GAUSSIAN,
-    dim: int | None = None,
-) -> PrivacyPlan:
-    """Calibrate T rounds of clipped gradients (clip G) to be (eps, delta)-LDP and bundle the
-    clip, the noise, the event the clients emit (T releases of ``randomizer``, default Gaussian,
-    of L2 sensitivity 2G, in the randomizer's own norm for ``dim`` features) and the guarantee
-    ``accountant`` certifies for it (:class:`~jfed.privacy.PrivacyPlan`; its ``hyperparams``
-    takes ``learning_rate`` and ``radius``). ``accountant`` defaults to zCDP, as the
-    modulated-learning paper accounts its DP-SGD baseline."""
-    return rounds_plan(
-        randomizer.sensitivity(sensitivity(clip_norm), dim), epsilon, delta, rounds,
-        accountant=accountant, randomizer=randomizer,
-        notion=f"local (eps, delta)-DP{via(accountant)}", protected=PROTECTED,
-        trust_model=TRUST_MODEL, parameters={"clip_norm": float(clip_norm)}, build=hyperparams,
-    )  # fmt: skip
+def aggregator_params(hp: Hyperparams) -> NoiseScaleParams:
+    """The local randomizer's parameters, the very leaves of ``hp`` (the ledger reads them)."""
+    return NoiseScaleParams(hp.clip_norm, hp.noise_std)
 
 
 class State(NamedTuple):
@@ -116,13 +87,22 @@ class RoundInfo(NamedTuple):
     clipped_fraction: jax.Array
 
 
-def client_message(broadcast, record, key, randomizer: NoiseRandomizer = GAUSSIAN):
-    """``(noisy clipped gradient: f32[d], clipped: f32[])`` of one client at ``broadcast.theta``:
-    the clipped gradient perturbed by ``randomizer`` at scale ``noise_std``."""
-    theta, hp = broadcast
+def client_gradient(theta: jax.Array, record, key: jax.Array) -> KeyedUpdate:
+    """ONE client's least-squares gradient ``(x^T theta - y) x: f32[d]`` at ``theta: f32[d]``,
+    with its key for its randomizer (the client draws nothing else)."""
     x, y = record
-    gradient, clipped = clip_to_ball((x @ theta - y) * x, hp.clip_norm)
-    return randomizer.perturb(key, gradient, hp.noise_std), clipped
+    return KeyedUpdate((x @ theta - y) * x, key)
+
+
+def client_message(broadcast, record, key, randomizer: NoiseRandomizer = GAUSSIAN):
+    """``(noisy clipped gradient: f32[d], clipped: f32[])`` of one client at ``broadcast =
+    (theta, hp)``: what the round's aggregator makes of :func:`client_gradient` (its
+    ``preprocess``), for code that needs one client's message."""
+    theta, hp = broadcast
+    aggregator = ClientStreamRandomizerSum(randomizer, int(jnp.shape(theta)[-1]))
+    record = aggregator.preprocess(aggregator_params(hp), (), client_gradient(theta, record, key),
+                                   key)  # fmt: skip
+    return record["value"], record["clipped"]
 
 
 @dataclass(frozen=True)
@@ -131,8 +111,8 @@ class FedAvg:
 
     Attributes:
       dim: d.
-      randomizer: the local randomizer of every message (default Gaussian noise); the run's
-        plan must be calibrated with the same one (:func:`plan`'s ``randomizer``).
+      randomizer: the local randomizer of every message (default Gaussian noise); its event is
+        what the run composes.
     """
 
     dim: int
@@ -140,6 +120,11 @@ class FedAvg:
 
     def __post_init__(self) -> None:
         check_int_range("dim", self.dim, 1, 10**6)
+
+    @property
+    def aggregator(self) -> ClientStreamRandomizerSum:
+        """The clip and the noise of every client's gradient (a local randomizer)."""
+        return ClientStreamRandomizerSum(self.randomizer, self.dim)
 
     def init(self, hp: Hyperparams, key: jax.Array) -> State:
         del hp, key
@@ -149,14 +134,11 @@ class FedAvg:
     def round(
         self, state: State, hp: Hyperparams, key: jax.Array, clients
     ) -> tuple[State, RoundInfo]:
-        del key
-
-        def statistic(messages, weights):
-            gradients, clipped = messages
-            return jnp.sum(gradients, 0), jnp.sum(clipped), jnp.sum(weights)
-
-        message = partial(client_message, randomizer=self.randomizer)
-        gradient_sum, clipped, count = clients.sum(message, (state.theta, hp), statistic)
+        # the release adds no noise: the server key is not read
+        gradient_sum, _, diagnostics = clients.aggregate(
+            self.aggregator, aggregator_params(hp), (), client_gradient, state.theta, key
+        )
+        count = jnp.float32(clients.n_clients)
         theta = project_to_ball(state.theta - hp.learning_rate * gradient_sum / count, hp.radius)
         new_state = State(theta, state.theta_sum + theta, state.rounds_done + 1)
-        return new_state, RoundInfo(theta, clipped / count)
+        return new_state, RoundInfo(theta, diagnostics["clipped_count"] / count)

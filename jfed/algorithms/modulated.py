@@ -13,6 +13,9 @@ with fresh uniform phases ``phi_ij`` and ``xi_i ~ N(0, I_d)``. The server only n
 Privacy protects the feature vector ``x_i`` (the response ``y_i`` is public, as in the paper): the
 noise-free map is ``L = alpha + beta omega / sqrt(k)``-Lipschitz, so one round is the Gaussian
 mechanism with L2 sensitivity ``L D`` (``D = 2 C`` for features clipped to radius ``C``).
+The map is a local randomizer, :class:`ModulatedMap` (:mod:`jfed.privacy.aggregators`): every
+round releases it through ``clients.aggregate``, and the run's guarantee is the composition of
+the events it states.
 
 Two estimators share the client map:
 
@@ -30,17 +33,15 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jfed import privacy
 from jfed._random import PRIVATE_NORMAL_REACH, normal_reach_mass, private_normals_and_uniforms
 from jfed._validation import (
     check_int_range,
@@ -55,8 +56,10 @@ from jfed.algorithms.linear import (
     second_moments,
 )
 from jfed.privacy.accounting import AccountantSpec, Zcdp, via
+from jfed.privacy.client_stream import KeyedUpdate
 from jfed.privacy.clipping import clip_to_ball
-from jfed.privacy.plan import PrivacyPlan, rounds_plan
+from jfed.privacy.guarantee import Adjacency, PrivacyGuarantee
+from jfed.privacy.plan import rounds_plan
 
 PROTECTED = "one client's feature vector x_i (responses y_i treated as public)"
 TRUST_MODEL = "local DP: untrusted server; each client randomizes its own message"
@@ -77,6 +80,8 @@ class Hyperparams(NamedTuple):
       ridge: ``lambda`` of the one-shot ridge solve (>= 0).
       directions: optional fixed orthonormal ``V: f32[d, k]``; ``None`` draws fresh random
         directions every round from the server key.
+      adjacency_diameter: optional ``D: f32[]``, how far apart two neighbouring feature
+        vectors may be (at most ``2 C``); ``None``: ``2 C``. Read only by the map's event.
     """
 
     alpha: jax.Array
@@ -89,6 +94,7 @@ class Hyperparams(NamedTuple):
     step_floor: jax.Array
     ridge: jax.Array
     directions: jax.Array | None = None
+    adjacency_diameter: jax.Array | None = None
 
 
 def hyperparams(
@@ -103,12 +109,14 @@ def hyperparams(
     step_floor: float = 1e-3,
     ridge: float = 1.0,
     directions: np.ndarray | None = None,
+    adjacency_diameter: float | None = None,
 ) -> Hyperparams:
     """Validated :class:`Hyperparams` (host floats in, f32 device scalars out).
 
     Defaults: alpha 1, beta 0.5, omega 1 (so L = 1.5 for k = 1), radius 10, step scale 0.8 and
     ridge 1.0 (the paper's tuned values on Fair); ``noise_std`` normally comes from
-    :func:`calibrate`.
+    :func:`calibrated_noise_std` (or the method's calibration), ``adjacency_diameter`` (at most
+    ``2 clip_norm``) only where neighbouring features are closer than any two in the ball.
     """
     values = dict(
         alpha=check_positive("alpha", alpha),
@@ -124,7 +132,11 @@ def hyperparams(
     fixed = None
     if directions is not None:
         fixed = jnp.asarray(check_orthonormal("directions", directions), jnp.float32)
-    return Hyperparams(**{k: jnp.float32(v) for k, v in values.items()}, directions=fixed)
+    diameter = None
+    if adjacency_diameter is not None:
+        diameter = jnp.float32(adjacency_diameter_of(clip_norm, adjacency_diameter))
+    return Hyperparams(**{k: jnp.float32(v) for k, v in values.items()}, directions=fixed,
+                       adjacency_diameter=diameter)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- privacy (host)
@@ -149,27 +161,34 @@ def sensitivity(
 ) -> float:
     """L2 sensitivity ``L * D`` of one message, with ``D = 2 C`` unless given explicitly."""
     lipschitz = lipschitz_constant(alpha, beta, omega, directions)
+    return lipschitz * adjacency_diameter_of(clip_norm, adjacency_diameter)
+
+
+def adjacency_diameter_of(clip_norm: float, adjacency_diameter: float | None = None) -> float:
+    """D: how far apart two neighbouring (clipped) feature vectors may be, ``2 C`` unless a
+    smaller one is given; ``ValueError`` for one above ``2 C``."""
     clip_norm = check_positive("clip_norm", clip_norm)
     if adjacency_diameter is None:
-        diameter = 2.0 * clip_norm
-    else:
-        diameter = check_positive("adjacency_diameter", adjacency_diameter)
-        if diameter > 2.0 * clip_norm:
-            raise ValueError(
-                f"expected adjacency_diameter <= 2 * clip_norm = {2 * clip_norm}, "
-                f"got adjacency_diameter={diameter}"
-            )
-    return lipschitz * diameter
+        return 2.0 * clip_norm
+    diameter = check_positive("adjacency_diameter", adjacency_diameter)
+    if diameter > 2.0 * clip_norm:
+        raise ValueError(
+            f"expected adjacency_diameter <= 2 * clip_norm = {2 * clip_norm}, "
+            f"got adjacency_diameter={diameter}"
+        )
+    return diameter
 
 
-def calibrate(
+def calibrated_noise_std(
     epsilon: float,
     delta: float,
     rounds: int,
     message_sensitivity: float,
     accountant: AccountantSpec = Zcdp(),  # noqa: B008 (frozen, immutable)
-) -> tuple[float, privacy.PrivacyGuarantee]:
-    """Noise ``sigma`` per round so that ``rounds`` full-participation rounds are (eps, delta)-LDP.
+) -> float:
+    """Noise ``sigma`` per round so that ``rounds`` full-participation releases of a message of
+    L2 sensitivity ``message_sensitivity`` are (eps, delta)-LDP under ``accountant`` (a
+    calibration: what a run certifies is its releases' events, :class:`ModulatedMap`).
 
     Args:
       epsilon: target eps (> 0).
@@ -180,37 +199,32 @@ def calibrate(
         converted once), :class:`~jfed.privacy.Classic` (Dwork-Roth per round at (eps/T,
         delta/T); eps/T < 1 needed), :class:`~jfed.privacy.Pld` (numerically tight T-fold
         composition) or :class:`~jfed.privacy.Analytic` (exact).
-
-    Returns:
-      ``(noise_std, guarantee)``.
     """
-    privacy_plan = _rounds_plan(message_sensitivity, epsilon, delta, rounds, accountant, {})
-    return privacy_plan.noise_std, privacy_plan.guarantee
+    rounds = check_int_range("rounds", rounds, 1, 10**9)
+    return rounds_plan(message_sensitivity, epsilon, delta, rounds, accountant=accountant).noise_std
 
 
-def _rounds_plan(message_sensitivity, epsilon, delta, rounds, accountant, parameters, build=None):
-    privacy_plan = rounds_plan(
-        message_sensitivity, epsilon, delta, check_int_range("rounds", rounds, 1, 10**9),
-        accountant=accountant, notion=f"local (eps, delta)-DP{via(accountant)}",
-        protected=PROTECTED, trust_model=TRUST_MODEL, parameters=parameters, build=build,
-    )  # fmt: skip
-    shift = privacy_plan.sensitivity / privacy_plan.noise_std
+def reach_statement(
+    guarantee: PrivacyGuarantee, noise_multiplier: float, rounds: int, accountant: AccountantSpec
+) -> PrivacyGuarantee:
+    """``guarantee`` (of ``rounds`` releases of the map at ``noise_multiplier = sigma / (L D)``)
+    as it must be stated for the float32 sampler: unchanged where a message lands out of a
+    neighbouring input's reach with probability at most :data:`REACH_SHARE_OF_DELTA` of delta
+    (:func:`out_of_reach_probability`); beyond (the paper's grid reaches eps 100), its notion
+    says it is the ideal real-valued Gaussian's and names the largest eps the sampler's reach
+    certifies (:func:`check_noise_reach` refuses such an eps for code that wants only what the
+    sampler itself proves)."""
+    shift = 1.0 / noise_multiplier
     out_of_reach = out_of_reach_probability(shift, rounds)
-    if out_of_reach <= REACH_SHARE_OF_DELTA * delta:
-        return privacy_plan
-    # the paper's grid reaches eps 100, beyond what the sampler's reach covers: the guarantee
-    # is then the ideal real-valued Gaussian's, and the statement says so (check_noise_reach
-    # refuses such an eps for code that wants only what the sampler itself proves)
-    guarantee = privacy_plan.guarantee
+    if out_of_reach <= REACH_SHARE_OF_DELTA * guarantee.delta:
+        return guarantee
     notion = (
         f"{guarantee.notion} of the ideal real-valued Gaussian, not certified for the float32 "
         f"sampler (its noise reaches {PRIVATE_NORMAL_REACH:g} sd, the sensitivity is "
         f"{shift:.3g} sd: up to {out_of_reach:.2g} more delta; certified up to eps "
-        f"{largest_reachable_epsilon(delta, rounds, accountant):.4g})"
+        f"{largest_reachable_epsilon(guarantee.delta, rounds, accountant):.4g})"
     )
-    return dataclasses.replace(
-        privacy_plan, guarantee=dataclasses.replace(guarantee, notion=notion)
-    )
+    return dataclasses.replace(guarantee, notion=notion)
 
 
 # the share of delta that the bounded reach of float32 normals may take
@@ -288,47 +302,6 @@ def noise_scaled_ridge(
     return check_positive("scale", scale) * level * 2.0 * math.sqrt(dim / n_clients)
 
 
-def plan(
-    epsilon: float,
-    delta: float,
-    rounds: int,
-    *,
-    alpha: float = 1.0,
-    beta: float = 0.5,
-    omega: float = 1.0,
-    directions: int = 1,
-    clip_norm: float = 3.0,
-    adjacency_diameter: float | None = None,
-    accountant: AccountantSpec = Zcdp(),  # noqa: B008 (frozen, immutable)
-) -> PrivacyPlan:
-    """Calibrate the noise of ``rounds`` releases of the map with these parameters to be
-    (eps, delta)-LDP, and bundle the map's parameters, the noise, the event the clients emit and
-    the guarantee (:class:`~jfed.privacy.PrivacyPlan`). Its ``hyperparams`` takes what does not
-    change privacy (``radius``, ``step_scale``, ``step_floor``, ``ridge``) and the fixed
-    ``directions`` (``f[d, k]``, which must have the plan's k columns).
-
-    Example:
-      >>> plan = modulated.plan(5.0, 1e-5, 10, clip_norm=3.0)
-      >>> hp = plan.hyperparams(step_scale=0.5)   # clip and noise come from the plan
-      >>> plan.guarantee.describe()
-    """
-    message_sensitivity = sensitivity(alpha, beta, omega, directions, clip_norm, adjacency_diameter)
-    parameters = {"alpha": float(alpha), "beta": float(beta), "omega": float(omega),
-                  "clip_norm": float(clip_norm)}  # fmt: skip
-    build = functools.partial(_plan_hyperparams, int(directions))
-    return _rounds_plan(message_sensitivity, epsilon, delta, rounds, accountant, parameters, build)
-
-
-def _plan_hyperparams(k: int, *, directions: np.ndarray | None = None, **values) -> Hyperparams:
-    """:func:`hyperparams`, refusing fixed directions without the plan's k columns."""
-    if directions is not None and np.shape(directions)[1] != k:
-        raise ValueError(
-            f"expected fixed directions with {k} columns (the plan's k), got shape "
-            f"{np.shape(directions)}"
-        )
-    return hyperparams(directions=directions, **values)
-
-
 class Broadcast(NamedTuple):
     """What the server sends each round: the public map parameters and directions."""
 
@@ -401,6 +374,139 @@ def moments_at_noise(joint: SecondMoments, noise_std: jax.Array) -> SecondMoment
     return SecondMoments(zz, zy, joint.count, joint.clipped)
 
 
+# ----------------------------------------------------------------------------- the randomizer
+
+
+class MapParams(NamedTuple):
+    """Parameters of :class:`ModulatedMap` (``f32[]`` each on the device, floats on the host),
+    read from a run's :class:`Hyperparams` unchanged (:func:`map_params`).
+
+    Attributes:
+      alpha, beta, omega: the map's amplitudes and frequency.
+      clip_norm: C, the radius the features are clipped into.
+      noise_std: sigma, the Gaussian noise per coordinate.
+      adjacency_diameter: D, how far apart neighbouring features may be (``None``: ``2 C``).
+    """
+
+    alpha: Any
+    beta: Any
+    omega: Any
+    clip_norm: Any
+    noise_std: Any
+    adjacency_diameter: Any = None
+
+
+def map_params(hp: Hyperparams) -> MapParams:
+    """The map's parameters, the very leaves of ``hp`` (so the ledger reads what ran)."""
+    return MapParams(hp.alpha, hp.beta, hp.omega, hp.clip_norm, hp.noise_std,
+                     hp.adjacency_diameter)  # fmt: skip
+
+
+def client_record(broadcast: None, record: tuple[jax.Array, jax.Array], key: jax.Array):
+    """What ONE client hands its randomizer: its record ``(x: f32[d], y: f32[])`` and its own
+    key, from which :class:`ModulatedMap` draws the phases and the noise
+    (:class:`~jfed.privacy.client_stream.KeyedUpdate`)."""
+    del broadcast
+    return KeyedUpdate(record, key)
+
+
+@dataclass(frozen=True)
+class ModulatedMap:
+    """The modulated map as a local randomizer (an aggregator, :mod:`jfed.privacy.aggregators`):
+    each client clips its features to C, maps them with fresh phases and adds ``N(0, sigma^2
+    I_d)``; the server sums the messages' second moments (``clients.aggregate(...,
+    statistic=second_moments)``) and adds no noise of its own.
+
+    Its event is one message's: for any phases the noise-free map moves by at most ``L D``
+    between two neighbouring features (``L = alpha + beta omega / sqrt(k)``, D the adjacency
+    diameter, ``2 C`` by default), so a message is the Gaussian mechanism of multiplier
+    ``sigma / (L D)``, under bounded adjacency, and not wrapped by any sampling (``local``).
+    The float32 normals reach :data:`jfed._random.PRIVATE_NORMAL_REACH` standard deviations: the
+    mass beyond adds to delta (:func:`reach_statement`).
+
+    The phases and the noise are drawn in one call from the key that comes with the client's
+    record (:func:`client_record`: the client's own key, used for nothing else), so a message is
+    exactly :func:`client_message` of that key (:mod:`jfed.privacy.client_stream` says why not
+    the engine's privacy stream).
+
+    State: the round's public directions ``V: f32[d, k]`` (what the server broadcasts); ``k``
+    (``directions``) is static.
+    """
+
+    directions: int = 1
+    Params: ClassVar[type] = MapParams
+    local: ClassVar[bool] = True
+    adjacency: ClassVar[Adjacency] = Adjacency.BOUNDED
+
+    def init(self, params: MapParams, template: KeyedUpdate) -> jax.Array:
+        """Zero directions ``f32[d, k]`` (a round sets its own)."""
+        del params
+        dim = jnp.shape(template.update[0])[-1]
+        return jnp.zeros((dim, self.directions), jnp.float32)
+
+    def broadcast(self, params: MapParams, directions: jax.Array) -> Broadcast:
+        return Broadcast(directions, params.alpha, params.beta, params.omega, params.noise_std,
+                         params.clip_norm)  # fmt: skip
+
+    def preprocess(
+        self, params: MapParams, directions: jax.Array, update: KeyedUpdate, key: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """ONE client's message ``(z: f32[d], y: f32[], clipped: f32[])``."""
+        del key  # the map draws from the key of the update
+        return client_message(self.broadcast(params, directions), update.update, update.key)
+
+    def release(
+        self, params: MapParams, directions: jax.Array, summed: SecondMoments, key: jax.Array
+    ) -> tuple[SecondMoments, jax.Array, dict]:
+        """The summed second moments as they are (the noise is the clients')."""
+        del params, key
+        return summed, directions, {"clipped_count": summed.clipped}
+
+    def message_sensitivity(self, params: MapParams) -> float:
+        """``L D`` of one message (host)."""
+        return sensitivity(params.alpha, params.beta, params.omega, self.directions,
+                           params.clip_norm, params.adjacency_diameter)  # fmt: skip
+
+    def event(self, params: MapParams):
+        """``GaussianDpEvent(sigma / (L D))`` of one message (host side, bounded adjacency)."""
+        import dp_accounting
+
+        noise_std = check_positive("noise_std", params.noise_std)
+        return dp_accounting.GaussianDpEvent(noise_std / self.message_sensitivity(params))
+
+
+@dataclass(frozen=True)
+class ModulatedMapLevels(ModulatedMap):
+    """:class:`ModulatedMap` at several noise levels from ONE pass over the clients
+    (:class:`SharedNoise`): ``params.noise_std: f32[E]``, the other parameters shared. A
+    client's draws are the map's; its record keeps the noise-free message ``a`` and the standard
+    normals ``xi`` apart (:func:`signal_and_noise_message`), and the release gives every level's
+    second moments exactly (:func:`moments_at_noise`): what each level's own
+    :class:`ModulatedMap` release sums, up to float32 grouping. Each run's guarantee is the
+    map's event at its own level; :meth:`event` states the least private of them."""
+
+    def preprocess(
+        self, params: MapParams, directions: jax.Array, update: KeyedUpdate, key: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """ONE client's ``([a; xi]: f32[2d], y: f32[], clipped: f32[])``."""
+        del key
+        return signal_and_noise_message(self.broadcast(params, directions), update.update,
+                                        update.key)  # fmt: skip
+
+    def release(
+        self, params: MapParams, directions: jax.Array, summed: SecondMoments, key: jax.Array
+    ) -> tuple[SecondMoments, jax.Array, dict]:
+        """Every level's second moments (leaves with a leading axis E)."""
+        del key
+        levels = jax.vmap(lambda noise_std: moments_at_noise(summed, noise_std))(params.noise_std)
+        return levels, directions, {"clipped_count": summed.clipped}
+
+    def event(self, params: MapParams):
+        """The map's event at the least noise of the levels."""
+        least = float(np.min(np.asarray(params.noise_std, np.float64)))
+        return super().event(params._replace(noise_std=least))
+
+
 # ----------------------------------------------------------------------------- server
 
 
@@ -469,6 +575,14 @@ def _broadcast(hp: Hyperparams, key: jax.Array, dim: int, k: int) -> Broadcast:
     return Broadcast(V, hp.alpha, hp.beta, hp.omega, hp.noise_std, hp.clip_norm)
 
 
+def _release(k: int, hp: Hyperparams, broadcast: Broadcast, key: jax.Array, clients):
+    """The round's one private release: every client's map, summed as second moments. The
+    server's ``key`` drew the directions; the release adds no noise and reads none of it."""
+    stats, _, _ = clients.aggregate(ModulatedMap(k), map_params(hp), broadcast.directions,
+                                    client_record, None, key, second_moments)  # fmt: skip
+    return stats
+
+
 @dataclass(frozen=True)
 class _Config:
     """Static configuration shared by the estimators: dimension d and number k of directions."""
@@ -504,7 +618,7 @@ class Iterative(_Config):
         self, state: State, hp: Hyperparams, key: jax.Array, clients
     ) -> tuple[State, RoundInfo]:
         broadcast = _broadcast(hp, key, self.dim, self.directions)
-        stats = clients.sum(client_message, broadcast, second_moments)
+        stats = _release(self.directions, hp, broadcast, key, clients)
         return self.server_step(state, hp, broadcast, stats)
 
     def server_step(
@@ -550,7 +664,7 @@ class OneShot(_Config):
 
     def round(self, state: OneShotState, hp: Hyperparams, key: jax.Array, clients):
         broadcast = _broadcast(hp, key, self.dim, self.directions)
-        stats = clients.sum(client_message, broadcast, second_moments)
+        stats = _release(self.directions, hp, broadcast, key, clients)
         return self.server_step(state, hp, broadcast, stats)
 
     def server_step(
@@ -572,9 +686,10 @@ class SharedNoise:
     """Runs of one modulated estimator that differ only in their noise level, sharing every draw.
 
     Runs with the same key draw the same phases, directions and standard normals ``xi_i``; only
-    ``sigma`` scales the noise. So one pass over the clients computes the second moments of
-    ``[a_i; xi_i]`` (``a_i`` the noise-free message) and every noise level's statistics follow
-    exactly (:func:`moments_at_noise`); the server steps then run vmapped over the levels. An
+    ``sigma`` scales the noise. So one pass over the clients (one release of
+    :class:`ModulatedMapLevels`) computes the second moments of ``[a_i; xi_i]`` (``a_i`` the
+    noise-free message) and every noise level's statistics follow exactly
+    (:func:`moments_at_noise`); the server steps then run vmapped over the levels. An
     eps sweep costs about one run per seed instead of one per (eps, seed); each run equals its
     separate run up to float32 rounding (the sums are grouped differently).
 
@@ -612,15 +727,18 @@ class SharedNoise:
         shared = jax.tree.map(lambda leaf: leaf[0], hp)
         estimator = self.estimator
         broadcast = _broadcast(shared, key, estimator.dim, estimator.directions)
-        joint = clients.sum(signal_and_noise_message, broadcast, second_moments)
+        params = map_params(shared)._replace(noise_std=hp.noise_std)
+        levels, _, _ = clients.aggregate(
+            ModulatedMapLevels(estimator.directions), params, broadcast.directions,
+            client_record, None, key, second_moments,
+        )  # fmt: skip
 
-        def step(state, level):
-            sigma = level.noise_std
+        def step(state, level, stats):
             return estimator.server_step(
-                state, level, broadcast._replace(noise_std=sigma), moments_at_noise(joint, sigma)
+                state, level, broadcast._replace(noise_std=level.noise_std), stats
             )
 
-        return jax.vmap(step)(states, hp)
+        return jax.vmap(step)(states, hp, levels)
 
 
 # ----------------------------------------------------------------------------- audit
@@ -639,8 +757,8 @@ def audit_report(
     omega: float = 1.0,
     clip_norm: float = 3.0,
 ):
-    """Audit one client's message (one round, :func:`client_message`) calibrated by :func:`plan`
-    to (eps, delta)-LDP, with a Clopper-Pearson lower bound on eps
+    """Audit one client's message (one round, :func:`client_message`) calibrated by
+    :func:`calibrated_noise_std` to (eps, delta)-LDP, with a Clopper-Pearson lower bound on eps
     (:func:`jfed.privacy.audit.audit_threshold` on the first coordinate).
 
     The canaries are ``x = C e_1`` and ``x' = -C e_1`` in d = 2, with the fixed modulation
@@ -654,10 +772,11 @@ def audit_report(
     """
     from jfed.privacy.audit import APPROXIMATE_DP, ONE_REPORT, RandomizerAudit, audit_threshold
 
-    privacy_plan = plan(epsilon, delta, 1, alpha=alpha, beta=beta, omega=omega,
-                        clip_norm=clip_norm)  # fmt: skip
-    hp = privacy_plan.hyperparams(directions=np.array([[0.0], [1.0]]))
-    broadcast = _broadcast(hp._replace(noise_std=hp.noise_std * noise_scale), key, 2, 1)
+    message_sensitivity = sensitivity(alpha, beta, omega, 1, clip_norm)
+    noise_std = calibrated_noise_std(epsilon, delta, 1, message_sensitivity) * noise_scale
+    hp = hyperparams(alpha=alpha, beta=beta, omega=omega, clip_norm=clip_norm,
+                     noise_std=noise_std, directions=np.array([[0.0], [1.0]]))  # fmt: skip
+    broadcast = _broadcast(hp, key, 2, 1)
 
     @jax.jit
     def first_coordinates(key, sign):

@@ -39,6 +39,8 @@ over the phase); its error is ``(beta^2 / (2 alpha^2 d) + sigma^2 / alpha^2) / T
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -77,7 +79,45 @@ def conditional_lower_bound(
     return dim / (np.trace(gram) / noise_std**2 + response_information)
 
 
-FORMS = ("trace", "spectral")
+@dataclass(frozen=True)
+class TraceForm:
+    """The seed's (19): ``d / (I + leak)``, ``I`` the messages' Fisher information summed over
+    the coordinates, the response's leak spread as if over every coordinate."""
+
+    name: ClassVar[str] = "trace"
+
+    def per_coordinate(self, dim: int, information: float, leak: float) -> float:
+        """The bound per coordinate from the messages' total ``information`` and the leak."""
+        return dim / (information + leak)
+
+
+@dataclass(frozen=True)
+class SpectralForm:
+    """``((d - 1) / a + 1 / (a + leak)) / d``, ``a = I / d`` per coordinate: the leak tells
+    about one direction only (Sherman-Morrison on the expected information matrix); tighter
+    than :class:`TraceForm` with a leak, equal without."""
+
+    name: ClassVar[str] = "spectral"
+
+    def per_coordinate(self, dim: int, information: float, leak: float) -> float:
+        per_coordinate = information / dim
+        return ((dim - 1) / per_coordinate + 1.0 / (per_coordinate + leak)) / dim
+
+
+TRACE = TraceForm()
+SPECTRAL = SpectralForm()
+FORMS: dict[str, TraceForm | SpectralForm] = {form.name: form for form in (TRACE, SPECTRAL)}
+"""The bound's forms by name."""
+
+
+def bound_form(form: TraceForm | SpectralForm | str) -> TraceForm | SpectralForm:
+    """``form`` as a form object: an object as it is, a name through :data:`FORMS`
+    (``ValueError`` listing the names)."""
+    if isinstance(form, str):
+        if form not in FORMS:
+            raise ValueError(f"unknown bound form {form!r}; expected one of {list(FORMS)}")
+        return FORMS[form]
+    return form
 
 
 def reconstruction_lower_bound(
@@ -88,14 +128,14 @@ def reconstruction_lower_bound(
     noise_std: float,
     releases: int = 1,
     response_information: float = 0.0,
-    form: str = "trace",
+    form: TraceForm | SpectralForm | str = TRACE,
 ) -> float:
     """Lower bound on any unbiased attacker's per-coordinate squared error, averaged over the
     phases (and Haar-random directions), in squared feature units (features are standardised, so
     1 is the variance of a coordinate).
 
-    ``form="trace"`` (the seed's (19)): ``d / (T (alpha^2 d + beta^2 omega^2 / 2) / sigma^2 +
-    leak)``; ``form="spectral"``: ``((d - 1) / a + 1 / (a + leak)) / d`` with ``a`` the messages'
+    :data:`TRACE` (the seed's (19)): ``d / (T (alpha^2 d + beta^2 omega^2 / 2) / sigma^2 +
+    leak)``; :data:`SPECTRAL`: ``((d - 1) / a + 1 / (a + leak)) / d`` with ``a`` the messages'
     information per coordinate, tighter when there is a leak and equal without (module doc).
 
     Args:
@@ -104,7 +144,7 @@ def reconstruction_lower_bound(
       noise_std: sigma per coordinate (> 0).
       releases: T, messages the attacker sees from the client (fresh phases and noise).
       response_information: the leak ``||beta_*||^2 / s^2`` of a public response (0: ignore it).
-      form: ``"trace"`` or ``"spectral"``.
+      form: :data:`TRACE` or :data:`SPECTRAL` (or its name).
     """
     dim = check_int_range("dim", dim, 1, 10**9)
     alpha = check_positive("alpha", alpha)
@@ -113,13 +153,8 @@ def reconstruction_lower_bound(
     noise_std = check_positive("noise_std", noise_std)
     releases = check_int_range("releases", releases, 1, 10**9)
     leak = check_nonnegative("response_information", response_information)
-    if form not in FORMS:
-        raise ValueError(f"unknown bound form {form!r}; expected one of {FORMS}")
     per_release = (alpha**2 * dim + beta**2 * omega**2 / 2.0) / noise_std**2
-    if form == "trace":
-        return dim / (releases * per_release + leak)
-    per_coordinate = releases * per_release / dim
-    return ((dim - 1) / per_coordinate + 1.0 / (per_coordinate + leak)) / dim
+    return bound_form(form).per_coordinate(dim, releases * per_release, leak)
 
 
 def direct_attack(messages: np.ndarray, alpha: float) -> np.ndarray:

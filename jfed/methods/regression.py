@@ -2,12 +2,20 @@
 estimators (iterative and one-shot), DP-SGD FedAvg with one sample per client, and the
 non-private OLS reference.
 
-Each calibrates on the host (privacy layer), runs on the device (engine, through the runner) and
-evaluates on the host in float64: test and validation R^2 against the non-private OLS fit of the
-same clients.
+Each private round makes one release through a local randomizer (the modulated map,
+:class:`~jfed.algorithms.modulated.ModulatedMap`; DP-SGD's clipped noisy gradient,
+:class:`~jfed.privacy.client_stream.ClientStreamRandomizerSum`): the noise of the T releases is
+calibrated to (eps, delta) by the randomizer's own calibration (:func:`jfed.privacy.rounds_plan`:
+the accountant's closed form for Gaussian noise), and what a run certifies is the composition of
+the events its releases state (the experiment's ledger). Each runs on the device (engine,
+through the runner) and evaluates on the host in float64: test and validation R^2 against the
+non-private OLS fit of the same clients.
 """
 
 from __future__ import annotations
+
+import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +35,8 @@ from jfed.methods.experiment import (
     guarantee_of,
     non_private_fields,
 )
-from jfed.privacy import PrivacyPlan, accountant_named
+from jfed.privacy import PrivacyGuarantee, rounds_plan
+from jfed.privacy.accounting import certify, via
 
 SYNTHETIC_DATA_KEY = 10_007
 REAL_DATA_FEATURE_CLIP = 3.0
@@ -73,36 +82,6 @@ def ols_reference(task: RegressionTask, plan: ExecutionPlan | None = None) -> di
     }
 
 
-def modulated_plan(
-    config: declared.Modulated, epsilon: float, rounds: int, population
-) -> tuple[modulated.Hyperparams, PrivacyPlan]:
-    """Calibrate ``rounds`` releases of the modulated map of ``config`` to its (eps, delta)
-    (:func:`jfed.algorithms.modulated.plan`) and build the traced hyper-parameters; the default
-    feature clip and the noise-scaled ridge come from ``population``."""
-    clip = config.feature_clip
-    if clip is None:
-        clip = default_feature_clip(population)
-    privacy_plan = modulated.plan(
-        epsilon, config.delta, rounds, alpha=config.alpha, beta=config.beta, omega=config.omega,
-        directions=config.directions, clip_norm=clip,
-        adjacency_diameter=config.adjacency_diameter,
-        accountant=accountant_named(config.accountant),
-    )  # fmt: skip
-    server = {"radius": config.radius}
-    if isinstance(config, declared.ModulatedIterative):
-        server |= {"step_scale": config.step_scale, "step_floor": config.step_floor}
-    else:
-        assert isinstance(config, declared.ModulatedOneShot)  # the one other modulated method
-        ridge = config.ridge
-        if ridge is None:
-            ridge = modulated.noise_scaled_ridge(
-                privacy_plan.noise_std, config.alpha, population.n_clients, population.dim,
-                config.ridge_scale,
-            ) if privacy_plan.noise_std > 0 else 0.0  # fmt: skip
-        server["ridge"] = ridge
-    return privacy_plan.hyperparams(**server), privacy_plan
-
-
 def reconstruction_fields(
     task: RegressionTask, config: declared.Modulated, noise_std: float, releases: int, leak: float
 ) -> dict:
@@ -113,7 +92,7 @@ def reconstruction_fields(
     return {
         "lower_bound_mse_per_coordinate": reconstruction.reconstruction_lower_bound(*common),
         "lower_bound_mse_per_coordinate_with_response": reconstruction.reconstruction_lower_bound(
-            *common, response_information=leak, form="spectral"
+            *common, response_information=leak, form=reconstruction.SPECTRAL
         ),
         "trace_lower_bound_mse_per_coordinate_with_response": (
             reconstruction.reconstruction_lower_bound(*common, response_information=leak)
@@ -148,11 +127,18 @@ def iterate_outputs(*extra: Output) -> tuple[Output, ...]:
 
 
 class RegressionExperiment(Experiment):
-    """Shared by the regression methods: the task, the OLS reference and R^2 metrics."""
+    """Shared by the regression methods: the task, the OLS reference and R^2 metrics, and the
+    calibration and certificate of the private ones (T releases of a local randomizer per
+    client: :meth:`calibrate`)."""
 
     selection_metric = "validation_r2"
     selection_maximize = True
     report_metric = "test_r2"
+    # the noise of every client's message: the calibration follows it (DP-SGD takes another)
+    randomizer: Any = dpsgd.GAUSSIAN
+    # what a certificate states beside the notion: set by each private method
+    protected_statement = ""
+    trust_statement = ""
 
     def __init__(
         self,
@@ -197,6 +183,52 @@ class RegressionExperiment(Experiment):
             metrics["clipped_fraction"] = float(outputs["clipped_fraction"])
         return metrics
 
+    # -- privacy of the private methods
+    def release_sensitivity(self, config) -> float:
+        """The sensitivity of one client's message, in the randomizer's norm (host float64)."""
+        raise NotImplementedError
+
+    def noise_multiplier_for(
+        self, config, build, epsilon: float, delta: float, accountant: Any,
+        tolerance: float = 1e-6,
+    ) -> float:  # fmt: skip
+        """T releases of the randomizer per client (every client, every round): its own
+        calibration (:func:`jfed.privacy.rounds_plan`; for Gaussian noise the accountant's
+        closed form under zcdp, analytic and classic), the multiplier ``noise / sensitivity``."""
+        del config, build, tolerance
+        plan = rounds_plan(1.0, epsilon, delta, self.rounds, accountant=accountant,
+                           randomizer=self.randomizer)  # fmt: skip
+        return plan.noise_multiplier
+
+    def certify_run(self, hyper: Any, delta: float, accountant: Any) -> PrivacyGuarantee:
+        """What ``accountant`` certifies for the releases of a run at ``hyper`` (the ledger's
+        events), as the method family states it: local (eps, delta)-DP, the protected record."""
+        return certify(
+            self.run_event(hyper), delta, accountant=accountant,
+            adjacency=self.ledger().adjacency, notion=f"local (eps, delta)-DP{via(accountant)}",
+            protected=self.protected_statement, trust_model=self.trust_statement,
+        )  # fmt: skip
+
+    def calibrate(self, config) -> tuple[Any, dict]:
+        """The noise of the run's T releases calibrated to the configuration's (eps, delta)
+        (:meth:`noise_multiplier_for`), the run certified from the releases it makes
+        (:meth:`certify_run`), and the record's privacy fields (:meth:`privacy_fields`)."""
+        epsilon, delta, accountant = self.privacy_target(config)
+        build = functools.partial(self.hyperparams, config)
+        noise_multiplier = self.noise_multiplier_for(config, build, epsilon, delta, accountant)
+        hyper = build(noise_multiplier)
+        guarantee = self.certify_run(hyper, delta, accountant)
+        return hyper, self.privacy_fields(config, hyper, noise_multiplier, guarantee, accountant)
+
+    def privacy_fields(self, config, hyper, noise_multiplier: float, guarantee, accountant) -> dict:
+        """The record's privacy fields: the guarantee, the noise ``sigma`` (host float64, the
+        device runs its float32 rounding), the multiplier the accountant read, the sensitivity."""
+        del accountant
+        message_sensitivity = self.release_sensitivity(config)
+        fields = guarantee_fields(guarantee, noise_multiplier * message_sensitivity)
+        return fields | {"noise_multiplier": self.ran_multiplier(hyper),
+                         "sensitivity": message_sensitivity}  # fmt: skip
+
     @staticmethod
     def summary(record: dict) -> str:
         sigma = f" | sigma={record['sigma']:.4g}" if record["sigma"] else ""
@@ -214,11 +246,13 @@ class RegressionExperiment(Experiment):
 class ModulatedExperiment(RegressionExperiment):
     """The modulated estimators: the noise of their T releases calibrated to (eps, delta)."""
 
+    protected_statement = modulated.PROTECTED
+    trust_statement = modulated.TRUST_MODEL
+    program: type = modulated.Iterative
+
     def __init__(self, config, task=None, reference=None) -> None:
         super().__init__(config, task, reference)
         self._leak: float | None = None
-
-    program: type = modulated.Iterative
 
     @property
     def algorithm(self):
@@ -230,23 +264,56 @@ class ModulatedExperiment(RegressionExperiment):
         settings) run as one unit that draws once (:class:`modulated.SharedNoise`)."""
         return modulated.SharedNoise(self.algorithm)
 
-    def calibrate(self, config) -> tuple[modulated.Hyperparams, dict]:
-        hp, privacy_plan = modulated_plan(config, config.epsilon, self.rounds, self.task.train)
-        fields = guarantee_fields(privacy_plan.guarantee, privacy_plan.noise_std)
+    def feature_clip(self, config) -> float:
+        """C: the configuration's, else :func:`default_feature_clip` of the clients."""
+        clip = config.feature_clip
+        return default_feature_clip(self.task.train) if clip is None else clip
+
+    def release_sensitivity(self, config) -> float:
+        """``L D`` of one message (:func:`jfed.algorithms.modulated.sensitivity`)."""
+        return modulated.sensitivity(
+            config.alpha, config.beta, config.omega, config.directions,
+            self.feature_clip(config), config.adjacency_diameter,
+        )  # fmt: skip
+
+    def server_fields(self, config, noise_std: float) -> dict:
+        """The server's own hyper-parameters (outside the map: no effect on privacy)."""
+        del noise_std
+        return {"radius": config.radius}
+
+    def hyperparams(self, config, noise_multiplier: float | None) -> modulated.Hyperparams:
+        """The run's traced numbers: the map's (:class:`~jfed.algorithms.modulated.MapParams`
+        are read from them) with ``noise_std = z L D``, and the server's."""
+        noise_std = (noise_multiplier or 0.0) * self.release_sensitivity(config)
+        return modulated.hyperparams(
+            alpha=config.alpha, beta=config.beta, omega=config.omega, noise_std=noise_std,
+            clip_norm=self.feature_clip(config), adjacency_diameter=config.adjacency_diameter,
+            **self.server_fields(config, noise_std),
+        )  # fmt: skip
+
+    def certify_run(self, hyper: Any, delta: float, accountant: Any) -> PrivacyGuarantee:
+        """The ledger's certificate, stated for the float32 sampler's reach
+        (:func:`jfed.algorithms.modulated.reach_statement`)."""
+        guarantee = super().certify_run(hyper, delta, accountant)
+        (release,) = self.ledger().releases  # the round's one release: the map
+        multiplier = release.aggregator.event(release.params(hyper)).noise_multiplier
+        return modulated.reach_statement(guarantee, multiplier, self.rounds, accountant)
+
+    def privacy_fields(self, config, hyper, noise_multiplier: float, guarantee, accountant) -> dict:
+        fields = super().privacy_fields(config, hyper, noise_multiplier, guarantee, accountant)
         fields |= {
-            "sensitivity": privacy_plan.sensitivity,
             "lipschitz": modulated.lipschitz_constant(
                 config.alpha, config.beta, config.omega, config.directions
             ),
-            "feature_clip_used": privacy_plan.clip_norm,
+            "feature_clip_used": self.feature_clip(config),
         }
-        if privacy_plan.noise_std > 0:
+        if fields["sigma"] > 0:
             if self._leak is None:
                 self._leak = response_information(self.task.train)
             fields["reconstruction"] = reconstruction_fields(
-                self.task, config, privacy_plan.noise_std, self.rounds, self._leak
+                self.task, config, fields["sigma"], self.rounds, self._leak
             )
-        return hp, fields
+        return fields
 
 
 class ModulatedIterativeExperiment(ModulatedExperiment):
@@ -255,6 +322,11 @@ class ModulatedIterativeExperiment(ModulatedExperiment):
     outputs = iterate_outputs(
         Output("theta_average", "state.theta_average"), Output("step_size", "infos.step_size")
     )
+
+    def server_fields(self, config, noise_std: float) -> dict:
+        return super().server_fields(config, noise_std) | {
+            "step_scale": config.step_scale, "step_floor": config.step_floor,
+        }  # fmt: skip
 
     def evaluate(self, outputs, config) -> dict:
         metrics = super().evaluate(outputs, config)
@@ -271,9 +343,20 @@ class ModulatedOneShotExperiment(ModulatedExperiment):
     program = modulated.OneShot
     outputs = iterate_outputs(Output("theta_psd", "state.theta_psd"))
 
-    def calibrate(self, config) -> tuple[modulated.Hyperparams, dict]:
-        hp, fields = super().calibrate(config)
-        return hp, fields | {"ridge_used": float(hp.ridge)}
+    def server_fields(self, config, noise_std: float) -> dict:
+        """The ridge: the configuration's, else the noise-scaled one
+        (:func:`jfed.algorithms.modulated.noise_scaled_ridge`)."""
+        ridge = config.ridge
+        if ridge is None:
+            population = self.task.train
+            ridge = modulated.noise_scaled_ridge(
+                noise_std, config.alpha, population.n_clients, population.dim, config.ridge_scale,
+            ) if noise_std > 0 else 0.0  # fmt: skip
+        return super().server_fields(config, noise_std) | {"ridge": ridge}
+
+    def privacy_fields(self, config, hyper, noise_multiplier: float, guarantee, accountant) -> dict:
+        fields = super().privacy_fields(config, hyper, noise_multiplier, guarantee, accountant)
+        return fields | {"ridge_used": float(hyper.ridge)}
 
     def evaluate(self, outputs, config) -> dict:
         raw = np.asarray(outputs["theta"], np.float64)
@@ -289,6 +372,8 @@ class DPSGDExperiment(RegressionExperiment):
     """DP-SGD FedAvg: its noise feeds the next round's gradients, so every run is its own unit."""
 
     outputs = iterate_outputs()
+    protected_statement = dpsgd.PROTECTED
+    trust_statement = dpsgd.TRUST_MODEL
     # the local randomizer of every message: subclass and set another to plug in your own
     # (a jfed.privacy.NoiseRandomizer); calibration and accounting follow it
     randomizer = dpsgd.GAUSSIAN
@@ -297,15 +382,18 @@ class DPSGDExperiment(RegressionExperiment):
     def algorithm(self):
         return dpsgd.FedAvg(self.task.dim, self.randomizer)
 
-    def calibrate(self, config) -> tuple[dpsgd.Hyperparams, dict]:
-        privacy_plan = dpsgd.plan(
-            config.epsilon, config.delta, self.rounds, clip_norm=config.gradient_clip,
-            accountant=accountant_named(config.accountant), randomizer=self.randomizer,
-            dim=self.task.dim,
+    def release_sensitivity(self, config) -> float:
+        """The randomizer's sensitivity of a gradient moving by ``2G``, in its own norm."""
+        return self.randomizer.sensitivity(dpsgd.sensitivity(config.gradient_clip), self.task.dim)
+
+    def hyperparams(self, config, noise_multiplier: float | None) -> dpsgd.Hyperparams:
+        """The run's traced numbers (the aggregator's clip and noise among them), the noise
+        ``z`` times the randomizer's sensitivity of a message."""
+        return dpsgd.hyperparams(
+            clip_norm=config.gradient_clip, learning_rate=config.learning_rate,
+            noise_std=(noise_multiplier or 0.0) * self.release_sensitivity(config),
+            radius=config.radius,
         )  # fmt: skip
-        hp = privacy_plan.hyperparams(learning_rate=config.learning_rate, radius=config.radius)
-        fields = guarantee_fields(privacy_plan.guarantee, privacy_plan.noise_std)
-        return hp, fields | {"sensitivity": privacy_plan.sensitivity}
 
 
 class OLSExperiment(RegressionExperiment):
