@@ -20,6 +20,16 @@ BATCH = (
     "local step B (at most a client's images), DP-FedAvg: records per local step B"
 )
 REPLICATIONS = "Monte Carlo replications of the run (fresh data and noise each)"
+MODEL = (
+    "the model each client trains (LDP-FL: the paper's two-layer cnn, an mlp or multinomial "
+    "logistic regression on the images; DP-FedAvg and its family: logistic, mlp with --hidden "
+    "units, char-lstm of McMahan et al. 2017, femnist-cnn of LEAF, cifar-cnn of pfl-research, "
+    "transformer-lm)"
+)
+SPLIT = (
+    "how the records become clients: iid, by-label (LDP-FL: sorted by label, non-iid), dirichlet "
+    "(label skew, --dirichlet) or natural (femnist: one client per writer)"
+)
 
 
 def projection_radius() -> Any:

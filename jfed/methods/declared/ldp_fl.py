@@ -15,7 +15,7 @@ from jfed.methods.cost import (
     Cost,
     CostPlan,
 )
-from jfed.methods.declared.common import CLIENTS, batch, data_seed, learning_rate
+from jfed.methods.declared.common import CLIENTS, MODEL, SPLIT, batch, data_seed, learning_rate
 from jfed.methods.fields import EPSILON, OPEN_UNIT, Range, integers, param
 from jfed.methods.registry import Method, register
 
@@ -36,8 +36,7 @@ class LDPFL(Rounds):
     )  # fmt: skip
     clients: int = param(100, CLIENTS,
                          unit="clients", range=integers(1, 100_000), group="data")  # fmt: skip
-    split: str = param("iid", "how images are shared: iid, or sorted by label (non-iid)",
-                       choices=catalog.IMAGE_SPLITS, group="data")  # fmt: skip
+    split: str = param("iid", SPLIT, choices=catalog.IMAGE_SPLITS, group="data")
     data_seed: int = data_seed()
     epsilon: float = param(1.0, "eps of each reported weight (per weight, per round); a client's "
                            "guarantee composes it over every weight and round",
@@ -59,8 +58,7 @@ class LDPFL(Rounds):
         0.15, "half-width r of the weight range (the paper used 0.075 on MNIST)",
         range=Range(0.0, 10.0, open_low=True), tunable=True, group="privacy",
     )  # fmt: skip
-    model: str = param("cnn", "local model: the paper's two-layer CNN, an MLP, or multinomial "
-                       "logistic regression", choices=catalog.LDP_FL_MODELS)  # fmt: skip
+    model: str = param("cnn", MODEL, choices=catalog.LDP_FL_MODELS)
     fraction: float = param(
         1.0, "fraction f of the clients selected each round (f n rounded, at least one client)",
         range=Range(0.0, 1.0, open_low=True),
