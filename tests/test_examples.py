@@ -178,8 +178,8 @@ def test_plugin_package_installs_and_runs_through_every_command(tmp_path):
     as it was); the `jfed` command then lists, sweeps, resumes and plots its method."""
     target = tmp_path / "site"
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
-         str(EXAMPLES / "plugin")],
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(target), str(EXAMPLES / "plugin")],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert install.returncode == 0, install.stderr

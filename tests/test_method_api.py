@@ -275,6 +275,10 @@ def test_entry_points_register_modules_methods_and_factories(monkeypatch, capsys
     registry = Registry()
     assert list(registry) == ["test-plugin"]
     assert "skipped the methods of entry point broken = pkg:broken" in capsys.readouterr().err
+    # the processes of `jfed launch` do not say it again (their launcher already has)
+    monkeypatch.setenv(registry_module.PLUGIN_WARNINGS_SHOWN, "1")
+    assert list(Registry()) == ["test-plugin"]
+    assert capsys.readouterr().err == ""
     PluginConfig.method = ""  # unbind: this test's registry is not the global one
 
 

@@ -103,6 +103,8 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
                     JFED_COORDINATOR=coordinator,
                     JFED_NUM_PROCESSES=str(args.processes),
                     JFED_PROCESS_ID=str(index),
+                    # this process has already said which plug-ins failed to load
+                    JFED_PLUGIN_WARNINGS_SHOWN="1",
                 )
                 stderr = others[index - 1] if index else None
                 children.append(subprocess.Popen(child_argv(command), env=env, stderr=stderr))

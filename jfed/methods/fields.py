@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from jfed._validation import ConfigurationError
+
 
 @dataclass(frozen=True)
 class Range:
@@ -55,7 +57,7 @@ class Range:
         if not self.contains(value):
             whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
             kind = "integer " if self.integer and not whole else ""
-            raise ValueError(
+            raise ConfigurationError(
                 f"expected {kind}{flag} {self.describe()}, got {flag}={_number(value)}"
             )
         return int(value) if self.integer else float(value)
@@ -128,11 +130,13 @@ class Field:
             return None
         if self.kind is bool:
             if not isinstance(value, bool):
-                raise ValueError(f"expected {flag} to be on or off, got {value!r}")
+                raise ConfigurationError(f"expected {flag} to be on or off, got {value!r}")
             return value
         if self.kind is str:
             if self.choices is not None and value not in self.choices:
-                raise ValueError(f"unknown {flag} {value!r}; expected one of {list(self.choices)}")
+                raise ConfigurationError(
+                    f"unknown {flag} {value!r}; expected one of {list(self.choices)}"
+                )
             return value
         if self.range is not None:
             return self.range.check(flag, value)
@@ -209,4 +213,4 @@ def check_config(config: Any) -> None:
         if declared.requires is not None and value != declared.default:
             applies, phrase = declared.requires
             if not applies(config):
-                raise ValueError(f"{declared.flag} applies {phrase}")
+                raise ConfigurationError(f"{declared.flag} applies {phrase}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +30,9 @@ from typing import Any
 from jfed.methods.config import Config
 
 ENTRY_POINT_GROUP = "jfed.methods"
+PLUGIN_WARNINGS_SHOWN = "JFED_PLUGIN_WARNINGS_SHOWN"
+"""Set by ``jfed launch`` in its processes' environment: it has already reported the plug-ins
+that failed to load, so they do not report them again."""
 RECORD_RESERVED = frozenset({
     "schema_version", "method", "paper", "algorithm",
     "epsilon_certified", "notion", "protected", "trust_model", "adjacency", "sigma",
@@ -152,6 +156,8 @@ def load_entry_points(registry: Registry) -> None:
             for method in _methods_of(loaded() if _is_factory(loaded) else loaded):
                 registry.add(method)
         except Exception as error:
+            if os.environ.get(PLUGIN_WARNINGS_SHOWN):  # a launcher said it already
+                continue
             source = getattr(entry, "dist", None)
             package = f" (package {source.name})" if source is not None else ""
             print(
