@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from jfed._validation import check_finite_array, check_open_unit, check_positive
+from jfed._validation import UsageError, check_finite_array, check_open_unit, check_positive
 
 
 def _sensitivities(sensitivities: np.ndarray) -> np.ndarray:
     sensitivities = check_finite_array("sensitivities", np.asarray(sensitivities, np.float64))
     if sensitivities.ndim != 1 or np.any(sensitivities < 0) or not np.any(sensitivities > 0):
-        raise ValueError(
+        raise UsageError(
             "expected sensitivities: a 1-D array of non-negative values, not all zero, got "
             f"{sensitivities!r}"
         )
@@ -42,7 +42,7 @@ def anisotropic_epsilon(sensitivities: np.ndarray, noise_std: np.ndarray, delta:
     sensitivities = _sensitivities(sensitivities)
     noise_std = check_finite_array("noise_std", np.asarray(noise_std, np.float64))
     if noise_std.shape != sensitivities.shape or np.any(noise_std <= 0):
-        raise ValueError("expected noise_std > 0 with the same shape as sensitivities")
+        raise UsageError("expected noise_std > 0 with the same shape as sensitivities")
     delta = check_open_unit("delta", delta)
     per_coordinate = np.sqrt(4.0 * np.log(2.0 / delta) * sensitivities * sensitivities.sum())
     return float(np.max(per_coordinate / noise_std))

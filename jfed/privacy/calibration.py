@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from jfed._validation import check_open_unit, check_positive
+from jfed._validation import UsageError, check_open_unit, check_positive
 from jfed.privacy.accounting import (
     AccountantSpec,
     Pld,
@@ -56,12 +56,12 @@ def _setting(
     if isinstance(spec, Pld) and isinstance(accountant, str):
         spec = Pld(pld_discretization)
     if sampling not in SAMPLINGS:
-        raise ValueError(f"unknown sampling {sampling!r}; expected one of {list(SAMPLINGS)}")
+        raise UsageError(f"unknown sampling {sampling!r}; expected one of {list(SAMPLINGS)}")
     fixed = SAMPLINGS[sampling] and sampling_rate < 1.0
     if fixed and (dataset_size is None or dataset_size < 1):
-        raise ValueError("expected dataset_size >= 1 for sampling without replacement")
+        raise UsageError("expected dataset_size >= 1 for sampling without replacement")
     if sampling_rate < 1.0 and not spec.composes_sampling:
-        raise ValueError(
+        raise UsageError(
             f"the {spec.key} calibration has no subsampling amplification; use 'pld' or 'rdp' "
             f"for sampling_rate={sampling_rate}"
         )

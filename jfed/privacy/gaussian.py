@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import log_ndtr
 
-from jfed._validation import check_nonnegative, check_open_unit, check_positive
+from jfed._validation import UsageError, check_nonnegative, check_open_unit, check_positive
 
 ArrayLike = float | np.ndarray
 _BISECTION_STEPS = 200
@@ -44,7 +44,7 @@ def classic_gaussian_noise(
     epsilon = check_positive("epsilon", epsilon)
     delta = check_open_unit("delta", delta)
     if epsilon >= 1.0 and not allow_large_epsilon:
-        raise ValueError(
+        raise UsageError(
             "expected epsilon in (0, 1) for the classic Gaussian mechanism, "
             f"got epsilon={epsilon}; use zCDP or the analytic Gaussian calibration for larger eps"
         )
@@ -58,7 +58,7 @@ def classic_gaussian_epsilon(sensitivity: float, noise_std: float, delta: float)
     delta = check_open_unit("delta", delta)
     epsilon = float(sensitivity * np.sqrt(2.0 * np.log(1.25 / delta)) / noise_std)
     if epsilon >= 1.0:
-        raise ValueError(
+        raise UsageError(
             f"the classic Gaussian bound gives epsilon={epsilon:.4g} >= 1, outside its validity "
             "range (eps < 1); use the analytic Gaussian or zCDP accountant"
         )

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from jfed._validation import check_int_range, check_open_unit, check_positive
+from jfed._validation import UsageError, check_int_range, check_open_unit, check_positive
 from jfed.privacy.accountants import subsampled_gaussian_event
 from jfed.privacy.accounting import AccountantSpec, Pld, as_accountant, spent
 from jfed.privacy.gaussian import _bisect, analytic_gaussian_epsilon, hockey_stick
@@ -59,9 +59,9 @@ class LastIterateSetting:
             check_positive(name, getattr(self, name))
         check_int_range("n", self.n, 1, 10**12)
         if not 0.0 < self.sampling_rate <= 1.0:
-            raise ValueError(f"expected sampling_rate in (0, 1], got {self.sampling_rate}")
+            raise UsageError(f"expected sampling_rate in (0, 1], got {self.sampling_rate}")
         if abs(self.batch_size - self.sampling_rate * self.n) > 1e-9 * self.n:
-            raise ValueError(
+            raise UsageError(
                 f"expected sampling_rate * n to be an integer batch size, got "
                 f"{self.sampling_rate} * {self.n}"
             )
@@ -109,7 +109,7 @@ def last_iterate_epsilon(setting: LastIterateSetting, delta: float) -> float:
     while last_iterate_delta(setting, high) > delta:
         high = high * 2.0
         if high > 1e6:
-            raise ValueError(f"no eps below 1e6 reaches delta={delta} for {setting}")
+            raise UsageError(f"no eps below 1e6 reaches delta={delta} for {setting}")
     if last_iterate_delta(setting, 0.0) <= delta:
         return 0.0
     return float(_bisect(lambda e: last_iterate_delta(setting, e) <= delta, np.array(0.0), high))

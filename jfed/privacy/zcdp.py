@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jfed._validation import check_nonnegative, check_open_unit, check_positive
+from jfed._validation import UsageError, check_nonnegative, check_open_unit, check_positive
 
 ArrayLike = float | np.ndarray
 
@@ -87,7 +87,7 @@ def calibrate_gaussian(
       sigma per release, float64, broadcast shape of ``sensitivity`` and ``epsilon``.
     """
     if int(compositions) != compositions or compositions < 1:
-        raise ValueError(f"expected compositions >= 1 (integer), got compositions={compositions}")
+        raise UsageError(f"expected compositions >= 1 (integer), got compositions={compositions}")
     rho_total = rho_from_epsilon(epsilon, delta)
     return gaussian_noise_for_rho(sensitivity, rho_total / compositions)
 
@@ -97,5 +97,5 @@ def epsilon_of_gaussian(
 ) -> np.ndarray:
     """eps (at ``delta``) spent by ``compositions`` Gaussian releases, accounted in zCDP."""
     if int(compositions) != compositions or compositions < 1:
-        raise ValueError(f"expected compositions >= 1 (integer), got compositions={compositions}")
+        raise UsageError(f"expected compositions >= 1 (integer), got compositions={compositions}")
     return epsilon_from_rho(compositions * gaussian_rho(sensitivity, noise_std), delta)
