@@ -5,6 +5,7 @@ statements in the record."""
 import dataclasses
 import json
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -128,6 +129,59 @@ def test_vmapped_round_equals_clients_trained_one_by_one(task):
     others = [i for i in range(10) if i not in ids]  # negative control: another four
     assert not np.allclose(state.weights, jnp.stack([trained[i] for i in others[:4]]).mean(0),
                            atol=1e-6, rtol=1e-5)  # fmt: skip
+
+
+def test_private_round_reports_the_two_point_draws_of_each_clients_privacy_stream(task):
+    """A round's release is the mean of every selected client's two-point reports of its trained
+    weights, drawn from the client's privacy stream (``fold_in(client key, PRIVACY_STREAM)``),
+    apart from the key its local training read. Negative control: reports drawn from the
+    training's key differ."""
+    from jfed.engine.clients import PRIVACY_STREAM
+    from jfed.engine.keys import client_key, round_key, run_streams
+
+    m = int(task.train.counts[0])
+    algorithm = ldp_fl.LDPFL("logistic", 8, 10, 10, 10, m, 1, 4, ldp_fl.FIXED)
+    hp = ldp_fl.hyperparams(0.1, epsilon=1.5, center=0.0, radius=0.2)
+    key = jax.random.key(5)
+    state, infos = simulate(algorithm, task.train, hp, key, 1)
+    init_key, _, client_root = run_streams(key)
+    start = algorithm.init(hp, init_key).weights
+    keys = jax.vmap(lambda i: client_key(round_key(client_root, 0), i))(jnp.arange(10))
+    trained = jax.jit(jax.vmap(
+        lambda x, y, k: algorithm.local_training(start, x, y, hp.learning_rate, k)
+    ))(task.train.features[:, :m], task.train.targets[:, :m], keys)  # fmt: skip
+
+    @partial(jax.jit, static_argnums=0)
+    def mean_reports(privacy_stream: bool):
+        def report(k, w):
+            k = jax.random.fold_in(k, PRIVACY_STREAM) if privacy_stream else k
+            return two_point.perturb(k, w, 0.0, 0.2, hp.epsilon)
+
+        return jax.vmap(report)(keys, trained).mean(0)
+
+    np.testing.assert_allclose(state.weights, mean_reports(True), atol=1e-5, rtol=1e-5)
+    assert not np.allclose(state.weights, mean_reports(False), atol=1e-5, rtol=1e-5)
+    outside = np.mean(np.abs(np.asarray(trained)) > 0.2)
+    assert float(infos.clipped_fraction[0]) == pytest.approx(outside, abs=1e-6)
+
+
+def test_model_and_range_names_are_looked_up_once():
+    """The command line's choices are the tables' keys; a name becomes its object when the
+    algorithm is built, and an unknown one is refused there."""
+    from jfed import catalog
+
+    assert tuple(ldp_fl.MODELS) == catalog.LDP_FL_MODELS
+    assert tuple(ldp_fl.RANGES) == catalog.WEIGHT_RANGES
+    algorithm = ldp_fl.LDPFL("mlp", 8, 10, 10, 5, 14, ranges="adaptive")
+    assert algorithm.model is ldp_fl.MODELS["mlp"] and algorithm.ranges is ldp_fl.ADAPTIVE
+    assert algorithm == ldp_fl.LDPFL(ldp_fl.MODELS["mlp"], 8, 10, 10, 5, 14, ranges=ldp_fl.ADAPTIVE)
+    weights, hp = jnp.arange(3.0), ldp_fl.hyperparams(center=0.5)
+    np.testing.assert_array_equal(algorithm.center(weights, hp), weights)
+    assert float(dataclasses.replace(algorithm, ranges=ldp_fl.FIXED).center(weights, hp)) == 0.5
+    with pytest.raises(ValueError, match="unknown model 'resnet'"):
+        ldp_fl.LDPFL("resnet", 8, 10, 10, 5, 14)
+    with pytest.raises(ValueError, match="unknown range rule 'moving'"):
+        ldp_fl.LDPFL("mlp", 8, 10, 10, 5, 14, ranges="moving")
 
 
 def test_runs_are_reproducible_and_private_runs_differ_from_noise_free(task):

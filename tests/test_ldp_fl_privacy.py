@@ -11,8 +11,9 @@ import math
 
 import numpy as np
 import pytest
+from dp_accounting import dp_event
 from dp_accounting.pld import privacy_loss_distribution
-from scipy import stats
+from scipy import optimize, stats
 
 from jfed.cli.main import main
 from jfed.methods.ldp_fl import LDPFLExperiment
@@ -90,24 +91,60 @@ def test_shuffled_eps_composes_below_the_local_transcript():
     assert huge < randomized_response_composition_epsilon(1.0, 10**6, 1e-5)
 
 
+def _optimal_epsilon(event, delta: float) -> float:
+    """eps at ``delta`` of a composition of ONE binary randomized response (``event``: nested
+    self-compositions of it), by the optimal composition theorem written out here: the privacy
+    loss of ``count`` reports with ``l`` of them flipped is ``(count - 2 l) eps0``, and
+    ``delta(eps) = sum_l P(l) (1 - e^(eps - loss_l))_+`` is solved for eps."""
+    count = 1
+    while isinstance(event, dp_event.SelfComposedDpEvent):
+        count, event = count * event.count, event.event
+    assert isinstance(event, dp_event.RandomizedResponseDpEvent) and event.num_buckets == 2
+    epsilon0 = math.log(2.0 / event.noise_parameter - 1.0)
+    flips = np.arange(count + 1)
+    p = stats.binom.pmf(flips, count, event.noise_parameter / 2.0)
+    loss = (count - 2 * flips) * epsilon0
+
+    def delta_at(epsilon: float) -> float:
+        return float(np.sum(p * -np.expm1(np.minimum(epsilon - loss, 0.0))))
+
+    return optimize.brentq(lambda e: delta_at(e) - delta, 0.0, count * epsilon0, xtol=1e-14,
+                           rtol=1e-15, maxiter=500)  # fmt: skip
+
+
 def test_the_record_certifies_the_client_level_eps(capsys):
     """``epsilon_certified`` is the client's whole transcript (P weights x R rounds) by optimal
-    composition at the record's delta, equal to dp-accounting's PLD; the paper's per-weight eps
-    is kept beside it as ``per_report_epsilon``; the summary leads with the client-level number.
-    Negative control: the per-weight eps is not what is certified."""
+    composition at the record's delta: exactly the optimal composition of the events built here
+    (P two-point reports of eps0 per release, R releases; rel 1e-9), and within its
+    discretisation of dp-accounting's PLD; the paper's per-weight eps is kept beside it as
+    ``per_report_epsilon``; the summary leads with the client-level number. Negative controls:
+    the per-weight eps is not what is certified, and the events of one round fewer or one
+    weight fewer are told apart."""
     assert main(["run", "ldp-fl", *SMALL, "--epsilon", "2", "--json", "-"]) == 0
     record = json.loads(capsys.readouterr().out)
     weights = record["weights_per_report"]
     assert weights == 64 * 10 + 10  # logistic regression on 8x8 images
     assert record["delta"] == pytest.approx(10**-1.1)  # N^-1.1, N = 10 clients
     assert record["releases_per_client"] == weights * 2
+
+    def transcript(reports: int, rounds: int):
+        report = dp_event.RandomizedResponseDpEvent(2.0 / (math.exp(2.0) + 1.0), 2)
+        return dp_event.SelfComposedDpEvent(dp_event.SelfComposedDpEvent(report, reports), rounds)
+
+    exact = _optimal_epsilon(transcript(weights, 2), record["delta"])
+    assert record["epsilon_certified"] == pytest.approx(exact, rel=1e-9)
+    for wrong in (transcript(weights, 1), transcript(weights - 1, 2)):
+        assert record["epsilon_certified"] != pytest.approx(
+            _optimal_epsilon(wrong, record["delta"]), rel=1e-9
+        )
     reference = _pld_epsilon(2.0, weights * 2, record["delta"])
     assert record["epsilon_certified"] <= reference + 1e-9
     assert reference - record["epsilon_certified"] < 1e-3 * reference
     assert record["epsilon_certified"] != record["per_report_epsilon"] == 2.0
     assert record["epsilon_basic_composition"] == pytest.approx(2.0 * weights * 2)
     assert "anonymity" in record["per_report_notion"]
-    assert record["protected_unit"] == "client" and record["adjacency"] == "replace-one"
+    # a local guarantee: any two datasets of one client (bounded adjacency)
+    assert record["protected_unit"] == "client" and record["adjacency"] == "bounded"
     assert record["epsilon_shuffled"] <= record["epsilon_certified"]
     assert record["epsilon_certified"] < record["epsilon_basic_composition"]
     assert 0.0 <= record["test_accuracy"] <= 1.0 and record["selected_per_round"] == 10

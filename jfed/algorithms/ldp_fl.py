@@ -6,30 +6,33 @@ One round:
 1. The server samples ``k = round(f n)`` clients without replacement: the engine's uniform
    cohort (:class:`jfed.engine.Uniform`, drawn from the round's cohort key in O(k)), and
    broadcasts the global weights with the round's public range: a declared center c and radius
-   r (``fixed``), or the previous global weight of each position as its center and the declared
-   r (``adaptive``). No range depends on what the clients trained this round.
+   r (:data:`FIXED`), or the previous global weight of each position as its center and the
+   declared r (:data:`ADAPTIVE`). No range depends on what the clients trained this round.
 2. Only the selected clients train: each runs :func:`local_training` for ONE client (written for
    one, vmapped by the engine over the cohort): E epochs of minibatch SGD (optax) with batch B over
    its own records, in an order drawn from its own key.
 3. Each client clips its trained weights to the range ``[c - r, c + r]`` and perturbs them weight
-   by weight with the two-point mechanism (:mod:`jfed.privacy.two_point`): one 64-bit uniform
-   per weight, from the stream ``client id`` of ``fold_in(randomizer root, round)``
-   (:func:`jfed._random.stream_key`), inside the client function, so a chunk of clients holds
-   only its own reports.
+   by weight with the two-point mechanism: the round's aggregator, a local randomizer
+   (:class:`jfed.privacy.two_point.TwoPointSum`, released through ``cohort.aggregate``), one
+   64-bit uniform per weight from the client's privacy stream (the engine's
+   ``fold_in(client key, PRIVACY_STREAM)``, apart from the training's key), so a chunk of
+   clients holds only its own reports. A release is P pure eps-DP reports per client; the
+   run's guarantee composes them over the rounds.
 4. Split and shuffle, then the per-position mean: a shuffle permutes each position's ``k``
-   values and leaves their sum alone, so the server's mean is the engine's sum of the reports
-   over the cohort, divided by ``k``; nothing is shuffled to compute it.
+   values and leaves their sum alone, so the server's mean is the aggregator's sum of the
+   reports over the cohort, divided by ``k``; nothing is shuffled to compute it.
    :func:`jfed.privacy.shuffle.split_and_shuffle` builds what the server would receive, for
    whatever reads the shuffled transcript itself.
 
-A noise-free run (``private=False``) skips step 3 only.
+A noise-free run (``private=False``) reports the trained weights as they are (the plain sum).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import flax.linen as nn
 import jax
@@ -38,14 +41,10 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jfed import catalog
-from jfed._random import stream_key
 from jfed.engine.cohort import Uniform
-from jfed.privacy import two_point
+from jfed.privacy.aggregators import NoParams, PlainSum
 from jfed.privacy.shuffle import split_and_shuffle
-
-MODELS = catalog.LDP_FL_MODELS
-RANGES = catalog.WEIGHT_RANGES
+from jfed.privacy.two_point import TwoPointParams, TwoPointSum
 
 
 class MatmulConv(nn.Module):
@@ -161,15 +160,82 @@ class Logistic(nn.Module):
         return nn.Dense(self.classes)(x)
 
 
+@dataclass(frozen=True)
+class ModelKind:
+    """A model family: ``build(side, classes) -> nn.Module`` for ``side x side`` images.
+
+    Attributes:
+      name: its name on the command line (``--model``).
+      build: the module's constructor.
+    """
+
+    name: str
+    build: Callable[[int, int], nn.Module]
+
+
+def _cnn(side: int, classes: int) -> nn.Module:
+    return CNN(side, classes)
+
+
+def _mlp(side: int, classes: int) -> nn.Module:
+    del side
+    return MLP(classes)
+
+
+def _logistic(side: int, classes: int) -> nn.Module:
+    del side
+    return Logistic(classes)
+
+
+MODELS: dict[str, ModelKind] = {
+    kind.name: kind
+    for kind in (ModelKind("cnn", _cnn), ModelKind("mlp", _mlp), ModelKind("logistic", _logistic))
+}
+"""The model families by name."""
+
+
+@dataclass(frozen=True)
+class FixedRange:
+    """The declared center c of every position (``hp.center``)."""
+
+    name = "fixed"
+
+    def center(self, weights: jax.Array, hp: Hyperparams) -> jax.Array:
+        del weights
+        return hp.center
+
+
+@dataclass(frozen=True)
+class AdaptiveRange:
+    """Each position's previous global weight as its center (what every client starts from)."""
+
+    name = "adaptive"
+
+    def center(self, weights: jax.Array, hp: Hyperparams) -> jax.Array:
+        del hp
+        return weights
+
+
+FIXED = FixedRange()
+ADAPTIVE = AdaptiveRange()
+RANGES: dict[str, FixedRange | AdaptiveRange] = {rule.name: rule for rule in (FIXED, ADAPTIVE)}
+"""The range rules by name: both public, neither reads what the clients trained."""
+
+
+def _named(table: dict[str, Any], value: Any, what: str) -> Any:
+    """``value`` as an entry of ``table``: an entry as it is, a name looked up (``ValueError``
+    listing the names)."""
+    if not isinstance(value, str):
+        return value
+    if value not in table:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {list(table)}")
+    return table[value]
+
+
 def build_model(name: str, side: int, classes: int) -> nn.Module:
-    """The flax module ``name`` (one of :data:`MODELS`) for ``side x side`` images."""
-    if name == "cnn":
-        return CNN(side, classes)
-    if name == "mlp":
-        return MLP(classes)
-    if name == "logistic":
-        return Logistic(classes)
-    raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
+    """The flax module of the model family ``name`` (a key of :data:`MODELS`) for ``side x side``
+    images."""
+    return _named(MODELS, name, "model").build(side, classes)
 
 
 class Hyperparams(NamedTuple):
@@ -203,44 +269,11 @@ class RoundInfo(NamedTuple):
     clipped_fraction: jax.Array
 
 
-class Randomizer(NamedTuple):
-    """What a selected client needs to perturb its report, all of it public: the round's
-    randomizer root ``key`` (a client opens its stream, ``stream_key(key, id)``), the range
-    ``center`` (``f32[]`` or ``f32[P]``, the previous global model) and ``radius: f32[]``, and
-    ``epsilon`` per weight."""
-
-    key: jax.Array
-    center: jax.Array
-    radius: jax.Array
-    epsilon: jax.Array
-
-
 class Broadcast(NamedTuple):
-    """What the server sends: the global ``weights: f32[P]``, the ``learning_rate``, and the
-    ``randomizer`` (``None``: report the trained weights as they are, the noise-free run)."""
+    """What the server sends: the global ``weights: f32[P]`` and the ``learning_rate``."""
 
     weights: jax.Array
     learning_rate: jax.Array
-    randomizer: Randomizer | None = None
-
-
-class Report(NamedTuple):
-    """One client's message: its reported ``weights: f32[P]`` and the number ``clipped: f32[]``
-    of its trained weights that lay outside the range. The engine sums both over the cohort."""
-
-    weights: jax.Array
-    clipped: jax.Array
-
-
-def perturbed_report(randomizer: Randomizer, client_id: jax.Array, trained: jax.Array) -> Report:
-    """The report of the client ``client_id`` that trained ``trained: f32[P]``: clipped to the
-    range and perturbed by the two-point mechanism, one 64-bit uniform per weight (one threefry
-    block) from the client's stream of ``randomizer.key`` (:func:`jfed._random.stream_key`)."""
-    center, radius = randomizer.center, randomizer.radius
-    clipped = jnp.sum((trained < center - radius) | (trained > center + radius))
-    key = stream_key(randomizer.key, client_id)
-    reported = two_point.perturb(key, trained, center, radius, randomizer.epsilon)
-    return Report(reported, clipped.astype(jnp.float32))
 
 
 def shuffled_mean(key: jax.Array, reports: jax.Array) -> jax.Array:
@@ -256,20 +289,21 @@ class LDPFL:
     """LDP-FL on ``n_clients`` clients holding ``records`` records each (side x side images).
 
     Attributes:
-      model: one of :data:`MODELS`.
+      model: a :class:`ModelKind` (or its name, a key of :data:`MODELS`, looked up once).
       side, classes: image side and number of classes.
       n_clients: n; ``selected``: k clients per round.
       records: records per client m; ``local_epochs``: E; ``batch``: B (``m // B`` steps per
         epoch; the last partial batch is dropped).
-      ranges: ``fixed`` (c and r from the hyper-parameters) or ``adaptive`` (c per position:
-        the previous global weight, broadcast to every client; r from the hyper-parameters).
-        Both are public: no range is read from the clients' trained weights.
+      ranges: the range rule, :data:`FIXED` (c and r from the hyper-parameters) or
+        :data:`ADAPTIVE` (c per position: the previous global weight, broadcast to every
+        client; r from the hyper-parameters), or its name (a key of :data:`RANGES`). Both are
+        public: no range is read from the clients' trained weights.
       private: perturb the reports (``False``: the noise-free run of the same protocol).
       unroll_steps: trace the local steps one after another instead of looping over them (how
         models with ``nn.Conv`` run fast on CPU; jfed's own CNN needs no unrolling).
     """
 
-    model: str
+    model: ModelKind | str
     side: int
     classes: int
     n_clients: int
@@ -277,7 +311,7 @@ class LDPFL:
     records: int
     local_epochs: int = 1
     batch: int = 8
-    ranges: str = "fixed"
+    ranges: FixedRange | AdaptiveRange | str = FIXED
     private: bool = True
     unroll_steps: bool = False
 
@@ -291,12 +325,23 @@ class LDPFL:
                 f"expected --batch in [1, {self.records}] (the records of a client), got "
                 f"--batch={self.batch}"
             )
-        if self.ranges not in RANGES:
-            raise ValueError(f"unknown range rule {self.ranges!r}; expected one of {RANGES}")
+        # names become their objects once, here (a frozen dataclass: set through object)
+        object.__setattr__(self, "model", _named(MODELS, self.model, "model"))
+        object.__setattr__(self, "ranges", _named(RANGES, self.ranges, "range rule"))
 
     @property
     def module(self) -> nn.Module:
-        return build_model(self.model, self.side, self.classes)
+        return cast(ModelKind, self.model).build(self.side, self.classes)
+
+    @property
+    def aggregator(self) -> TwoPointSum | PlainSum:
+        """Every selected client's report: the two-point mechanism on every weight (a local
+        randomizer), or the trained weights as they are (the noise-free run)."""
+        return TwoPointSum(self.unravel()[2]) if self.private else PlainSum()
+
+    def aggregator_params(self, hp: Hyperparams) -> TwoPointParams | NoParams:
+        """The aggregator's parameters, the very leaves of ``hp`` (the ledger reads them)."""
+        return TwoPointParams(hp.epsilon, hp.radius) if self.private else NoParams()
 
     def initial_params(self, key: jax.Array):
         return self.module.init(key, jnp.zeros((1, self.side * self.side), jnp.float32))
@@ -346,34 +391,30 @@ class LDPFL:
     def round(
         self, state: State, hp: Hyperparams, key: jax.Array, clients
     ) -> tuple[State, RoundInfo]:
-        _, randomizer_key, _ = jax.random.split(key, 3)
-        randomizer = None
-        if self.private:
-            randomizer = Randomizer(randomizer_key, self.center(state.weights, hp), hp.radius,
-                                    hp.epsilon)  # fmt: skip
-        broadcast = Broadcast(state.weights, hp.learning_rate, randomizer)
+        broadcast = Broadcast(state.weights, hp.learning_rate)
 
-        def client(broadcast: Broadcast, view, client_key) -> Report:
-            trained = self.local_training(
+        def client(broadcast: Broadcast, view, client_key) -> jax.Array:
+            return self.local_training(
                 broadcast.weights, view.features[view.silo_id, : self.records],
                 view.targets[view.silo_id, : self.records], broadcast.learning_rate, client_key,
             )  # fmt: skip
-            if broadcast.randomizer is None:
-                return Report(trained, jnp.float32(0.0))
-            return perturbed_report(broadcast.randomizer, view.silo_id, trained)
 
-        # summed over the cohort: the mean a split-and-shuffled transcript gives
-        total = clients.sample(Uniform(self.selected)).sum(client, broadcast)
-        weights = total.weights / self.selected
+        # the reports summed over the cohort: the mean a split-and-shuffled transcript gives;
+        # the release adds no noise (the server key is not read)
+        center = self.center(state.weights, hp)
+        total, _, diagnostics = clients.sample(Uniform(self.selected)).aggregate(
+            self.aggregator, self.aggregator_params(hp), center, client, broadcast, key
+        )
+        weights = total / self.selected
         positions = self.unravel()[2]
-        clipped = total.clipped / (self.selected * positions)
+        clipped = diagnostics["clipped_count"] / (self.selected * positions)
         radius = hp.radius if self.private else jnp.float32(0.0)
         return State(weights), RoundInfo(weights, radius, clipped)
 
     def center(self, weights: jax.Array, hp: Hyperparams) -> jax.Array:
-        """The range's center: the declared c (``fixed``), or the global ``weights: f32[P]``
-        the clients start from (``adaptive``): public either way."""
-        return hp.center if self.ranges == "fixed" else weights
+        """The range's center by the range rule: the declared c (:data:`FIXED`), or the global
+        ``weights: f32[P]`` the clients start from (:data:`ADAPTIVE`): public either way."""
+        return cast(FixedRange | AdaptiveRange, self.ranges).center(weights, hp)
 
 
 @partial(jax.jit, static_argnums=0)

@@ -5,7 +5,9 @@ Privacy, honestly. What a record certifies (``epsilon_certified``) is the guaran
 client: its whole transcript, each of the P weights of every report, over every round it may
 take part in (R: a uniform cohort may pick any client in every round), each weight an eps0-DP
 two-point report, composed exactly by the optimal composition of pure DP (the binomial law of
-randomized response), at the configuration's delta, against a cloud that sees every report.
+randomized response), at the configuration's delta, against a cloud that sees every report: the
+composition of the events the round's local randomizer states
+(:class:`~jfed.privacy.two_point.TwoPointSum`: P reports per release, bounded adjacency).
 Beside it, never in its place: ``per_report_epsilon``, the paper's eps per weight, which is a
 client's guarantee only under its anonymity assumption; and ``epsilon_shuffled``, the central eps
 that amplification by shuffling gives if the split-and-shuffle channel is trusted, by the
@@ -31,7 +33,6 @@ from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_fields
 
 PROTECTED_UNIT = "client"
-ADJACENCY = "replace-one"
 CLIENT_NOTION = "local (eps, delta)-DP of a client's whole transcript"
 PER_REPORT_NOTION = (
     "pure eps-LDP of each reported weight alone (two-point mechanism): the paper's claim, a "
@@ -106,8 +107,9 @@ class LDPFLExperiment(Experiment):
         self.records = int(np.asarray(self.task.train.counts)[0])
         self.selected = max(1, round(config.fraction * config.clients))
         self._program = ldp_fl.LDPFL(
-            config.model, self.task.details["side"], self.task.classes, self.task.n_silos,
-            self.selected, self.records, config.local_epochs, config.batch, config.ranges,
+            ldp_fl.MODELS[config.model], self.task.details["side"], self.task.classes,
+            self.task.n_silos, self.selected, self.records, config.local_epochs, config.batch,
+            ldp_fl.RANGES[config.ranges],
         )  # fmt: skip
         self._noise_free: dict = {}
         X_test, y_test = self.task.test
@@ -125,9 +127,8 @@ class LDPFLExperiment(Experiment):
         each; ``bench/results/ldp_fl_cpu.json``). Accelerators keep the backend's plan."""
         from jfed.engine import ExecutionPlan
 
-        if jax.default_backend() == "cpu":
-            return ExecutionPlan(block_size=1, chunk_size=1)
-        return ExecutionPlan.for_backend()
+        one_at_a_time = {"cpu": ExecutionPlan(block_size=1, chunk_size=1)}
+        return one_at_a_time.get(jax.default_backend()) or ExecutionPlan.for_backend()
 
     @property
     def algorithm(self) -> ldp_fl.LDPFL:
@@ -147,32 +148,37 @@ class LDPFLExperiment(Experiment):
         """The configuration's delta, by default ``N^-1.1`` (N clients), as DP-FedAvg's."""
         return config.delta if config.delta is not None else self.task.n_silos**-1.1
 
-    def calibrate(self, config: declared.LDPFL) -> tuple[ldp_fl.Hyperparams, dict]:
-        from dp_accounting import dp_event
-
-        from jfed.privacy import TwoPointMechanism, certify
-        from jfed.privacy.accounting import OptimalPure
-
-        hp = ldp_fl.hyperparams(
+    def hyperparams(
+        self, config: declared.LDPFL, noise_multiplier: float | None = None
+    ) -> ldp_fl.Hyperparams:
+        """The run's traced numbers: eps per weight, the range, the learning rate (LDP-FL is not
+        calibrated: its eps per weight is configured, so ``noise_multiplier`` is unused)."""
+        del noise_multiplier
+        return ldp_fl.hyperparams(
             config.learning_rate, config.epsilon, config.weight_center, config.weight_radius
         )
+
+    def calibrate(self, config: declared.LDPFL) -> tuple[ldp_fl.Hyperparams, dict]:
+        """The run's numbers and what it certifies: the composition, under the optimal
+        composition of pure DP, of the releases its rounds make (P reports of eps per client
+        and round), with the per-weight and shuffled statements beside it."""
+        from jfed.privacy import certify
+        from jfed.privacy.accounting import OptimalPure
+
+        hp = self.hyperparams(config)
         weights = self._program.unravel()[2]
+        # a local randomizer's release is not wrapped by the cohort: every round counts, since
         # any client may be selected in every round, whatever the fraction
         participations = config.rounds
         delta = self.delta_of(config)
-        report = TwoPointMechanism(config.weight_center, config.weight_radius, config.epsilon)
-        transcript = dp_event.SelfComposedDpEvent(
-            dp_event.SelfComposedDpEvent(report.dp_event(), weights), participations
-        )
         guarantee = certify(
-            transcript, delta, accountant=OptimalPure(), adjacency=ADJACENCY,
+            self.run_event(hp), delta, accountant=OptimalPure(), adjacency=self.ledger().adjacency,
             notion=f"{CLIENT_NOTION} ({weights} weights per report, up to {participations} "
             "rounds)", protected=self.method.protected, trust_model=self.method.trust_model,
         )  # fmt: skip
         shuffled = shuffled_epsilon(config.epsilon, self.selected, delta, weights * participations)
         return hp, {
             **guarantee_fields(guarantee, 0.0),
-            "adjacency": ADJACENCY,
             "protected_unit": PROTECTED_UNIT,
             "releases_per_client": weights * participations,
             "per_report_epsilon": config.epsilon,
@@ -196,7 +202,7 @@ class LDPFLExperiment(Experiment):
             import dataclasses
 
             program = dataclasses.replace(self._program, private=False)
-            hp, _ = self.calibrate(config)
+            hp = self.hyperparams(config)
             state, _ = simulate(program, self.task.train, hp, jax.random.key(config.seed),
                                 config.rounds, self.default_plan())  # fmt: skip
             self._noise_free[key] = self._accuracy(state.weights, self._test)

@@ -8,7 +8,6 @@ new mechanism for a target (eps, delta) and never mutate one.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,6 @@ from jfed.privacy import anisotropic, gaussian, laplace, randomized_response, tw
 
 if TYPE_CHECKING:  # imported where an event is made: dp-accounting takes about a second to load
     import dp_accounting
-
 
 
 @dataclass(frozen=True)
@@ -150,13 +148,6 @@ class AnisotropicGaussianMechanism:
         return float(gaussian.analytic_gaussian_epsilon(1.0, multiplier, delta))
 
 
-def _flip_noise(epsilon: float) -> float:
-    """``2/(e^eps + 1)``, dp-accounting's randomized-response noise parameter for one binary
-    report of likelihood ratio e^eps, without overflow at any eps."""
-    tail = math.exp(-epsilon)
-    return 2.0 * tail / (1.0 + tail)
-
-
 @dataclass(frozen=True)
 class TwoPointMechanism:
     """LDP-FL's two-point randomizer for scalars in ``[center - radius, center + radius]``."""
@@ -174,9 +165,7 @@ class TwoPointMechanism:
 
     def dp_event(self) -> dp_accounting.DpEvent:
         """Binary randomized response with the same likelihood ratio ``e^eps``."""
-        import dp_accounting
-
-        return dp_accounting.RandomizedResponseDpEvent(_flip_noise(self.epsilon_per_report), 2)
+        return randomized_response.report_event(self.epsilon_per_report)
 
     def epsilon(self, delta: float = 0.0) -> float:
         """Pure eps per reported scalar."""
@@ -200,9 +189,7 @@ class RandomizedResponseMechanism:
 
     def dp_event(self) -> dp_accounting.DpEvent:
         """With probability ``2/(e^eps + 1)`` a uniform bit, else the true one."""
-        import dp_accounting
-
-        return dp_accounting.RandomizedResponseDpEvent(_flip_noise(self.epsilon_per_report), 2)
+        return randomized_response.report_event(self.epsilon_per_report)
 
     def epsilon(self, delta: float = 0.0) -> float:
         """Pure eps per reported bit."""

@@ -25,6 +25,22 @@ def truthful_probability(epsilon: float) -> float:
     return 1.0 / (1.0 + math.exp(-check_positive("epsilon", epsilon)))
 
 
+def flip_noise(epsilon: float) -> float:
+    """Host: ``2 / (e^eps + 1)``, dp-accounting's randomized-response noise parameter (the
+    probability of a uniform report) for one binary report of likelihood ratio e^eps, without
+    overflow at any eps."""
+    tail = math.exp(-check_positive("epsilon", epsilon))
+    return 2.0 * tail / (1.0 + tail)
+
+
+def report_event(epsilon: float):
+    """The ``dp_accounting`` event of one binary report of likelihood ratio e^eps (randomized
+    response; also the two-point mechanism's): ``RandomizedResponseDpEvent(2/(e^eps + 1), 2)``."""
+    import dp_accounting
+
+    return dp_accounting.RandomizedResponseDpEvent(flip_noise(epsilon), 2)
+
+
 def flip_threshold(epsilon: jax.Array | float) -> tuple[jax.Array, jax.Array]:
     """The 64-bit threshold ``G`` of a flip: probability ``G / 2^64 >= 1/(e^eps + 1)``, exact to
     ``(16 + eps) 2^-21`` relative up to eps of about 27 (:func:`jfed._random.floor_threshold`)."""

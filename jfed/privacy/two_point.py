@@ -18,16 +18,25 @@ the realised ratio of any output's probabilities under two inputs is at most e^e
 comparison ``uniform(f32) < p`` resolves probabilities only to 2^-23: above eps of about 16 the low
 probability rounds to 0 and the ratio is unbounded.) The probabilities are exact to about
 ``(64 + eps) 2^-21`` relative up to eps of about 27 and never fall below 2^-64 beyond.
+
+:class:`TwoPointSum` is the mechanism as a local randomizer over a vector of P values (an
+aggregator, :mod:`jfed.privacy.aggregators`): each client reports every value, the server sums
+the reports, and one release is P pure eps-DP reports per client.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jfed import _random
-from jfed._validation import check_positive
+from jfed._validation import check_int_range, check_positive
+from jfed.privacy.guarantee import Adjacency
+from jfed.privacy.randomized_response import report_event
 
 
 def _checked(name: str, value):
@@ -104,3 +113,67 @@ def variance(w: float, center: float, radius: float, epsilon: float) -> float:
     """``Var[w*] = r^2 ((e^eps + 1)/(e^eps - 1))^2 - (w - c)^2``."""
     ratio = 1.0 / np.tanh(epsilon / 2.0)  # (e^eps + 1)/(e^eps - 1), finite at every eps
     return float(radius**2 * ratio**2 - (w - center) ** 2)
+
+
+class TwoPointParams(NamedTuple):
+    """Parameters of :class:`TwoPointSum` (``f32[]`` each on the device, floats on the host).
+
+    Attributes:
+      epsilon: eps of one reported value (> 0).
+      radius: r > 0, the range's half-width.
+    """
+
+    epsilon: Any
+    radius: Any
+
+
+@dataclass(frozen=True)
+class TwoPointSum:
+    """Local DP: each client clips every value of its vector ``w: f32[size]`` into the range
+    ``[c - r, c + r]`` and reports it with the two-point mechanism (:func:`perturb`, from the
+    key ``preprocess`` gets: the client's privacy stream); the server sums the reports.
+
+    The range's center ``c`` is the state (``f32[]`` or ``f32[size]``, public: what the server
+    broadcast), the radius and eps are parameters. One release is ``size`` reports of a client,
+    each pure eps-DP with the likelihood ratio of binary randomized response, whatever the two
+    inputs (bounded adjacency): :meth:`event` is ``size`` of them, composed; a run composes its
+    releases over the rounds (local: no sampling amplification is claimed).
+
+    Attributes:
+      size: P, the values a client reports per release.
+    """
+
+    size: int
+    Params: ClassVar[type] = TwoPointParams
+    local: ClassVar[bool] = True
+    adjacency: ClassVar[Adjacency] = Adjacency.BOUNDED
+
+    def __post_init__(self) -> None:
+        check_int_range("size", self.size, 1, 2**62)
+
+    def init(self, params: TwoPointParams, template: jax.Array) -> jax.Array:
+        """A range centered at 0."""
+        del params, template
+        return jnp.zeros((), jnp.float32)
+
+    def preprocess(
+        self, params: TwoPointParams, center: jax.Array, update: jax.Array, key: jax.Array
+    ) -> dict:
+        """ONE client's reports of ``update: f32[size]`` and how many of its values lay outside
+        the range (``clipped: f32[]``, a simulation diagnostic outside the transcript)."""
+        outside = (update < center - params.radius) | (update > center + params.radius)
+        reported = perturb(key, update, center, params.radius, params.epsilon)
+        return {"value": reported, "clipped": jnp.sum(outside).astype(jnp.float32)}
+
+    def release(
+        self, params: TwoPointParams, center: jax.Array, summed: dict, key: jax.Array
+    ) -> tuple[jax.Array, jax.Array, dict]:
+        """The summed reports as they are (the noise is the clients')."""
+        del params, key
+        return summed["value"], center, {"clipped_count": summed["clipped"]}
+
+    def event(self, params: TwoPointParams):
+        """``size`` binary randomized-response reports of eps, composed (host side)."""
+        from jfed.privacy.accounting import rounds_of
+
+        return rounds_of(report_event(check_positive("epsilon", params.epsilon)), self.size)
