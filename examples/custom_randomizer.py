@@ -4,8 +4,10 @@ Laplace noise instead of Gaussian noise.
 
 The randomizer says how it perturbs (jittable, its scale traced so one program serves every eps),
 the sensitivity of a message in its own norm (L1 here: an L2 distance of 2G in d dimensions is
-at most sqrt(d) 2G in L1), and the dp-accounting event of one release; the method's calibration,
-accounting and records follow it. Registered under its own name, it gets every command:
+at most sqrt(d) 2G in L1), and the dp-accounting event of one release. DP-SGD's round releases
+through a local-randomizer aggregator that runs it on every client's clipped gradient and states
+its event, so the method's calibration, certificate and records follow it. Registered under its
+own name, it gets every command:
 
     python examples/custom_randomizer.py run dpsgd-laplace --epsilon 4 --accountant pld
     python examples/custom_randomizer.py sweep dpsgd-laplace --epsilon 1,4,16 --seeds 3 \
