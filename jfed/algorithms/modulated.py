@@ -605,7 +605,7 @@ class Iterative(_Config):
 
     Example:
       >>> algorithm = Iterative(dim=8, directions=1)
-      >>> hp = hyperparams(noise_std=sigma)           # sigma from calibrate(...)
+      >>> hp = hyperparams(noise_std=sigma)    # sigma from calibrated_noise_std(...)
       >>> state, infos = jfed.engine.simulate(algorithm, task.train, hp, key, rounds=10)
     """
 

@@ -115,6 +115,17 @@ def response_information(population) -> float:
     return float(theta_star @ theta_star) / float(population.noise_std) ** 2
 
 
+@functools.lru_cache(maxsize=1024)
+def rounds_multiplier(
+    randomizer: Any, epsilon: float, delta: float, rounds: int, accountant: Any
+) -> float:
+    """The noise multiplier of ``rounds`` releases of ``randomizer`` per client at (eps, delta)
+    under ``accountant`` (:func:`jfed.privacy.rounds_plan`), answered once per setting: the
+    seeds of a sweep share it (a PLD search takes seconds)."""
+    plan = rounds_plan(1.0, epsilon, delta, rounds, accountant=accountant, randomizer=randomizer)
+    return plan.noise_multiplier
+
+
 def iterate_outputs(*extra: Output) -> tuple[Output, ...]:
     """The parameter, its path over rounds and the last round's clipped fraction (plus
     ``extra``)."""
@@ -196,9 +207,8 @@ class RegressionExperiment(Experiment):
         calibration (:func:`jfed.privacy.rounds_plan`; for Gaussian noise the accountant's
         closed form under zcdp, analytic and classic), the multiplier ``noise / sensitivity``."""
         del config, build, tolerance
-        plan = rounds_plan(1.0, epsilon, delta, self.rounds, accountant=accountant,
-                           randomizer=self.randomizer)  # fmt: skip
-        return plan.noise_multiplier
+        return rounds_multiplier(self.randomizer, float(epsilon), float(delta), self.rounds,
+                                 accountant)  # fmt: skip
 
     def certify_run(self, hyper: Any, delta: float, accountant: Any) -> PrivacyGuarantee:
         """What ``accountant`` certifies for the releases of a run at ``hyper`` (the ledger's
