@@ -46,11 +46,12 @@ def _emitted(experiment, hyper) -> list:
     return [release.event(hyper) for release in ledger.releases]
 
 
+FLOAT = dict(SMALL, noise="float")
 CASES = [
-    declared.DPFedAvg(**SMALL, epsilon=3.0, delta=1e-4),
-    declared.DPFedAvg(**SMALL, epsilon=3.0, delta=1e-4, cohort="uniform"),
-    declared.DPFedAvg(**SMALL, epsilon=3.0, delta=1e-4, adaptive_clip=True),
-    declared.DPFedAvg(**SMALL, epsilon=8.0, delta=1e-4, clipping="per-layer", hidden=4),
+    declared.DPFedAvg(**FLOAT, epsilon=3.0, delta=1e-4),
+    declared.DPFedAvg(**FLOAT, epsilon=3.0, delta=1e-4, cohort="uniform"),
+    declared.DPFedAvg(**FLOAT, epsilon=3.0, delta=1e-4, adaptive_clip=True),
+    declared.DPFedAvg(**FLOAT, epsilon=8.0, delta=1e-4, clipping="per-layer", hidden=4),
 ]
 
 
@@ -84,6 +85,33 @@ def test_certified_epsilon_is_dp_accountings_for_the_emitted_events(config):
         other = _dp_accounting(fields["accountant"], fields["adjacency"])
         other.compose(event, config.rounds)
         assert abs(other.get_epsilon(fields["delta_accountant"]) / independent - 1) > 0.05
+
+
+@pytest.mark.parametrize("noise", ["discrete", "ddgauss"])
+def test_the_grid_noises_certify_the_discrete_event_that_ran(noise):
+    """The default exact noise and the secure sum: the emitted event is the Poisson sampling of
+    the discrete Gaussian the aggregator states at the multiplier that ran (the secure sum's with
+    its shares), and the record's eps is that event's composition over the rounds under the
+    discrete RDP accountant; the event with the noise doubled certifies another eps."""
+    config = declared.DPFedAvg(**SMALL, epsilon=3.0, delta=1e-4, noise=noise)
+    experiment = build_experiment(config)
+    experiment.prepare([config])
+    hyper, fields = experiment.calibrated(config)
+    (one_round,) = _emitted(experiment, hyper)
+    assert isinstance(one_round, events.PoissonSampledDpEvent)
+    inner = one_round.event
+    assert isinstance(inner, privacy.DiscreteGaussianDpEvent)
+    assert inner.noise_multiplier == pytest.approx(fields["noise_multiplier"], rel=1e-12)
+    assert inner.shares == (fields["min_clients"] if noise == "ddgauss" else 1)
+    assert fields["adjacency"] == ("zero-out" if noise == "ddgauss" else "add-or-remove")
+    composed = privacy.DiscreteRdpAccountant().compose(one_round, config.rounds)
+    independent = composed.get_epsilon(fields["delta_accountant"])
+    assert fields["epsilon_certified"] == pytest.approx(independent, rel=1e-9)
+    louder = attr.evolve(
+        one_round, event=attr.evolve(inner, noise_multiplier=2 * inner.noise_multiplier)
+    )
+    other = privacy.DiscreteRdpAccountant().compose(louder, config.rounds)
+    assert other.get_epsilon(fields["delta_accountant"]) < 0.7 * independent
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """DP-FedAvg with user-level privacy: a cohort per round, local epochs of minibatch SGD, each
-client's update clipped (flat or per layer), Gaussian noise on the sum, a fixed-denominator
-average, an optax server optimizer, and optional adaptive clipping (docs/specs/dp_fedavg.md).
-The privacy is the round's aggregator (:mod:`jfed.privacy.aggregators`): FedAvg and DP-FedAvg
-are the same round with a different aggregator.
+client's update clipped (flat or per layer), noise on the sum, a fixed-denominator average, an
+optax server optimizer, and optional adaptive clipping (docs/specs/dp_fedavg.md). The privacy is
+the round's aggregator (:mod:`jfed.privacy.aggregators`): FedAvg and DP-FedAvg are the same round
+with a different aggregator, and the noise is an object (:class:`GridNoise`: exact discrete
+Gaussian on an integer grid; :class:`FloatNoise`: float32 Gaussian; :class:`SecureNoise`:
+distributed DP with secure aggregation).
 
 References: McMahan, Ramage, Talwar, Zhang 2018 (DP-FedAvg); Andrew, Thakkar, McMahan,
 Ramaswamy 2021 (adaptive clipping); Reddi et al. 2021 (server optimizers: FedAdam, FedYogi,
@@ -18,7 +20,7 @@ every tensor of its parameters. Clients are any population whose record has
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +34,7 @@ from jfed.privacy.aggregators import (
     QuantileAdaptiveGaussianSum,
 )
 from jfed.privacy.canary_aggregator import WithCanaries
+from jfed.privacy.discrete_aggregators import DiscreteGaussianSum
 from jfed.privacy.privatizers import tree_norm
 
 PyTree = Any
@@ -119,6 +122,64 @@ def server_optimizer(name: str, hyper: Hyperparams) -> optax.GradientTransformat
     return SERVER_OPTIMIZER_BUILDERS[name](hyper)
 
 
+@dataclass(frozen=True)
+class FloatNoise:
+    """float32 Gaussian noise on the float sum (:class:`~jfed.privacy.GaussianSum`): its
+    guarantee is the ideal real-valued mechanism's; the floating-point sampling (and the f32 grid
+    of the noised sum) is not modelled."""
+
+    exact: ClassVar[bool] = False
+
+    def sum(self, per_layer: bool) -> Any:
+        return GaussianSum(per_layer)
+
+
+@dataclass(frozen=True)
+class GridNoise:
+    """Exact discrete Gaussian noise on an integer grid, added by the server
+    (:class:`~jfed.privacy.DiscreteGaussianSum`): the guarantee holds for the program as it runs.
+
+    Attributes:
+      dimension: the model's parameter count d.
+      grid_norm: L, the clip norm in grid units (:func:`~jfed.privacy.discrete_aggregators.
+        largest_grid_norm` picks it for a cohort).
+    """
+
+    dimension: int
+    grid_norm: int = 2**12
+    exact: ClassVar[bool] = True
+
+    def sum(self, per_layer: bool) -> Any:
+        return DiscreteGaussianSum(self.dimension, self.grid_norm, per_layer=per_layer)
+
+
+@dataclass(frozen=True)
+class SecureNoise:
+    """Distributed DP: each client rounds its update to the grid and adds its share of the noise
+    (:class:`~jfed.privacy.DistributedDiscreteGaussianSum` or :class:`~jfed.privacy.SkellamSum`);
+    the server sees only the sum modulo ``2^bits`` (secure aggregation, simulated).
+
+    Attributes:
+      mechanism: the secure sum's class.
+      dimension: d; min_clients: the shares a release needs; bits: the field; grid_norm: L.
+    """
+
+    mechanism: type
+    dimension: int
+    min_clients: int
+    bits: int
+    grid_norm: int
+    exact: ClassVar[bool] = True
+
+    def sum(self, per_layer: bool) -> Any:
+        if per_layer:
+            raise ValueError("a secure sum rotates and rounds the whole update: no per-layer clip")
+        return self.mechanism(self.dimension, self.min_clients, self.bits, self.grid_norm)
+
+
+Noise = FloatNoise | GridNoise | SecureNoise
+
+
 def aggregator_of(
     private: bool,
     denominator: float,
@@ -126,17 +187,20 @@ def aggregator_of(
     adaptive: bool = False,
     canaries: int = 0,
     participation: float = 1.0,
+    noise: Noise = FloatNoise(),
 ) -> Any:
-    """DP-FedAvg's aggregator: the mean of clipped updates plus Gaussian noise over the fixed
-    denominator (``private``; quantile-adaptive clipping with ``adaptive``), or FedAvg's plain
-    mean over the cohort. With ``canaries`` > 0 the private sum also carries that many canary
-    clients for an audit of the run (:class:`~jfed.privacy.canary_aggregator.WithCanaries`; they
-    take part at the cohort's rate ``participation``)."""
+    """DP-FedAvg's aggregator: the mean of clipped updates plus noise over the fixed denominator
+    (``private``: the ``noise``'s sum, :class:`FloatNoise` by default; quantile-adaptive clipping
+    with ``adaptive``, float noise only), or FedAvg's plain mean over the cohort. With
+    ``canaries`` > 0 the private sum also carries that many canary clients for an audit of the
+    run (:class:`~jfed.privacy.canary_aggregator.WithCanaries`; they take part at the cohort's
+    rate ``participation``)."""
     if not private:
         return CohortMean()
-    inner = (
-        QuantileAdaptiveGaussianSum(denominator, per_layer) if adaptive else GaussianSum(per_layer)
-    )
+    if adaptive and noise.exact:
+        raise ValueError("adaptive clipping releases a float Gaussian count: use FloatNoise")
+    adaptive_sum = QuantileAdaptiveGaussianSum(denominator, per_layer)
+    inner = adaptive_sum if adaptive else noise.sum(per_layer)
     if canaries:
         inner = WithCanaries(inner, canaries, participation)
     return FixedDenominatorMean(inner, denominator)
@@ -240,8 +304,29 @@ class DPFedAvg:
             "cohort_size": cohort.info.size,
             "overflow": cohort.info.overflow,
             "server_update_norm": tree_norm(average),
+            "noise_std": noise_std(diagnostics, hyper.privacy),
         }
+        infos |= {name: diagnostics[name] for name in SECURE_DIAGNOSTICS if name in diagnostics}
         return ServerState(new_params, opt_state, aggregator_state), infos
+
+
+SECURE_DIAGNOSTICS = ("rounding_fallbacks", "survivors", "withheld", "wrapped_coordinates")
+"""Diagnostics of the grid and secure sums a round keeps (outside the guarantee: computed from
+unnoised updates or from who took part; :data:`jfed.privacy.NOT_PRIVATE`)."""
+
+
+def noise_std(diagnostics: dict, params: Any) -> jax.Array:
+    """``f32[]``: the std of the noise a round added to the sum (model units): the grid's
+    realised variance (``noise_std``), a secure sum's least one, else ``z C_t`` of the float
+    Gaussian at the round's clip norm (adaptive clipping: ``z_delta C_t``, the update sum's); 0
+    without noise."""
+    for name in ("noise_std", "noise_std_at_least"):
+        if name in diagnostics:
+            return diagnostics[name]
+    multiplier = getattr(params, "noise_multiplier", 0.0)
+    return jnp.asarray(multiplier, jnp.float32) * jnp.where(
+        jnp.isfinite(diagnostics["clip"]), diagnostics["clip"], 0.0
+    )
 
 
 def accuracy(model: Any, params: PyTree, X: jax.Array, y: jax.Array) -> jax.Array:

@@ -4,7 +4,21 @@ privacy layer's aggregators and accountants, the engine's cohorts).
 
 Privacy (docs/specs/dp_fedavg.md). The round's aggregator states its own event and the cohort
 wraps it; the run's guarantee is their composition over the rounds (the experiment states no
-event by hand). A round releases the noised sum of clipped updates and, with adaptive
+event by hand). ``--noise`` chooses the aggregator (:data:`NOISE_CHOICES`):
+
+- ``discrete`` (the default): updates rounded to an integer grid, an integer sum, exact discrete
+  Gaussian noise (:class:`~jfed.privacy.DiscreteGaussianSum`): the guarantee holds for the
+  program as it runs. Event ``PoissonSampled(q, DiscreteGaussian(z))`` per round, composed by
+  the discrete RDP accountant (``DiscreteRdp()``, Zhu and Wang's subsampling bound).
+- ``float``: float32 Gaussian noise (:class:`~jfed.privacy.GaussianSum`), certified for the
+  ideal real-valued mechanism; the records say so. Adaptive clipping and uniform cohorts run
+  with it only (their float releases and their sampling without replacement are accounted for
+  the Gaussian alone).
+- ``ddgauss`` / ``skellam``: distributed DP, no trusted server: each client adds its share of
+  the noise and the server sees the secure aggregation's sum modulo ``2^bits`` (zero-out
+  adjacency, at least ``min_clients`` shares a release, discrete RDP).
+
+With float noise a round releases the noised sum of clipped updates and, with adaptive
 clipping, the noised count of unclipped clients: one Gaussian mechanism of multiplier z with
 ``z^-2 = z_delta^-2 + (2 sigma_b)^-2`` (:class:`~jfed.privacy.QuantileAdaptiveGaussianSum`).
 So the run's event is:
@@ -25,7 +39,10 @@ the stated delta is the target, and the record carries ``delta_overflow``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
@@ -55,6 +72,13 @@ from jfed.methods.experiment import (
     non_private_fields,
 )
 from jfed.models import CharLSTM, CifarCNN, DenseClassifier, FemnistCNN, TransformerLM
+from jfed.privacy.discrete_aggregators import largest_grid_norm
+from jfed.privacy.distributed_dp import (
+    DistributedDiscreteGaussianSum,
+    SkellamSum,
+    grid_norm_for_bits,
+    padded_dimension,
+)
 
 EVALUATION_CLIENTS = 500
 """Synthetic: the test set is the records of this many held-out clients, and the training
@@ -90,6 +114,66 @@ COHORT_KINDS = {"poisson": Poisson, "uniform": Uniform}
 
 CLIPPINGS = {"flat": False, "per-layer": True}
 """Whether each ``--clipping`` clips every tensor to ``C / sqrt(L)`` (else the whole update)."""
+
+IDEAL = "ideal real-valued mechanism; floating-point sampling not modelled"
+"""What a float mechanism's record says of its guarantee."""
+SECURE_TRUST = (
+    "no trusted server: secure aggregation (the server sees only the sum modulo 2^bits of the "
+    "clients' rounded updates, each carrying its share of the noise)"
+)
+DISTRIBUTED_NOTION = "distributed (eps, delta)-DP, user-level"
+
+
+@dataclass(frozen=True)
+class NoiseChoice:
+    """What ``--noise NAME`` runs and states.
+
+    Attributes:
+      grid: whether the sum is on an integer grid (discrete events, the discrete RDP
+        accountant); else float Gaussian noise (dp-accounting's Gaussian events).
+      secure: the secure sum's class for distributed DP (each client adds its share; the server
+        sees the sum modulo 2^bits), else ``None`` (a trusted server adds the noise).
+      model: the record's ``mechanism_model``: which arithmetic the guarantee is about.
+      suffix: appended to the notion (what the guarantee does not model), or empty.
+      notion, trust_model: replace the method's where not ``None``.
+    """
+
+    grid: bool
+    secure: type | None
+    model: str
+    suffix: str = ""
+    notion: str | None = None
+    trust_model: str | None = None
+
+
+NOISE_CHOICES = {
+    "discrete": NoiseChoice(
+        True, None, "exact: updates rounded to an integer grid (conditional randomized "
+        "rounding), an integer sum, discrete Gaussian noise sampled exactly in integer arithmetic",
+    ),
+    "float": NoiseChoice(False, None, IDEAL, f" ({IDEAL})"),
+    "ddgauss": NoiseChoice(
+        True, DistributedDiscreteGaussianSum, "exact: updates rotated and rounded to an integer "
+        "grid, each client's discrete Gaussian share sampled exactly, the sum modulo 2^bits",
+        notion=DISTRIBUTED_NOTION, trust_model=SECURE_TRUST,
+    ),
+    "skellam": NoiseChoice(
+        True, SkellamSum, "ideal Skellam shares (jax.random.poisson draws in floating point, not "
+        "modelled); updates rotated and rounded to an integer grid, the sum modulo 2^bits",
+        " (ideal Skellam mechanism; floating-point Poisson sampling not modelled)",
+        DISTRIBUTED_NOTION, SECURE_TRUST,
+    ),
+}  # fmt: skip
+"""Each ``--noise``'s choice (the non-private baseline has none: :data:`NO_NOISE`)."""
+NO_NOISE = NOISE_CHOICES["float"]
+
+DEFAULT_GRID_NORM = 2**12
+"""The central grid's clip norm in grid units where the cohort and the noise allow it
+(:func:`~jfed.privacy.discrete_aggregators.largest_grid_norm`)."""
+
+MIN_CLIENTS_SPREAD = 3.0
+"""``--min-clients`` by default: the expected survivors less this many of their standard
+deviations (a round with fewer survivors is withheld)."""
 
 
 class Population(NamedTuple):
@@ -257,9 +341,28 @@ OUTPUTS = declared_outputs(
         Output("cohort_size", "infos.cohort_size"),
         Output("overflow", "infos.overflow", reduce="sum"),
         Output("mean_update_norm", "infos.mean_update_norm", reduce="mean"),
+        Output("noise_std", "infos.noise_std"),
     ),
     "DPFedAvgExperiment.outputs",
 )
+
+GRID_OUTPUTS = (Output("rounding_fallbacks", "infos.rounding_fallbacks", reduce="sum"),)
+SECURE_OUTPUTS = (
+    Output("survivors", "infos.survivors", reduce="mean"),
+    Output("withheld", "infos.withheld", reduce="sum"),
+    Output("wrapped_coordinates", "infos.wrapped_coordinates", reduce="sum"),
+)
+"""What the grid and secure sums add to the kept arrays (diagnostics outside the guarantee)."""
+
+NOT_PRIVATE_FIELDS = (
+    "clipped_fraction", "clipped_fraction_per_round", "mean_update_norm", "mean_cohort_size",
+    "overflowed_clients", "train_accuracy",
+)  # fmt: skip
+"""A private run's record fields computed from unnoised client data or from who took part (the
+clipped counts, the norms before clipping, the realised cohort sizes, the accuracy on training
+clients): outside the guarantee, listed in every private record's ``not_private_fields``."""
+GRID_NOT_PRIVATE = ("rounding_fallbacks",)
+SECURE_NOT_PRIVATE = ("mean_survivors", "withheld_rounds", "wrapped_coordinates")
 
 
 class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
@@ -277,7 +380,9 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
         self.model = build_model(config, self.data)
         self.n_clients = int(self.population.n_clients)
         self.private = self.method.private
+        self.noise_choice = NOISE_CHOICES[config.noise] if self.private else NO_NOISE
         self.cohort = self._cohort([config])
+        self.grid_norm: int | None = None  # chosen by prepare() for the grid noises
 
     # -- the program
     @property
@@ -303,6 +408,8 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
 
     def prepare(self, configs: list[declared.FederatedTraining]) -> None:
         self.cohort = self._cohort(configs)
+        if self.private and self.noise_choice.grid:
+            self._choose_grid(configs)
 
     @property
     def capacity(self) -> int | None:
@@ -310,11 +417,81 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
         return self.cohort.capacity if isinstance(self.cohort, Poisson) else None
 
     @property
+    def most_clients(self) -> int:
+        """The most records one release sums: the cohort's capacity (or K), plus the canaries."""
+        cohort = self.capacity if self.capacity is not None else self.config.cohort_size
+        return int(cohort) + self.canaries
+
+    # -- the integer grid
+    @property
+    def dimension(self) -> int:
+        """d, the model's parameter count (a client's update's coordinates)."""
+        return int(self.model.parameter_count())
+
+    @property
+    def min_clients(self) -> int:
+        """The shares a secure release needs: ``--min-clients``, else the expected survivors
+        less :data:`MIN_CLIENTS_SPREAD` of their standard deviations (at least 1)."""
+        given = self.config.min_clients
+        if given is not None:
+            return int(given)
+        kept = self.rate * (1.0 - self.config.dropout_rate)
+        mean, spread = self.n_clients * kept, math.sqrt(self.n_clients * kept * (1.0 - kept))
+        return max(1, math.floor(mean - MIN_CLIENTS_SPREAD * spread))
+
+    def _field_grid(self, noise_multiplier: float) -> int:
+        """The secure sum's grid: the finest whose sum of the cohort stays in the field."""
+        dimension = padded_dimension(self.dimension, True)
+        try:
+            return grid_norm_for_bits(self.config.bits, self.most_clients, noise_multiplier,
+                                      dimension)  # fmt: skip
+        except ValueError as error:
+            raise UsageError(f"method {self.name}: --bits {self.config.bits}: {error}") from None
+
+    def _central_grid(self, noise_multiplier: float) -> int:
+        try:
+            return largest_grid_norm(self.dimension, self.most_clients, noise_multiplier,
+                                     most=DEFAULT_GRID_NORM)  # fmt: skip
+        except ValueError as error:
+            raise UsageError(
+                f"method {self.name}: {error}: lower --cohort-size or use --noise float"
+            ) from None
+
+    def _grid_for(self, noise_multiplier: float) -> int:
+        secure = self.noise_choice.secure is not None
+        return (self._field_grid if secure else self._central_grid)(noise_multiplier)
+
+    def _choose_grid(self, configs: list[declared.FederatedTraining]) -> None:
+        """The static grid of a sweep: the finest that every configuration's noise fits (the
+        central grid's event does not depend on it; a secure sum's does, weakly: its noise
+        multiplier is searched again on the grid it picks, until the grid holds)."""
+        self.grid_norm = self._grid_for(1.0)
+        for _ in range(8):
+            largest = max(self._noise_multiplier(c)[0] for c in configs)
+            grid = self._grid_for(largest)
+            if grid >= self.grid_norm:
+                return
+            self.grid_norm = grid
+        raise UsageError(f"method {self.name}: no grid holds the noise of every eps of the sweep")
+
+    def noise(self) -> Any:
+        """The round's noise (:mod:`jfed.algorithms.dp_fedavg`: float, grid or secure)."""
+        choice = self.noise_choice
+        if not choice.grid:
+            return dp_fedavg.FloatNoise()
+        if self.grid_norm is None:
+            self.grid_norm = self._grid_for(1.0)
+        if choice.secure is None:
+            return dp_fedavg.GridNoise(self.dimension, self.grid_norm)
+        return dp_fedavg.SecureNoise(choice.secure, self.dimension, self.min_clients,
+                                     self.config.bits, self.grid_norm)  # fmt: skip
+
+    @property
     def algorithm(self) -> dp_fedavg.DPFedAvg:
         c = self.config
         aggregator = dp_fedavg.aggregator_of(
             self.private, float(c.cohort_size), CLIPPINGS[getattr(c, "clipping", "flat")],
-            getattr(c, "adaptive_clip", False), self.canaries, self.rate,
+            getattr(c, "adaptive_clip", False), self.canaries, self.rate, self.noise(),
         )  # fmt: skip
         return dp_fedavg.DPFedAvg(
             model=self.model, n_max=self.n_max, cohort=self.cohort, aggregator=aggregator,
@@ -328,11 +505,17 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
 
     @property
     def outputs(self):
-        """The kept arrays; an audited run also keeps its canaries' final state."""
-        if not self.canaries:
+        """The kept arrays; the grid and secure sums' diagnostics; an audited run also keeps its
+        canaries' final state."""
+        declared_ = OUTPUTS.declared
+        if self.private and self.noise_choice.grid:
+            declared_ += SECURE_OUTPUTS if self.noise_choice.secure else ()
+            declared_ += GRID_OUTPUTS
+        if self.canaries:
+            declared_ += (Output("canaries", "state.aggregator"),)
+        if declared_ == OUTPUTS.declared:
             return OUTPUTS
-        return declared_outputs((*OUTPUTS.declared, Output("canaries", "state.aggregator")),
-                                type(self).__name__)  # fmt: skip
+        return declared_outputs(declared_, type(self).__name__)
 
     @property
     def n_max(self) -> int:
@@ -352,11 +535,14 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
                 "cohort_size": c.cohort_size, "capacity": capacity}  # fmt: skip
 
     # -- privacy
-    def accountant(self, config: declared.FederatedTraining) -> privacy.Pld | privacy.Rdp:
-        """The accountant that certifies: ``--accountant``, else the cohort's own (PLD for a
-        Poisson cohort, RDP for a uniform one)."""
+    def accountant(self, config: declared.FederatedTraining) -> Any:
+        """The accountant that certifies: ``--accountant``, else the noise's own (the discrete
+        RDP accountant for the grid noises) or the cohort's (PLD for a Poisson cohort, RDP for a
+        uniform one)."""
         name = _private(config).accountant
-        return privacy.accountant_named(name) if name else self.cohort.accountant()
+        if name:
+            return privacy.accountant_named(name)
+        return privacy.DiscreteRdp() if self.noise_choice.grid else self.cohort.accountant()
 
     def hyperparams(
         self, config: declared.FederatedTraining, noise_multiplier: float | None
@@ -372,6 +558,13 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
         if noise_multiplier is None:
             return _hyperparams(privacy.NoParams(), **common)
         config = _private(config)
+        if self.noise_choice.secure is not None:
+            params = privacy.DistributedSumParams(config.update_clip, noise_multiplier,
+                                                  config.dropout_rate)  # fmt: skip
+            return _hyperparams(params, **common)
+        if self.noise_choice.grid:
+            params = privacy.DiscreteGaussianSumParams(config.update_clip, noise_multiplier)
+            return _hyperparams(params, **common)
         if not config.adaptive_clip:
             params = privacy.GaussianSumParams(config.update_clip, noise_multiplier)
             return _hyperparams(params, **common)
@@ -393,22 +586,27 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
         """sigma_b: ``--count-noise``, else K / 20."""
         return config.count_noise or config.cohort_size / 20.0
 
-    def calibrate(self, config: declared.FederatedTraining) -> tuple[dp_fedavg.Hyperparams, dict]:
-        if not self.private:
-            return self.hyperparams(config, None), non_private_fields(self.method)
-        config = _private(config)
-        delta = self.delta_of(config)
-        cohort = self.cohort
-        per_round, extra = 0.0, 0.0
-        if isinstance(cohort, Poisson):
-            per_round = cohort.overflow_probability(self.n_clients)
-            extra = cohort.overflow_delta(config.epsilon, config.rounds, self.n_clients)
+    def _overflow(self, config: declared.DPFedAvg) -> tuple[float, float]:
+        """``(per-round overflow probability, its delta term at the target eps)`` of a Poisson
+        cohort (zeros for a uniform one); refuses a capacity that overflows too often."""
+        cohort, delta = self.cohort, self.delta_of(config)
+        if not isinstance(cohort, Poisson):
+            return 0.0, 0.0
+        per_round = cohort.overflow_probability(self.n_clients)
+        extra = cohort.overflow_delta(config.epsilon, config.rounds, self.n_clients)
         if extra > OVERFLOW_SHARE * delta * 1.0001:
             raise UsageError(
                 f"method {self.name}: the Poisson capacity {self.capacity} overflows too "
                 f"often for eps={config.epsilon} (delta share {extra / delta:.2g}); run the "
                 "configurations of a sweep together so the capacity fits the largest eps"
             )
+        return per_round, extra
+
+    def _noise_multiplier(self, config: declared.FederatedTraining) -> tuple[float, Any]:
+        """``(z, accountant)``: the least z for the run's eps at the delta left by the
+        cohort's overflow term, through the releases of the current program."""
+        config = _private(config)
+        _, extra = self._overflow(config)
         accountant = self.accountant(config)
         # PLD searches at a coarse discretization (1e-3, 10x faster than the 1e-4 that
         # certifies): its bound is an upper bound at any discretization, so the z it finds
@@ -416,28 +614,91 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
         search = privacy.Pld(CALIBRATION_DISCRETIZATION) if isinstance(accountant, privacy.Pld) \
             else accountant  # fmt: skip
         z = self.noise_multiplier_for(
-            config, functools.partial(self.hyperparams, config), config.epsilon, delta - extra,
-            search, CALIBRATION_TOLERANCE,
+            config, functools.partial(self.hyperparams, config), config.epsilon,
+            self.delta_of(config) - extra, search, CALIBRATION_TOLERANCE,
         )  # fmt: skip
+        return z, accountant
+
+    def _aggregator(self) -> Any:
+        """The noise's own sum (without the mean and the canaries around it)."""
+        return self.noise().sum(CLIPPINGS[self.config.clipping])
+
+    def _noise_std(self, hyper: dp_fedavg.Hyperparams) -> float:
+        """The std of the noise on one release's sum (model units), as the device draws it:
+        ``z C`` for float noise (``z_delta C_0`` with adaptive clipping, at the first round),
+        the grid's integer variance scaled back by ``C / L``, a secure sum's least one."""
+        params = hyper.privacy
+        if isinstance(params, privacy.AdaptiveClipParams):
+            return float(params.noise_multiplier) * float(params.initial_clip)
+        if not self.noise_choice.grid:
+            return float(params.noise_multiplier) * float(params.clip_norm)
+        aggregator = self._aggregator()
+        scale = float(params.clip_norm) / aggregator.grid_norm
+        if self.noise_choice.secure is None:
+            bits, quotient, _ = aggregator.noise_parameters(params)
+            return math.sqrt(2.0 ** int(bits) * int(quotient)) * scale
+        share = int(aggregator.share_variance(params))
+        return math.sqrt(share * aggregator.min_clients) * scale
+
+    def _check_noise(self, hyper: dp_fedavg.Hyperparams, config: declared.DPFedAvg) -> None:
+        """A grid noise the sampler cannot draw on this grid is refused, naming the flags."""
+        if not self.noise_choice.grid:
+            return
+        params = jax.tree.map(lambda v: float(np.float32(v)), hyper.privacy)
+        try:
+            self._aggregator().check(params)
+        except ValueError as error:
+            raise UsageError(
+                f"method {self.name}: eps={config.epsilon} with --noise {config.noise}: {error} "
+                "(run the eps of a sweep together so the grid fits the smallest, or use --noise "
+                "float)"
+            ) from None
+
+    def calibrate(self, config: declared.FederatedTraining) -> tuple[dp_fedavg.Hyperparams, dict]:
+        if not self.private:
+            return self.hyperparams(config, None), non_private_fields(self.method)
+        config = _private(config)
+        if self.noise_choice.grid and self.grid_norm is None:
+            self._choose_grid([config])
+        delta = self.delta_of(config)
+        per_round, extra = self._overflow(config)
+        z, accountant = self._noise_multiplier(config)
         hyper = self.hyperparams(config, z)
-        guarantee = self.certify_run(hyper, delta - extra, accountant)
-        stated_extra = 0.0
-        if isinstance(cohort, Poisson):
-            stated_extra = cohort.overflow_delta(guarantee.epsilon, config.rounds, self.n_clients)
+        self._check_noise(hyper, config)
+        guarantee = self._statement(self.certify_run(hyper, delta - extra, accountant))
         update_noise = float(hyper.privacy.noise_multiplier)
         count_noise = float(getattr(hyper.privacy, "count_noise", 0.0))
-        fields = guarantee_fields(guarantee, update_noise * config.update_clip)
+        fields = guarantee_fields(guarantee, self._noise_std(hyper))
+        # the stated delta is the target: the accountant's share plus the overflow term at the
+        # target eps, which bounds the term at the (smaller) certified eps
         fields |= {
-            "delta": guarantee.delta + stated_extra,
+            "delta": delta,
             "delta_accountant": guarantee.delta,
-            "delta_overflow": stated_extra,
+            "delta_overflow": extra,
             "overflow_probability_per_round": per_round,
             "noise_multiplier": self.ran_multiplier(hyper),
             "update_noise_multiplier": update_noise,
             "count_noise_std": count_noise,
-            "sampling_rate": self.rate if isinstance(cohort, Poisson) else None,
+            "sampling_rate": self.rate if isinstance(self.cohort, Poisson) else None,
+            "mechanism_model": self.noise_choice.model,
         }
+        if self.noise_choice.grid:
+            aggregator = self._aggregator()
+            fields |= {"grid_norm": aggregator.grid_norm,
+                       "noise_inflation": math.sqrt(aggregator.squared_bound)
+                       / aggregator.grid_norm}  # fmt: skip
+        if self.noise_choice.secure is not None:
+            fields["min_clients"] = self.min_clients
         return hyper, fields
+
+    def _statement(self, guarantee: privacy.PrivacyGuarantee) -> privacy.PrivacyGuarantee:
+        """The guarantee as the noise states it: its notion (distributed DP for the secure sums),
+        what it does not model (float sampling) and its trust model."""
+        choice = self.noise_choice
+        adjacency = guarantee.adjacency or privacy.Adjacency.ADD_OR_REMOVE
+        notion = adjacency.states(choice.notion or self.method.notion) + choice.suffix
+        trust_model = choice.trust_model or guarantee.trust_model
+        return dataclasses.replace(guarantee, notion=notion, trust_model=trust_model)
 
     # -- evaluation
     def evaluate(self, outputs: dict, config: declared.FederatedTraining) -> dict:
@@ -446,17 +707,30 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
 
         test_accuracy = accuracy(self.data.test)
         clipped = np.asarray(outputs["clipped_fraction"], np.float64)
-        return {
+        metrics = {
             "test_accuracy": test_accuracy,
             "test_error": 1.0 - test_accuracy,
             "train_accuracy": accuracy(self.data.train_sample),
             "clipped_fraction": float(clipped.mean()) if self.private else 0.0,
             "clipped_fraction_per_round": clipped.tolist() if self.private else [],
             "clip_per_round": np.asarray(outputs["clip"], np.float64).tolist(),
+            "noise_std_per_round": np.asarray(outputs["noise_std"], np.float64).tolist(),
             "mean_cohort_size": float(np.mean(outputs["cohort_size"])),
             "overflowed_clients": int(outputs["overflow"]),
             "mean_update_norm": float(outputs["mean_update_norm"]),
-        } | self.audit_fields(outputs, config)
+        }
+        not_private = list(NOT_PRIVATE_FIELDS)
+        if self.private and self.noise_choice.grid:
+            metrics["rounding_fallbacks"] = int(outputs["rounding_fallbacks"])
+            not_private += GRID_NOT_PRIVATE
+        if self.private and self.noise_choice.secure is not None:
+            metrics |= {"mean_survivors": float(outputs["survivors"]),
+                        "withheld_rounds": int(outputs["withheld"]),
+                        "wrapped_coordinates": int(outputs["wrapped_coordinates"])}  # fmt: skip
+            not_private += SECURE_NOT_PRIVATE
+        if self.private:
+            metrics["not_private_fields"] = not_private
+        return metrics | self.audit_fields(outputs, config)
 
     def audit_fields(self, outputs: dict, config: declared.FederatedTraining) -> dict:
         """The audit of an audited run: the one-run lower bound at the run's delta from its

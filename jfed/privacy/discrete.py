@@ -493,14 +493,18 @@ def discrete_laplace_parameters(least_scale: float, scale_bits: int = 20) -> tup
     return scale_bits, max(1, math.floor(2.0**scale_bits / least_scale))
 
 
-def variance_at_least(noise_multiplier: jax.Array, squared_sensitivity: int) -> jax.Array:
-    """``u32[]``: an integer ``v >= z^2 Delta^2`` for the float ``z`` (``f32[]``, traced) and an
-    integer ``Delta^2``: computed in float32 with a relative margin of 2^-16 (larger than the
-    rounding of the three float operations, and of a float64 z rounded to float32), then
-    rounded up. Values at or past 2^31 come back as 2^31 (:func:`variance_in_range` is False).
-    """
+def variance_at_least(
+    noise_multiplier: jax.Array, squared_sensitivity: int, shares: int = 1
+) -> jax.Array:
+    """``u32[]``: an integer ``v >= z^2 Delta^2 / shares`` for the float ``z`` (``f32[]``,
+    traced), an integer ``Delta^2`` and ``shares`` (each of ``shares`` noise shares carries
+    ``v``, so together at least ``z^2 Delta^2``): computed in float32 with a relative margin of
+    2^-16 (larger than the rounding of the four float operations, and of a float64 z rounded to
+    float32), then rounded up. Values at or past 2^31 come back as 2^31
+    (:func:`variance_in_range` is False)."""
     z = jnp.asarray(noise_multiplier, jnp.float32)
     product = z * z * np.float32(squared_sensitivity) * np.float32(1.0 + 2.0**-16)
+    product = product / np.float32(shares)
     product = jnp.minimum(jnp.ceil(product), np.float32(2.0**31))
     return product.astype(U32)
 

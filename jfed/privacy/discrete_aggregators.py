@@ -297,9 +297,10 @@ def l1_bound(squared_bound: int, dimension: int) -> float:
 
 
 def check_variance(noise_multiplier: float, squared_bound: int, shares: int, grid_norm: int):
-    """Host: ``ValueError`` naming the parameters unless the variance the device computes
-    (at most ``z^2 B (1 + 2^-16) + 1``, shared by ``shares``) stays in the sampler's range."""
-    most = (noise_multiplier**2 * squared_bound * (1 + 2.0**-16) + 1) / shares + 1
+    """Host: ``ValueError`` naming the parameters unless the variance the device computes for
+    one of ``shares`` shares (at most ``z^2 B (1 + 2^-16) / shares + 1``) stays in the sampler's
+    range."""
+    most = noise_multiplier**2 * squared_bound * (1 + 2.0**-15) / shares + 1
     if most >= discrete.SIGMA_SQUARED_LIMIT - 2**16:
         raise ValueError(
             f"noise_multiplier={noise_multiplier:g} on a grid of grid_norm={grid_norm} needs a "
@@ -322,10 +323,14 @@ def largest_grid_norm(
     grid_norm = int(most)
     while grid_norm >= 1:
         bound = discrete.rounded_squared_norm_bound(grid_norm, dimension, beta)
-        variance = noise_multiplier**2 * bound * (1 + 2.0**-16) + 2
+        variance = noise_multiplier**2 * bound * (1 + 2.0**-15) + 1
         sigma = math.sqrt(variance + math.sqrt(2.0 * variance) + 1)  # 2^k m < v + t
-        fits_sampler = variance < discrete.SIGMA_SQUARED_LIMIT - 2**16
-        if fits_sampler and clients * math.sqrt(bound) + 40.0 * sigma < 2.0**31:
+        try:
+            check_variance(noise_multiplier, bound, 1, grid_norm)
+        except ValueError:
+            grid_norm //= 2
+            continue
+        if clients * math.sqrt(bound) + 40.0 * sigma < 2.0**31:
             return grid_norm
         grid_norm //= 2
     raise ValueError(

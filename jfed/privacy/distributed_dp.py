@@ -195,19 +195,20 @@ class _SecureSum:
         return np.uint32(2**self.bits - 1)
 
     def share_variance(self, params: DistributedSumParams) -> jax.Array:
-        """``u32[]``: a share's least variance, ``ceil(v / min_clients)`` for an integer ``v >=
-        z^2 B``, so ``min_clients`` shares carry at least ``z^2 B``; 1 where :meth:`in_range`
-        is False (the release is then withheld)."""
-        least = discrete.variance_at_least(params.noise_multiplier, self.squared_bound)
-        share = (least + np.uint32(self.min_clients - 1)) // np.uint32(self.min_clients)
-        return jnp.where(self.in_range(params), share, np.uint32(1))
+        """``u32[]``: a share's least variance, an integer ``>= z^2 B / min_clients``, so
+        ``min_clients`` shares carry at least ``z^2 B``; 1 where :meth:`in_range` is False (the
+        release is then withheld)."""
+        share = self._share_variance(params)
+        return jnp.where(discrete.variance_in_range(share), share, np.uint32(1))
+
+    def _share_variance(self, params: DistributedSumParams) -> jax.Array:
+        return discrete.variance_at_least(params.noise_multiplier, self.squared_bound,
+                                          self.min_clients)  # fmt: skip
 
     def in_range(self, params: DistributedSumParams) -> jax.Array:
-        """``bool[]``: whether the noise of ``params`` is what the event states: ``z^2 B`` below
-        the float-to-integer cap and a share's variance in the sampler's range."""
-        least = discrete.variance_at_least(params.noise_multiplier, self.squared_bound)
-        share = (least + np.uint32(self.min_clients - 1)) // np.uint32(self.min_clients)
-        return (least < np.uint32(2**31)) & discrete.variance_in_range(share)
+        """``bool[]``: whether a share's variance is in the sampler's range (else the noise
+        would not be what the event states, and the release is withheld)."""
+        return discrete.variance_in_range(self._share_variance(params))
 
     def _share(self, key: jax.Array, params: DistributedSumParams, size: int) -> jax.Array:
         raise NotImplementedError
@@ -340,7 +341,11 @@ class SkellamSum(_SecureSum):
 
     def _share(self, key: jax.Array, params: DistributedSumParams, size: int) -> jax.Array:
         rate = self.share_variance(params).astype(jnp.float32) / 2.0
-        positive, negative = jax.random.split(key)
+        # jax.random.poisson draws from threefry keys only: one is made from the key's own bits
+        # (whatever implementation the engine's client keys use)
+        threefry = jax.random.wrap_key_data(jax.random.bits(key, (2,), jnp.uint32),
+                                            impl="threefry2x32")  # fmt: skip
+        positive, negative = jax.random.split(threefry)
         draw = jax.random.poisson
         return draw(positive, rate, (size,), jnp.int32) - draw(negative, rate, (size,), jnp.int32)
 

@@ -20,7 +20,7 @@ from jfed.methods.cost import (
     CostPlan,
     pld_calibration_cost,
 )
-from jfed.methods.declared.common import CLIENTS, batch, data_seed
+from jfed.methods.declared.common import CLIENTS, MODEL, SPLIT, batch, data_seed
 from jfed.methods.fields import (
     EPSILON,
     MAX_ROUNDS,
@@ -87,14 +87,11 @@ class FederatedTraining(Config):
         group="data",
     )  # fmt: skip
     split: str | None = param(
-        None, "how the pooled records become clients: iid, dirichlet (label skew, --dirichlet) "
-        "or natural (femnist: by writer)", kind=str, choices=catalog.SPLITS,
+        None, SPLIT, kind=str, choices=catalog.SPLITS,
         default_text="iid for cifar, natural for femnist", requires=FILES_ONLY, group="data",
     )  # fmt: skip
     model: str | None = param(
-        None, "the model trained: logistic, mlp (--hidden units), char-lstm (McMahan et al. "
-        "2017), femnist-cnn (LEAF), cifar-cnn (pfl-research), transformer-lm", kind=str,
-        choices=catalog.FEDERATED_MODELS,
+        None, MODEL, kind=str, choices=catalog.FEDERATED_MODELS,
         default_text="the data set's: logistic (or mlp with --hidden), char-lstm for "
         "shakespeare, cifar-cnn for cifar, femnist-cnn for femnist",
     )  # fmt: skip
@@ -185,10 +182,22 @@ class FedAvgSampled(FederatedTraining):
     """Non-private FedAvg with a cohort per round: the plain mean of the cohort's updates."""
 
 
+NOISES = ("discrete", "float", "ddgauss", "skellam")
+"""``--noise``: discrete (the default: exact discrete Gaussian on an integer grid, added by the
+server), float (float32 Gaussian: the ideal real-valued mechanism, floating-point sampling not
+modelled), ddgauss and skellam (distributed DP: each client's share of the noise, secure
+aggregation modulo 2^bits, no trusted server)."""
+DISTRIBUTED_NOISES = ("ddgauss", "skellam")
+DP_FEDAVG_ACCOUNTANTS = (*catalog.COHORT_ACCOUNTANTS, "discrete-rdp")
+DISTRIBUTED_ONLY = (lambda c: c.noise in DISTRIBUTED_NOISES,
+                    "only with --noise ddgauss or skellam")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class DPFedAvg(FederatedTraining):
-    """DP-FedAvg: clipped updates, Gaussian noise on the sum, the fixed-denominator average,
-    optional adaptive clipping; user-level (eps, delta) from the cohort's sampling."""
+    """DP-FedAvg: clipped updates, noise on the sum (exact discrete Gaussian on an integer grid by
+    default), the fixed-denominator average, optional adaptive clipping; user-level (eps, delta)
+    from the cohort's sampling."""
 
     epsilon: float = param(2.0, "target user-level eps of the whole run", range=EPSILON,
                            group="privacy")  # fmt: skip
@@ -201,10 +210,36 @@ class DPFedAvg(FederatedTraining):
         group="privacy",
     )
     accountant: str | None = param(
-        None, "accountant that calibrates the noise (pld: Poisson cohorts, add-or-remove; rdp: "
-        "either cohort, and the only one for uniform cohorts, replace-one)", kind=str,
-        choices=catalog.COHORT_ACCOUNTANTS,
-        default_text="pld for poisson, rdp for uniform", group="privacy",
+        None, "accountant that calibrates the noise (pld: float noise on Poisson cohorts, "
+        "add-or-remove; rdp: float noise on either cohort, and the only one for uniform cohorts, "
+        "replace-one; discrete-rdp: the integer-grid noises)", kind=str,
+        choices=DP_FEDAVG_ACCOUNTANTS,
+        default_text="discrete-rdp for the grid noises, pld for float on poisson, rdp for "
+        "uniform", group="privacy",
+    )  # fmt: skip
+    noise: str = param(
+        "discrete", "the noise on the sum: discrete (exact discrete Gaussian on an integer grid, "
+        "added by a trusted server), float (float32 Gaussian: the ideal real-valued mechanism, "
+        "floating-point sampling not modelled), ddgauss or skellam (distributed DP: each client "
+        "adds its share, the server sees only the secure aggregation's sum modulo 2^bits)",
+        choices=NOISES, group="privacy",
+    )  # fmt: skip
+    bits: int = param(
+        20, "secure aggregation's field: each coordinate of the sum modulo 2^bits (the grid is "
+        "the finest that keeps the cohort's sum inside it at 4 standard deviations)",
+        unit="bits per coordinate", range=integers(4, 32), requires=DISTRIBUTED_ONLY,
+        group="privacy",
+    )  # fmt: skip
+    min_clients: int | None = param(
+        None, "secure aggregation: the least number of surviving clients whose noise shares a "
+        "release sums (each adds 1 / min_clients of the noise; a round with fewer is withheld)",
+        kind=int, unit="clients", range=integers(1, 2**31 - 1), requires=DISTRIBUTED_ONLY,
+        default_text="the expected survivors less 3 of their standard deviations", group="privacy",
+    )  # fmt: skip
+    dropout_rate: float = param(
+        0.0, "secure aggregation: probability that a sampled client drops out (sends nothing, "
+        "neither its update nor its noise share)", range=Range(0.0, 1.0, open_high=True),
+        requires=DISTRIBUTED_ONLY, group="privacy",
     )  # fmt: skip
     update_clip: float = param(1.0, "clip norm C of a client's update (adaptive: C_0)",
                         unit="update norm", range=POSITIVE, tunable=True)  # fmt: skip
@@ -238,6 +273,27 @@ class DPFedAvg(FederatedTraining):
                 "--cohort uniform is accounted with --accountant rdp (replace-one adjacency: "
                 "dp-accounting's PLD has no sampling without replacement); got --accountant pld"
             )
+        float_noise = self.noise == "float"
+        if float_noise and self.accountant == "discrete-rdp":
+            raise UsageError("--accountant discrete-rdp composes the integer-grid noises; with "
+                             "--noise float use pld or rdp")  # fmt: skip
+        if not float_noise and self.accountant in catalog.COHORT_ACCOUNTANTS:
+            raise UsageError(f"--noise {self.noise} is accounted with --accountant discrete-rdp "
+                             f"(its discrete events), not {self.accountant}")  # fmt: skip
+        if not float_noise and self.adaptive_clip:
+            raise UsageError(f"--adaptive-clip releases a float Gaussian count beside the sum: "
+                             f"use it with --noise float, not --noise {self.noise}")  # fmt: skip
+        if not float_noise and self.cohort == "uniform":
+            raise UsageError(f"--cohort uniform (sampling without replacement) is accounted for "
+                             f"float Gaussian noise only: use --noise float, or --cohort poisson "
+                             f"with --noise {self.noise}")  # fmt: skip
+        distributed = self.noise in DISTRIBUTED_NOISES
+        if distributed and self.clipping != "flat":
+            raise UsageError(f"--noise {self.noise} rotates and rounds the whole update: use "
+                             "--clipping flat")  # fmt: skip
+        if distributed and self.audit_canaries:
+            raise UsageError(f"--audit-canaries audits a trusted server's sum: use --noise "
+                             f"discrete or float, not --noise {self.noise}")  # fmt: skip
         return super().check()
 
 
@@ -294,8 +350,8 @@ def federated_cost(config: FederatedTraining, plan: CostPlan) -> Cost:
                                                    "local_epochs", "hidden"))  # fmt: skip
     accountant = getattr(config, "accountant", None)
     accountant = accountant or ("pld" if config.cohort == "poisson" else "rdp")
-    if not isinstance(config, DPFedAvg) or accountant != "pld":
-        return cost
+    if not isinstance(config, DPFedAvg) or accountant != "pld" or config.noise != "float":
+        return cost  # the grid noises' RDP accountant costs seconds, not a PLD grid
     delta = config.delta if config.delta is not None else clients**-1.1
     rate = min(1.0, config.cohort_size / clients)
     steps = config.rounds * (2 if config.adaptive_clip else 1)
