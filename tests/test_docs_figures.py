@@ -23,6 +23,7 @@ SOURCES = {
     "docs/papers/estimation.md": ["sims/reference/estimation_rates_*",
                                   "sims/reference/estimation_bias*"],
     "docs/papers/last_iterate.md": ["sims/reference/last_iterate_figure2*"],
+    "docs/papers/dp_ftrl.md": ["sims/reference/dp_ftrl_study*"],
     "docs/guide/dp_fedavg.md": ["sims/reference/dp_fedavg_population*", "bench/results/*"],
     "docs/concepts/engine.md": ["bench/results/*"],
     "docs/guide/own_algorithm.md": ["bench/results/*"],
