@@ -40,7 +40,10 @@ def run_block(block: Block, folder, execute: bool = True) -> None:
     if block.language == "python":
         namespace = {"__name__": "__docs__"}
         try:
-            exec(compile(block.code, block.name, "exec"), namespace)
+            # dont_inherit: a block runs as a user's file does, not under this module's
+            # `from __future__ import annotations` (string annotations break a block's
+            # dataclasses, whose module is not imported)
+            exec(compile(block.code, block.name, "exec", dont_inherit=True), namespace)
         except Exception as error:  # the block's own failure, reported with its place
             raise AssertionError(f"{block.name}: {type(error).__name__}: {error}") from error
         return
