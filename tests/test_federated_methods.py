@@ -175,7 +175,7 @@ def test_blt_and_independent_noise_certify_the_brute_force_sensitivity(monkeypat
         blt_coefficients = np.asarray(reference.toeplitz_coefs(12), np.float64)
     cases = [
         (declared.BltDPFTRL(**FTRL), blt_coefficients),
-        (declared.DPFTRL(**FTRL, noise="independent"), np.eye(12)[0]),
+        (declared.DPFTRL(**FTRL, noise_strategy="independent"), np.eye(12)[0]),
     ]
     for config, coefficients in cases:
         _, _, fields = _certified(config)

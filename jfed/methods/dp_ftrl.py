@@ -10,9 +10,9 @@ Privacy: the whole run is one Gaussian mechanism ``GaussianDpEvent(z)`` (user-le
 add-or-remove, every participation of a client, no amplification by sampling), certified from
 the aggregator's run event by the ledger; each fresh draw has std ``z C sens``, ``sens`` the
 strategy's sensitivity under the pattern. A record states the sensitivity and the noise each
-round adds to the released mean (``noise_std_per_round``: the std of a coordinate of a round's
-noise increment on the mean, averaged over the rounds; ``prefix_noise_std_final``: the std of
-the noise on the running sum of the releases after the last round).
+round adds to the released mean (``mean_increment_noise_std``: the std of a coordinate of a
+round's noise increment on the mean, averaged over the rounds; ``prefix_noise_std_final``: the
+std of the noise on the running sum of the releases after the last round).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def optimized_blt(participation: Participation, buffers: int) -> BltNoise:
 
 
 NOISES = {"tree": _tree, "independent": _independent}
-"""Each ``--noise``'s strategy from ``(config, schedule, participation)``; BLT-DP-FTRL's is
+"""Each ``--noise-strategy``'s strategy from ``(config, schedule, participation)``; BLT-DP-FTRL's is
 :func:`optimized_blt`."""
 
 
@@ -104,7 +104,7 @@ class FtrlExperiment(FederatedExperiment):
     @property
     def noise(self) -> Any:
         c = self.config
-        build = NOISES[c.noise] if hasattr(c, "noise") else _blt
+        build = NOISES[c.noise_strategy] if hasattr(c, "noise_strategy") else _blt
         return build(c, self.cohort, self.participation)
 
     @property
@@ -140,11 +140,11 @@ class FtrlExperiment(FederatedExperiment):
         pattern = self.participation
         fields |= {
             "sigma": float(aggregator.noise_std(params)),
-            "noise": aggregator.noise.name,
+            "noise_strategy": aggregator.noise.name,
             "sensitivity": aggregator.sensitivity,
             "participations": pattern.participations,
             "min_separation": pattern.min_separation,
-            "noise_std_per_round": float(np.mean(increments)),
+            "mean_increment_noise_std": float(np.mean(increments)),
             "prefix_noise_std_final": float(prefix[-1]),
         }
         return hyper, fields

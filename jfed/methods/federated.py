@@ -108,8 +108,7 @@ class FederatedExperiment(Experiment[FederatedTraining]):
         c = self.config
         capacity = getattr(self.cohort, "capacity", None)
         capacity = capacity(self.n_clients) if callable(capacity) else capacity or c.cohort_size
-        kind = getattr(c, "schedule", c.cohort)
-        return {"dataset": c.dataset_label, "n_clients": self.n_clients, "cohort": kind,
+        return {"dataset": c.dataset_label, "n_clients": self.n_clients, "cohort": c.cohort,
                 "cohort_size": c.cohort_size, "capacity": capacity}  # fmt: skip
 
     # -- privacy

@@ -52,7 +52,7 @@ def _refused(name: str, phrase: str) -> Any:
 
 
 def _tree(config) -> bool:
-    return config.noise in TREE_NOISE
+    return config.noise_strategy in TREE_NOISE
 
 
 @dataclass(frozen=True)
@@ -94,19 +94,19 @@ class DPFTRL(FtrlTraining):
     """DP-FTRL: tree aggregation with restarts and Honaker's estimator (or independent noise,
     DP-FedAvg under the schedule without amplification)."""
 
-    noise: str = param(
-        "tree", "the noise: tree (tree aggregation, Kairouz et al.) or independent (fresh noise "
-        "every round, accounted for the schedule's participations: DP-FedAvg without "
-        "amplification)", choices=FTRL_NOISES,
+    noise_strategy: str = param(
+        "tree", "how the noise is correlated across rounds: tree (tree aggregation, Kairouz et "
+        "al.) or independent (fresh noise every round, accounted for the schedule's "
+        "participations: DP-FedAvg without amplification)", choices=FTRL_NOISES,
     )  # fmt: skip
     tree_restart: int | None = param(
         None, "tree: rounds per tree (a restart after each)", kind=int, unit="rounds",
         range=integers(1, 2**30), default_text="the schedule's period (one tree per pass)",
-        requires=(_tree, "only with --noise tree"),
+        requires=(_tree, "only with --noise-strategy tree"),
     )  # fmt: skip
     honaker: bool = param(
         True, "tree: Honaker's estimator (every node drawn, combined by inverse variance)",
-        requires=(_tree, "only with --noise tree"),
+        requires=(_tree, "only with --noise-strategy tree"),
     )  # fmt: skip
 
 
