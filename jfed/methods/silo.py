@@ -72,6 +72,11 @@ class SiloExperiment(Experiment):
         self.records = tuple(int(n) for n in self.counts)
         self.loss = Loss(self.task.loss, self.task.classes)
         self.sampling = SAMPLINGS[self.choose_sampling(config)]
+        if self.sampling.disjoint_rounds and config.rounds * config.batch > self.counts.min():
+            raise UsageError(
+                f"expected rounds * batch <= the smallest silo ({self.counts.min()} records) for "
+                f"the one-pass algorithm, got {config.rounds} * {config.batch}"
+            )
         self.availability = silo_sgd.AVAILABILITIES[config.availability]
         self.report_metric = "relative_rmse" if self.loss.regression else "test_error"
         self._noise: dict = {}
@@ -297,8 +302,6 @@ class CalibratedExperiment(SiloExperiment):
     """A silo method whose noise is calibrated exactly (dp-accounting's PLD over the events of
     its Poisson-sampled steps) or by the paper's formulas (sampling with replacement)."""
 
-    EXACT_ACCOUNTANT = "pld-poisson-replace-one"
-
     def calibration(self, config) -> silo_privacy.Calibration:
         return silo_privacy.CALIBRATIONS[config.calibration]
 
@@ -364,7 +367,8 @@ class CalibratedExperiment(SiloExperiment):
         else:
             noises = np.array([[self.formula_noise(calibration, int(n), config, e, delta)
                                 for n in self.counts] for e in epsilons])  # fmt: skip
-        label = self.EXACT_ACCOUNTANT if calibration.certifies else self.formula_label(calibration)
+        label = (f"pld-{self.sampling.name}-replace-one" if calibration.certifies
+                 else self.formula_label(calibration))  # fmt: skip
         calibrated = []
         for noise in noises:
             hyper = self.hyperparams(config, noise)
@@ -405,11 +409,6 @@ class AcceleratedExperiment(CalibratedExperiment):
         if not self.sampling.disjoint_rounds:
             return super().calibrate_many(config, epsilons, delta)
         batch = config.batch
-        if config.rounds * batch > self.counts.min():
-            raise UsageError(
-                f"expected rounds * batch <= the smallest silo ({self.counts.min()} records) for "
-                f"the one-pass algorithm, got {config.rounds} * {batch}"
-            )
         calibration = self.calibration(config)
         calibrated = []
         for epsilon in epsilons:
