@@ -243,7 +243,10 @@ def test_independent_releases_under_a_schedule_compose_over_participations():
     ledger = trace_releases(TwoReleases(CyclicGroups(5)), POPULATION, hyper)
     event = ledger.event(hyper, rounds=20)
     assert event == dp_accounting.SelfComposedDpEvent(
-        dp_accounting.GaussianDpEvent(pytest.approx(1.2, rel=1e-6)), 4
+        dp_accounting.ComposedDpEvent(
+            [dp_accounting.GaussianDpEvent(1.5), dp_accounting.GaussianDpEvent(2.0)]
+        ),
+        4,
     )
 
 

@@ -266,10 +266,14 @@ class Ledger:
                 "are nested, not independent samples, and no accountant here composes them"
             )
         for (cohort, n_clients), events in sampled.items():
-            per_round.append(cohort.sampled_event(_together(events), n_clients))
+            if isinstance(cohort, All):  # nothing sampled: each release is its own event
+                per_round += events
+            else:
+                per_round.append(cohort.sampled_event(_together(events), n_clients))
         for schedule, events in scheduled.items():
             pattern = schedule.participation(int(rounds))
-            run_level.append(pattern.independent_releases_event(_together(events)))
+            one = events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
+            run_level.append(pattern.independent_releases_event(one))
         parts = []
         if per_round:
             one = per_round[0] if len(per_round) == 1 else dp_accounting.ComposedDpEvent(per_round)
