@@ -424,3 +424,65 @@ def test_shakespeare_trains_the_char_lstm_by_default():
     assert built.model.name == "char-lstm" and built.model.vocabulary == 83
     assert built.n_clients > 1000  # the plays' speaking roles
     assert built.algorithm.n_max == config.records  # a role trains on its first lines
+
+
+# Every field of a private DP-FedAvg record, classified. A field in none of the three sets fails
+# the test below: a new field must say whether the guarantee covers it.
+INSIDE = {
+    # post-processing of the noised releases (the model, its accuracy on held-out clients that
+    # are not in the protected population, an adaptive clip norm moved by the noised count)
+    "test_accuracy", "test_error", "clip_per_round",
+}  # fmt: skip
+PUBLIC = {
+    # the guarantee's own statement and the noise it calibrated (functions of the settings)
+    "epsilon_certified", "delta", "delta_accountant", "delta_overflow", "accountant", "notion",
+    "protected", "trust_model", "adjacency", "sigma", "noise_multiplier",
+    "update_noise_multiplier", "count_noise_std", "sampling_rate", "mechanism_model",
+    "overflow_probability_per_round", "grid_norm", "noise_inflation", "min_clients",
+    "noise_std_per_round", "not_private_fields", "delta_sampler",
+    # the method, its selection rule, the population's public size and the static program
+    "method", "algorithm", "paper", "report_metric", "selection_metric", "selection_maximize",
+    "n_clients", "capacity", "plan", "slice", "slice_size", "shared_noise", "device",
+    "compile_seconds",
+    # provenance
+    "timestamp", "git_commit", "jfed_version", "versions", "config_key", "schema_version",
+}  # fmt: skip
+OUTSIDE = {
+    "clipped_fraction", "clipped_fraction_per_round", "mean_update_norm", "mean_cohort_size",
+    "overflowed_clients", "train_accuracy", "run_seconds", "rounding_fallbacks",
+    "mean_survivors", "withheld_rounds", "wrapped_coordinates",
+}  # fmt: skip
+
+
+def _classify(record: dict, config) -> None:
+    configuration = {field.name for field in dataclasses.fields(config)}
+    unclassified = sorted(set(record) - INSIDE - PUBLIC - OUTSIDE - configuration)
+    assert not unclassified, f"unclassified record fields: {unclassified}"
+    labelled = set(record["not_private_fields"])
+    assert OUTSIDE & set(record) <= labelled <= OUTSIDE, (OUTSIDE & set(record)) ^ labelled
+
+
+def test_every_field_of_a_record_is_inside_public_or_labelled_outside():
+    """A private record (the default grid noise) holds only fields classified here: inside the
+    guarantee, a public setting, or outside it and listed in its own ``not_private_fields``
+    (the clip counts, the norms before clipping, the realised cohort sizes, the training
+    accuracy, the grid's rounding fallbacks, the wall-clock time). Negative control: a field
+    the classification does not know fails it."""
+    config = declared.DPFedAvg(**small(rounds=2), epsilon=3.0, delta=1e-4)
+    record = jfed.run(config)
+    _classify(record, config)
+    assert {"mean_update_norm", "train_accuracy", "clipped_fraction"} <= set(
+        record["not_private_fields"]
+    )
+    with pytest.raises(AssertionError, match="unclassified record fields: \\['leaky'\\]"):
+        _classify({**record, "leaky": 1.0}, config)
+    with pytest.raises(AssertionError):
+        _classify({**record, "not_private_fields": ["clipped_fraction"]}, config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("changes", [dict(noise="ddgauss", dropout_rate=0.1),
+                                     dict(noise="float", adaptive_clip=True)])  # fmt: skip
+def test_every_field_of_other_noises_records_is_classified(changes):
+    config = declared.DPFedAvg(**small(rounds=2), epsilon=3.0, delta=1e-4, **changes)
+    _classify(jfed.run(config), config)

@@ -356,11 +356,12 @@ SECURE_OUTPUTS = (
 
 NOT_PRIVATE_FIELDS = (
     "clipped_fraction", "clipped_fraction_per_round", "mean_update_norm", "mean_cohort_size",
-    "overflowed_clients", "train_accuracy",
+    "overflowed_clients", "train_accuracy", "run_seconds",
 )  # fmt: skip
 """A private run's record fields computed from unnoised client data or from who took part (the
 clipped counts, the norms before clipping, the realised cohort sizes, the accuracy on training
-clients): outside the guarantee, listed in every private record's ``not_private_fields``."""
+clients) or a side channel no guarantee here models (the run's wall-clock time): outside the
+guarantee, listed in every private record's ``not_private_fields``."""
 GRID_NOT_PRIVATE = ("rounding_fallbacks",)
 SECURE_NOT_PRIVATE = ("mean_survivors", "withheld_rounds", "wrapped_coordinates")
 
