@@ -5,7 +5,6 @@ statements in the record."""
 import dataclasses
 import json
 import math
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -151,16 +150,14 @@ def test_private_round_reports_the_two_point_draws_of_each_clients_privacy_strea
         lambda x, y, k: algorithm.local_training(start, x, y, hp.learning_rate, k)
     ))(task.train.features[:, :m], task.train.targets[:, :m], keys)  # fmt: skip
 
-    @partial(jax.jit, static_argnums=0)
-    def mean_reports(privacy_stream: bool):
-        def report(k, w):
-            k = jax.random.fold_in(k, PRIVACY_STREAM) if privacy_stream else k
-            return two_point.perturb(k, w, 0.0, 0.2, hp.epsilon)
+    @jax.jit
+    def mean_reports(report_keys):
+        report = lambda k, w: two_point.perturb(k, w, 0.0, 0.2, hp.epsilon)  # noqa: E731
+        return jax.vmap(report)(report_keys, trained).mean(0)
 
-        return jax.vmap(report)(keys, trained).mean(0)
-
-    np.testing.assert_allclose(state.weights, mean_reports(True), atol=1e-5, rtol=1e-5)
-    assert not np.allclose(state.weights, mean_reports(False), atol=1e-5, rtol=1e-5)
+    privacy_streams = jax.vmap(lambda k: jax.random.fold_in(k, PRIVACY_STREAM))(keys)
+    np.testing.assert_allclose(state.weights, mean_reports(privacy_streams), atol=1e-5, rtol=1e-5)
+    assert not np.allclose(state.weights, mean_reports(keys), atol=1e-5, rtol=1e-5)
     outside = np.mean(np.abs(np.asarray(trained)) > 0.2)
     assert float(infos.clipped_fraction[0]) == pytest.approx(outside, abs=1e-6)
 
