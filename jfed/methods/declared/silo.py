@@ -49,6 +49,13 @@ EXPERIMENTS = "jfed.methods.silo:"
 MINIBATCH = "how a silo draws its minibatch"
 
 
+def counted_availability(availability: str) -> bool:
+    """Whether the availability ``availability`` names takes ``--available`` (M silos)."""
+    from jfed.algorithms.silo_sgd import AVAILABILITIES
+
+    return AVAILABILITIES[availability].counted
+
+
 @dataclass(frozen=True)
 class SiloData(Config):
     """Data silos: each silo holds many records of many people."""
@@ -88,7 +95,8 @@ class SiloTraining(SiloData):
     available: int | None = param(
         None, "silos taking part per round M (fixed) or expected (bernoulli)", kind=int,
         unit="silos", range=integers(0, 10**6), default_text="all",
-        requires=(lambda c: c.availability != "all", "only with --availability fixed or bernoulli"),
+        requires=(lambda c: counted_availability(c.availability),
+                  "only with --availability fixed or bernoulli"),
     )  # fmt: skip
     average_last: int = param(0, "average the last this many iterates (0: all)", unit="rounds",
                               range=integers(0, MAX_ROUNDS))  # fmt: skip
