@@ -26,7 +26,7 @@ from jfed.algorithms.dp_fedavg import (
 from jfed.data import SyntheticFederated
 from jfed.engine import Clients, ExecutionPlan, Uniform, simulate
 from jfed.methods import build_experiment, declared
-from jfed.methods.dp_fedavg import OVERFLOW_SHARE
+from jfed.methods.dp_fedavg import OVERFLOW_SHARE, SAMPLER_SHARE
 from jfed.models import DenseClassifier
 
 N, RECORDS = 300, 16
@@ -248,9 +248,12 @@ def test_guarantee_equals_dp_accounting_and_calibration_round_trips(cohort):
         rdp.compose(dp_accounting.PoissonSampledDpEvent(30 / N, dp_accounting.GaussianDpEvent(z)),
                     config.rounds)  # fmt: skip
         assert fields["epsilon_certified"] <= rdp.get_epsilon(fields["delta_accountant"]) < 4.5
-    # the stated delta: the target, the accountant's share plus the overflow term
+    # the stated delta: the target, the accountant's share, the overflow term and the share kept
+    # for the float normals' bounded reach (which the reach's term does not exceed)
     assert fields["delta"] == 1e-4
-    assert fields["delta_accountant"] + fields["delta_overflow"] == pytest.approx(1e-4, rel=1e-12)
+    kept = SAMPLER_SHARE * 1e-4
+    assert fields["delta_accountant"] + fields["delta_overflow"] + kept == pytest.approx(1e-4)
+    assert 0 < fields["delta_sampler"] <= kept
     assert "ideal real-valued mechanism; floating-point sampling not modelled" in fields["notion"]
     assert fields["mechanism_model"].startswith("ideal real-valued mechanism")
 
@@ -277,6 +280,30 @@ def test_the_default_noise_is_exact_and_certified_as_an_independent_computation(
     # negative control: the continuous Gaussian's own (Mironov) subsampled curve is tighter,
     # so the same z would certify a smaller eps: the comparison sees which analysis ran
     assert independent_epsilon(config, z, delta) < 0.95 * fields["epsilon_certified"]
+
+
+def test_float_noise_states_its_bounded_reach_in_delta():
+    """--noise float at a large eps: the private normals reach 9 standard deviations and one
+    client moves the sum by 1 / z of them, so outputs beyond the other input's reach add
+    R q Q(9 - 1 / z) to delta (computed here from the normal tail); it exceeds the share kept
+    for it, so z is searched again at what is left, and the parts add up to the target. The
+    exact grid adds no such term."""
+    from scipy import stats
+
+    config = declared.DPFedAvg(**small(), epsilon=45.0, delta=1e-4, noise="float")
+    _, fields = experiment(config).calibrated(config)
+    z = fields["noise_multiplier"]
+    rate = config.cohort_size / config.clients
+    expected = config.rounds * rate * stats.norm.sf(9.0 - 1.0 / z)
+    assert fields["delta_sampler"] == pytest.approx(expected, rel=1e-9)
+    assert fields["delta_sampler"] > SAMPLER_SHARE * 1e-4  # searched again
+    parts = fields["delta_accountant"] + fields["delta_overflow"] + fields["delta_sampler"]
+    assert parts <= 1e-4 * (1 + 1e-12) and fields["epsilon_certified"] <= 45.0
+    grid = declared.DPFedAvg(**small(), epsilon=45.0, delta=1e-4)
+    assert experiment(grid).calibrated(grid)[1]["delta_sampler"] == 0.0
+    with pytest.raises(ValueError, match="bounded reach alone"):
+        far = config.replace(epsilon=100.0)
+        experiment(far).calibrated(far)
 
 
 def test_poisson_overflow_is_in_delta():

@@ -60,6 +60,7 @@ _EXPORTS = {
     "DistributedSumParams": "jfed.privacy.distributed_dp",
     "SkellamSum": "jfed.privacy.distributed_dp",
     "NOT_PRIVATE": "jfed.privacy.aggregators",
+    "reach_delta": "jfed.privacy.accounting",
     "Basic": "jfed.privacy.accounting",
     "Classic": "jfed.privacy.accounting",
     "ParallelDpEvent": "jfed.privacy.accountants",

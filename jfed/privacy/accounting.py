@@ -556,6 +556,36 @@ def certify(
     )
 
 
+# ------------------------------------------------------------------ float Gaussian sampling
+
+
+def reach_delta(shifts: Sequence[float], rate: float = 1.0, releases: int = 1) -> float:
+    """The delta float32 Gaussian noise adds by its bounded reach: jfed's private normals
+    (:func:`jfed.random.private_normals`) never leave :data:`jfed.random.PRIVATE_NORMAL_REACH`
+    standard deviations (9; the sampler reaches 9.155), so an output whose noise would have to
+    lie beyond it under a neighbouring input is impossible there, whatever eps: the mass of such
+    outputs adds to delta. A release in which one protected unit moves each of its noises by
+    ``shifts`` standard deviations (the worst case: the whole shift along one coordinate, as
+    for the modulated method's messages, :func:`jfed.algorithms.modulated.reach_statement`),
+    taking part with probability ``rate`` (its sampling: without it both inputs give the same
+    law), ``releases`` times, adds at most ``releases * rate * sum_s Q(reach - s)`` (a union
+    bound; Q the normal tail, :func:`jfed._random.normal_reach_mass`).
+
+    The float32 grid of the draws is not modelled here (nor anywhere: an ideal mechanism's
+    guarantee).
+
+    Args:
+      shifts: each noise's sensitivity in its standard deviations (1 / z for a sum of
+        multiplier z under add-or-remove; 2 / z under replace-one).
+      rate: the probability that the unit takes part in one release, in [0, 1].
+      releases: how many releases (rounds).
+    """
+    from jfed._random import normal_reach_mass
+
+    per_release = math.fsum(normal_reach_mass(float(shift)) for shift in shifts)
+    return min(1.0, float(releases) * float(rate) * per_release)
+
+
 # ----------------------------------------------------------------------------- calibration
 
 
