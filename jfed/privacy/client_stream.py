@@ -85,12 +85,15 @@ class ClientStreamRandomizerSum:
     local: ClassVar[bool] = True
     adjacency: ClassVar[Adjacency] = Adjacency.BOUNDED
 
-    def _randomizer(self) -> Any:
-        return LocalRandomizerSum(self.randomizer, self.dim)._randomizer()
+    @property
+    def _sum(self) -> LocalRandomizerSum:
+        """The same randomizer's :class:`~jfed.privacy.LocalRandomizerSum` (its randomizer and
+        sensitivity are this one's)."""
+        return LocalRandomizerSum(self.randomizer, self.dim)
 
     def sensitivity(self, clip_norm: float) -> float:
         """The randomizer's sensitivity of a message clipped to ``clip_norm`` (moves by 2C)."""
-        return LocalRandomizerSum(self.randomizer, self.dim).sensitivity(clip_norm)
+        return self._sum.sensitivity(clip_norm)
 
     def init(self, params: NoiseScaleParams, template: PyTree) -> tuple:
         del params, template
@@ -104,7 +107,7 @@ class ClientStreamRandomizerSum:
         clipped, was_clipped = clip_tree(update.update, params.clip_norm)
         leaves, treedef = jax.tree_util.tree_flatten(clipped)
         keys = [update.key] if len(leaves) == 1 else list(jax.random.split(update.key, len(leaves)))
-        randomizer = self._randomizer()
+        randomizer = self._sum._randomizer()
         noised = [
             randomizer.perturb(k, leaf, params.noise_std)
             for k, leaf in zip(keys, leaves, strict=True)
@@ -125,4 +128,4 @@ class ClientStreamRandomizerSum:
 
     def event(self, params: NoiseScaleParams) -> dp_accounting.DpEvent:
         """The randomizer's event of one message at its multiplier (bounded adjacency)."""
-        return self._randomizer().dp_event(self.noise_multiplier(params))
+        return self._sum._randomizer().dp_event(self.noise_multiplier(params))
