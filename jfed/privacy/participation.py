@@ -3,7 +3,7 @@ sensitivity of a linear mechanism under a pattern (host side, float64).
 
 A run of R releases where client i contributes ``g_t`` (``||g_t|| <= 1`` after clipping, zero in
 rounds it sits out) to release t, and the mechanism releases ``C g + Z`` (``C: m x R``, ``Z``
-Gaussian), has the L2 sensitivity
+Gaussian), has the L2 sensitivity::
 
     sens(C) = max over participation sets p and vectors g_p of ||C g_p||
             = max_p sqrt(sum_{i,j in p} |X_ij|)
