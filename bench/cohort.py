@@ -60,9 +60,10 @@ class CohortSgd:
     def init(self, hyperparams, key):
         return jnp.zeros(DIM)
 
-    def round(self, theta, key, clients):
-        total, info = clients(clipped_gradient, theta, cohort=self.cohort)
-        return theta - STEP * total / self.expected_size, info.size
+    def round(self, theta, hyperparams, key, clients):
+        cohort = clients.sample(self.cohort)
+        total = cohort.sum(clipped_gradient, theta)
+        return theta - STEP * total / self.expected_size, cohort.info.size
 
 
 def seconds(function, *args) -> float:

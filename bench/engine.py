@@ -172,7 +172,7 @@ def programs(n: int):
 
     def server(hp, broadcast, stats):
         state = algorithm.init(hp, None)
-        return algorithm.server_step(state, broadcast, stats)[0].theta
+        return algorithm.server_step(state, hp, broadcast, stats)[0].theta
 
     def setup(hp, key):
         _, server_root, client_root = run_streams(key)

@@ -61,7 +61,7 @@ from _common import best_in_turns, uptime, write_json  # bench/ is on the path w
 from jfed._random import stream_key
 from jfed.algorithms import ldp_fl
 from jfed.data.images import procedural_clients
-from jfed.engine import ExecutionPlan, aggregate, simulate, stack_messages
+from jfed.engine import ExecutionPlan, simulate, stack
 from jfed.engine.keys import client_key, round_key, run_streams
 from jfed.privacy import two_point
 from jfed.report import versions
@@ -266,8 +266,8 @@ def main() -> None:
                 view.targets[view.silo_id, :m], broadcast.learning_rate, client_key_,
             )  # fmt: skip
 
-        training = jax.jit(lambda b: aggregate(client, b, task.train, round_key(client_root, 0),
-                                               engine_plan.fitted(n), stack_messages))  # fmt: skip
+        training = jax.jit(lambda b: stack(client, b, task.train, round_key(client_root, 0),
+                                           engine_plan.fitted(n)))  # fmt: skip
         broadcast = ldp_fl.Broadcast(start, jnp.float32(0.03))
         return lambda: training(broadcast)
 
