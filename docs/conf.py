@@ -55,6 +55,9 @@ autodoc_default_options = {"members": True, "show-inheritance": False}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_ivar = True  # dataclass fields are documented once, in their class
+# an :ivar: field's name is looked up as a Python object: a field named like several objects'
+# attributes (``adjacency``: a guarantee's, a ledger's, a release's) is ambiguous, not wrong
+suppress_warnings = ["ref.python"]
 
 intersphinx_mapping = {
     "python": ("https://docs.python.org/3", None),
