@@ -26,8 +26,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfed.algorithms.dp_fedavg import server_optimizer
-from jfed.algorithms.local_training import LocalTraining, server_step
+from jfed.algorithms.local_training import LocalTraining, server_step, server_transform
 from jfed.privacy.privatizers import tree_norm
 
 PyTree = Any
@@ -91,7 +90,7 @@ class Ditto:
         params = self.model.init(key)
         return ServerState(
             params,
-            server_optimizer(self.optimizer, hyper).init(params),
+            server_transform(self.optimizer, hyper).init(params),
             self.aggregator.init(hyper.privacy, params),
         )
 

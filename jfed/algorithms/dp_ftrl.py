@@ -39,8 +39,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfed.algorithms.dp_fedavg import server_optimizer
-from jfed.algorithms.local_training import LocalTraining, server_step
+from jfed.algorithms.local_training import LocalTraining, server_step, server_transform
 from jfed.privacy.aggregators import FixedDenominatorMean
 from jfed.privacy.correlated import CorrelatedGaussianSum
 from jfed.privacy.privatizers import tree_norm
@@ -101,7 +100,7 @@ class DPFTRL:
         params = self.model.init(key)
         return ServerState(
             params,
-            server_optimizer("sgd", hyper).init(params),
+            server_transform("sgd", hyper).init(params),
             self.aggregator.init(hyper.privacy, params),
         )
 

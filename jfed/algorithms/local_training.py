@@ -105,13 +105,20 @@ def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
                                                   strict=True)), jnp.float32(0.0))  # fmt: skip
 
 
+def server_transform(optimizer: str, hyper: Any) -> optax.GradientTransformation:
+    """The server optimizer ``optimizer`` (a name of
+    :data:`jfed.algorithms.dp_fedavg.SERVER_OPTIMIZERS`) with the learning rate and momentum of
+    ``hyper`` (any hyper-parameters with ``server_learning_rate`` and ``server_momentum``)."""
+    return server_optimizer(optimizer, hyper)
+
+
 def server_step(
     optimizer: str, hyper: Any, params: PyTree, optimizer_state: PyTree, average: PyTree
 ) -> tuple[PyTree, PyTree]:
     """``(params, optimizer_state)`` after the server optimizer ``optimizer`` (a name of
     :data:`jfed.algorithms.dp_fedavg.SERVER_OPTIMIZERS`, its learning rate and momentum read
     from ``hyper``) takes ``-average`` as its gradient."""
-    tx = server_optimizer(optimizer, hyper)
+    tx = server_transform(optimizer, hyper)
     pseudo_gradient = jax.tree.map(jnp.negative, average)
     updates, optimizer_state = tx.update(pseudo_gradient, optimizer_state, params)
     return optax.apply_updates(params, updates), optimizer_state

@@ -35,8 +35,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfed.algorithms.dp_fedavg import server_optimizer
-from jfed.algorithms.local_training import LocalTraining, server_step, tree_vdot
+from jfed.algorithms.local_training import LocalTraining, server_step, server_transform, tree_vdot
 from jfed.privacy.privatizers import tree_norm
 
 PyTree = Any
@@ -100,7 +99,7 @@ class Scaffold:
         return ServerState(
             params,
             control,
-            server_optimizer(self.optimizer, hyper).init(params),
+            server_transform(self.optimizer, hyper).init(params),
             self.model_aggregator.init(hyper.model_privacy, params),
             self.control_aggregator.init(hyper.control_privacy, params),
         )

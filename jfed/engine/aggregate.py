@@ -27,13 +27,15 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec
 
-from jfed.data.population import Population, Record
+from jfed.data.population import Population
 from jfed.engine.cohort import CohortInfo
 from jfed.engine.keys import client_key
 from jfed.engine.plan import CLIENT_AXIS, ExecutionPlan
 
 PyTree = Any
-ClientFn = Callable[[PyTree, Record, jax.Array], PyTree]
+ClientFn = Callable[..., PyTree]
+"""``client_fn(broadcast, record, key) -> message`` for ONE client; with per-client state,
+``client_fn(broadcast, record, key, state) -> (message, new_state)``."""
 Statistic = Callable[[PyTree, jax.Array], PyTree]
 
 
@@ -318,12 +320,12 @@ def cohort_with_state(
     """
     from jfed.engine.client_state import gather_rows, scatter_rows
 
-    n_clients = population.n_clients
-    if info.ids is None:
-        info = CohortInfo(info.size, info.overflow, info.capacity,
-                          jnp.arange(n_clients, dtype=jnp.int32))  # fmt: skip
-    valid = jnp.arange(info.ids.shape[0], dtype=jnp.int32) < info.size
-    rows = gather_rows(table, info.ids, plan)
+    ids = info.ids
+    if ids is None:
+        ids = jnp.arange(population.n_clients, dtype=jnp.int32)
+        info = CohortInfo(info.size, info.overflow, info.capacity, ids)
+    valid = jnp.arange(ids.shape[0], dtype=jnp.int32) < info.size
+    rows = gather_rows(table, ids, plan)
     result, new_rows = _cohort(client_fn, broadcast, population, key, plan, info, statistic,
                                rows)  # fmt: skip
     # padding keeps the row it read (and writes nothing): what is written then depends on what
@@ -334,7 +336,7 @@ def cohort_with_state(
         lambda new, old: jnp.where(valid.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
         new_rows, rows,
     )  # fmt: skip
-    table = scatter_rows(table, info.ids, new_rows, valid, plan)
+    table = scatter_rows(table, ids, new_rows, valid, plan)
     return result, table
 
 

@@ -143,7 +143,8 @@ def check_new_state(old: PyTree, new: PyTree) -> None:
     """``ValueError`` unless a client function's new state has the structure, shapes and dtypes
     of the state it received (the table's row), naming the first difference."""
     old_structure, new_structure = jax.tree.structure(old), jax.tree.structure(new)
-    if old_structure != new_structure:
+    # jaxlib's stub gives PyTreeDef no comparison operators
+    if old_structure != new_structure:  # type: ignore[operator]
         raise ValueError(
             f"a client function's new state must have the structure of its state: expected "
             f"{old_structure}, got {new_structure}"

@@ -67,7 +67,7 @@ from jfed.engine.client_state import check_new_state
 from jfed.engine.cohort import All, Cohort, CohortInfo, cohort_capacity, draw_cohort
 from jfed.engine.keys import cohort_key
 from jfed.engine.plan import ExecutionPlan
-from jfed.engine.schedules import SCHEDULES
+from jfed.engine.schedules import SCHEDULES, Schedule
 from jfed.privacy.guarantee import Adjacency
 
 PyTree = Any
@@ -295,7 +295,7 @@ class CohortView:
       cohort: the cohort kind it was drawn as.
     """
 
-    def __init__(self, clients: Clients, cohort: Cohort, info: CohortInfo) -> None:
+    def __init__(self, clients: Clients, cohort: Cohort | Schedule, info: CohortInfo) -> None:
         self._clients = clients
         self.cohort = cohort
         self.info = info
@@ -343,7 +343,7 @@ class CohortView:
         statistic: Statistic = sum_messages,
         *,
         client_state: bool = False,
-    ) -> tuple[PyTree, PyTree, dict]:
+    ) -> tuple[PyTree, PyTree, Any]:
         """One privatized release over the cohort (or one per aggregator of a tuple).
 
         Args:
@@ -394,16 +394,14 @@ class CohortView:
             inputs = zip(aggregators, all_params, states, updates, keys, strict=True)
             return tuple(agg.preprocess(p, s, u, k) for agg, p, s, u, k in inputs)
 
-        if client_state:
+        def stateful(broadcast, record, client_key, client_state_):
+            updates, new_state = client_fn(broadcast, record, client_key, client_state_)
+            return preprocess(client_key, updates), new_state
 
-            def contribution(broadcast, record, client_key, client_state_):
-                updates, new_state = client_fn(broadcast, record, client_key, client_state_)
-                return preprocess(client_key, updates), new_state
+        def stateless(broadcast, record, client_key):
+            return preprocess(client_key, client_fn(broadcast, record, client_key))
 
-        else:
-
-            def contribution(broadcast, record, client_key):
-                return preprocess(client_key, client_fn(broadcast, record, client_key))
+        contribution = stateful if client_state else stateless
 
         c = self._clients
         for agg, p in zip(aggregators, all_params, strict=True):
@@ -476,7 +474,7 @@ class Clients:
     def n_clients(self) -> int:
         return int(self.population.n_clients)
 
-    def sample(self, cohort: Cohort) -> CohortView:
+    def sample(self, cohort: Cohort | Schedule) -> CohortView:
         """The round's cohort of kind ``cohort`` (static), in O(capacity) work: every call with
         the same kind in a round gives the same clients. A random cohort (``Uniform``,
         ``Poisson``) is drawn from the round's cohort key; a schedule (``CyclicGroups``,
@@ -485,7 +483,7 @@ class Clients:
         if isinstance(cohort, All):
             return self._all
         if cohort not in self._drawn:
-            if _is_schedule(cohort):
+            if isinstance(cohort, SCHEDULES):
                 if self.schedule_key is None:
                     raise ValueError(
                         f"{cohort!r} is drawn from the run's schedule key, which these clients "
@@ -527,7 +525,7 @@ class Clients:
         statistic: Statistic = sum_messages,
         *,
         client_state: bool = False,
-    ) -> tuple[PyTree, PyTree, dict]:
+    ) -> tuple[PyTree, PyTree, Any]:
         """One privatized release over every client (:meth:`CohortView.aggregate`)."""
         return self._all.aggregate(aggregator, params, state, client_fn, broadcast, key,
                                    statistic, client_state=client_state)  # fmt: skip

@@ -39,6 +39,7 @@ EVALUATION_CLIENTS = 500
 class DittoExperiment(FederatedExperiment):
     """Ditto or DP-Ditto (the method's privacy decides the aggregator)."""
 
+    config: Any  # a Ditto or DP-Ditto configuration
     outputs = (
         Output("params", "state.server.params"),
         Output("personal", "state.clients.params"),

@@ -86,6 +86,7 @@ NOISES = {"tree": _tree, "independent": _independent}
 class FtrlExperiment(FederatedExperiment):
     """DP-FTRL or BLT-DP-FTRL (the configuration's class decides the noise)."""
 
+    config: Any  # a DP-FTRL or BLT-DP-FTRL configuration
     outputs = (
         Output("params", "state.params"),
         Output("clipped_fraction", "infos.clipped_fraction"),
