@@ -6,9 +6,11 @@ For every population n (default 10^3, 10^4, 10^5, 10^6 procedural Synthetic(1, 1
 one shared labelling model, up to 64 records each), DP-FedAvg runs R rounds on Poisson cohorts
 of expected size K = 100 (rate q = K / n) at every eps of the grid and every seed: ONE sweep, one
 compiled program per population (``jfed.run_grid``; ``runs.jsonl`` per population under
-``--out``, resumable). delta = n^-1.1 (the library's default), PLD accountant, add-or-remove
-adjacency of one client's whole data. Beside it, non-private FedAvg on the same cohorts
-(``fedavg-sampled``) and the same seeds.
+``--out``, resumable). delta = n^-1.1 (the library's default), add-or-remove adjacency of one
+client's whole data, the library's default noise (the exact discrete Gaussian on an integer
+grid, certified by the discrete RDP accountant) or ``--noise float`` (the float32 Gaussian,
+PLD: the ideal real-valued mechanism, floating-point sampling not modelled). Beside it,
+non-private FedAvg on the same cohorts (``fedavg-sampled``) and the same seeds.
 
 Prints test accuracy (held-out clients), mean and standard deviation over seeds, the noise
 multiplier z each (n, eps) was calibrated to and the noise std on the averaged update
@@ -32,6 +34,7 @@ import numpy as np
 
 import jfed
 from jfed.methods import DPFedAvg, FedAvgSampled
+from jfed.methods.declared.dp_fedavg import NOISES
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -56,20 +59,24 @@ def main() -> None:
     parser.add_argument("--out", default="results/dp_fedavg_population")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="two populations, two eps, 30 rounds")
+    parser.add_argument("--noise", choices=NOISES, default=None,
+                        help="DP-FedAvg's --noise (default: the library's, discrete)")  # fmt: skip
     args = parser.parse_args()
     populations, epsilons, seeds, setting = POPULATIONS, EPSILONS, args.seeds, dict(SETTING)
+    if args.noise is not None:
+        setting["noise"] = args.noise
     if args.quick:
         populations, epsilons, seeds = QUICK["populations"], QUICK["epsilons"], QUICK["seeds"]
         setting["rounds"] = QUICK["rounds"]
     os.makedirs(args.out, exist_ok=True)
-    table = []
+    table, statement = [], ""
     for n in populations:
         folder = os.path.join(args.out, f"n{n}")
         resume = os.path.exists(os.path.join(folder, "runs.jsonl"))
         private = jfed.run_grid(DPFedAvg(clients=n, **setting), list(epsilons), seeds,
                                 out=folder, resume=resume)  # fmt: skip
         baseline_folder = os.path.join(args.out, f"n{n}-baseline")
-        baseline_setting = {k: v for k, v in setting.items() if k != "update_clip"}
+        baseline_setting = {k: v for k, v in setting.items() if k not in ("update_clip", "noise")}
         baseline = jfed.run_grid(
             FedAvgSampled(clients=n, **baseline_setting), None, seeds,
             out=baseline_folder, resume=os.path.exists(os.path.join(baseline_folder, "runs.jsonl")),
@@ -81,6 +88,7 @@ def main() -> None:
                       "clipped_fraction": 0.0})  # fmt: skip
         for eps in epsilons:
             runs = [r for r in private if r["epsilon"] == eps]
+            statement = f"{runs[0]['accountant']} accountant, {runs[0]['mechanism_model']}"
             accuracy = np.array([r["test_accuracy"] for r in runs])
             z = runs[0]["noise_multiplier"]
             table.append({
@@ -93,8 +101,8 @@ def main() -> None:
     atomic_csv(os.path.join(args.out, "population.csv"), table)
     print(f"DP-FedAvg on Synthetic(1,1) (shared model), Poisson cohorts of K = "
           f"{setting['cohort_size']}, R = {setting['rounds']}, C = {setting['update_clip']}, "
-          f"delta = n^-1.1, PLD, add-or-remove one client; test accuracy on held-out clients, "
-          f"mean (sd) over {seeds} seeds")  # fmt: skip
+          f"delta = n^-1.1, add-or-remove one client, {statement}; test accuracy on held-out "
+          f"clients, mean (sd) over {seeds} seeds")  # fmt: skip
     print(f"{'n':>9} {'eps':>6} {'z':>8} {'zC/K':>9} {'accuracy':>18} {'clipped':>8}")
     for row in table:
         eps = "inf" if np.isinf(row["epsilon"]) else f"{row['epsilon']:g}"
@@ -113,7 +121,7 @@ def main() -> None:
     axis.set_xscale("log")
     axis.set_xticks(list(epsilons), [f"{e:g}" for e in epsilons])
     axis.minorticks_off()
-    axis.set_xlabel("user-level eps (delta = n^-1.1, PLD)")
+    axis.set_xlabel(f"user-level eps (delta = n^-1.1, {statement.split(',')[0]})")
     axis.set_ylabel("test accuracy (held-out clients)")
     axis.set_title(f"DP-FedAvg, Poisson cohorts of K = {setting['cohort_size']}, "
                    f"R = {setting['rounds']}", fontsize=9)  # fmt: skip
