@@ -81,8 +81,8 @@ IMAGES = {"digits": (8, 1438, 359), "procedural-mnist": (28, 60_000, 10_000)}
 CLASSES = 10
 ACTIVATION_COPIES = 1.5  # evaluation; training holds the backward pass's too: 3x
 HIDDEN = 64  # the MLP's hidden units
-# images jfed.algorithms.ldp_fl.accuracy evaluates at once (None: all of them, as it does today)
-EVALUATED_AT_ONCE: int | None = None
+# images jfed.algorithms.ldp_fl.accuracy evaluates at once (its EVALUATED_AT_ONCE; None: all)
+EVALUATED_AT_ONCE: int | None = 512
 
 
 def model_shape(model: str, side: int) -> tuple[int, int, int]:
