@@ -63,6 +63,7 @@ ESTIMATION_SETTINGS = (
 # the choices of the silo algorithms' fields
 SILO_SAMPLINGS = ("with-replacement", "without-replacement", "poisson")
 SAMPLINGS = (*SILO_SAMPLINGS, "one-pass")  # the accelerated algorithm's single pass too
+LOCAL_SGD_SAMPLINGS = ("with-replacement", "poisson")  # Local SGD's K one-record local steps
 AVAILABILITIES = ("all", "fixed", "bernoulli")
 
 # LDP-FL: image data sets, how they are split among clients, local models, weight ranges

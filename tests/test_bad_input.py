@@ -243,6 +243,11 @@ BAD_INPUT = [
     # vague before: the empty path is named as such
     (["plot", ""], "expected a sweep folder or its runs.jsonl, got an empty path"),
     ([*SWEEP, "--out", ""], "expected --out FOLDER, got an empty path"),
+    # a choice the method cannot run is not offered; a flag that does nothing is refused
+    (["run", "fedavg", "--sampling", "one-pass"], "invalid choice: 'one-pass'"),
+    (["run", "local-sgd", "--sampling", "one-pass"], "invalid choice: 'one-pass'"),
+    (["run", "noisy-mbsgd", "--average-last", "100", "--rounds", "10"],
+     "--average-last applies only up to --rounds"),
 ]
 
 

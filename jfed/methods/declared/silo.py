@@ -98,8 +98,12 @@ class SiloTraining(SiloData):
         requires=(lambda c: counted_availability(c.availability),
                   "only with --availability fixed or bernoulli"),
     )  # fmt: skip
-    average_last: int = param(0, "average the last this many iterates (0: all)", unit="rounds",
-                              range=integers(0, MAX_ROUNDS))  # fmt: skip
+    average_last: int = param(
+        0, "average the last this many iterates (0: all)", unit="rounds",
+        range=integers(0, MAX_ROUNDS),
+        requires=(lambda c: c.average_last <= c.rounds,
+                  "only up to --rounds (0 averages all R iterates)"),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,11 @@ class ShuffleMBSGD(SiloPrivacy):
 class LocalSGD(Calibrated):
     """ISRL-DP Local SGD: K noisy local steps per silo per round (the silo paper's baseline)."""
 
+    sampling: str | None = param(
+        None, MINIBATCH, kind=str, choices=catalog.LOCAL_SGD_SAMPLINGS,
+        default_text="poisson with --calibration exact, else with-replacement",
+    )  # fmt: skip
+
 
 @dataclass(frozen=True)
 class MBSGD(SiloTraining):
@@ -171,7 +180,7 @@ class MBSGD(SiloTraining):
 class FedAvg(SiloTraining):
     """Non-private Local SGD (FedAvg): K local steps per silo per round."""
 
-    sampling: str | None = param(None, MINIBATCH, kind=str, choices=catalog.SAMPLINGS,
+    sampling: str | None = param(None, MINIBATCH, kind=str, choices=catalog.LOCAL_SGD_SAMPLINGS,
                                  default_text="with-replacement")  # fmt: skip
 
 
