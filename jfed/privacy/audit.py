@@ -86,19 +86,20 @@ def _scan(null: np.ndarray, alternative: np.ndarray, delta: float, candidates: n
     """Best (point-estimate) eps over thresholds and both directions, on the selection half."""
     null, alternative = np.sort(null), np.sort(alternative)
     n0, n1 = len(null), len(alternative)
-    best = (-1.0, 0.0, "above")
+    best = (-1.0, 0.0, True)
     for t in candidates:
         above0 = n0 - np.searchsorted(null, t, side="right")
         above1 = n1 - np.searchsorted(alternative, t, side="right")
-        for direction, tp, fp in (
-            ("above", above1 / n1, above0 / n0),
-            ("below", 1 - above0 / n0, 1 - above1 / n1),
+        # reject D when the output is above t, or when it is at or below it
+        for above, tp, fp in (
+            (True, above1 / n1, above0 / n0),
+            (False, 1 - above0 / n0, 1 - above1 / n1),
         ):
             # a pessimistic point estimate avoids picking thresholds with a handful of counts
             fp_pessimistic = max(fp, 3.0 / n0)
             estimate = _bound(tp, fp_pessimistic, delta)
             if estimate > best[0]:
-                best = (estimate, float(t), direction)
+                best = (estimate, float(t), above)
     return best
 
 
@@ -122,10 +123,11 @@ def audit_threshold(
     half0, half1 = len(null) // 2, len(alternative) // 2
     pooled = np.concatenate([null[:half0], alternative[:half1]])
     candidates = np.unique(np.quantile(pooled, np.linspace(0.0, 1.0, n_thresholds)))
-    _, threshold, direction = _scan(null[:half0], alternative[:half1], delta, candidates)
+    _, threshold, above = _scan(null[:half0], alternative[:half1], delta, candidates)
+    direction = "above" if above else "below"
 
     null_eval, alternative_eval = null[half0:], alternative[half1:]
-    if direction == "above":
+    if above:
         positives = int(np.sum(alternative_eval > threshold))
         false_positives = int(np.sum(null_eval > threshold))
     else:
