@@ -246,8 +246,10 @@ BAD_INPUT = [
     # a choice the method cannot run is not offered; a flag that does nothing is refused
     (["run", "fedavg", "--sampling", "one-pass"], "invalid choice: 'one-pass'"),
     (["run", "local-sgd", "--sampling", "one-pass"], "invalid choice: 'one-pass'"),
-    (["run", "noisy-mbsgd", "--average-last", "100", "--rounds", "10"],
-     "--average-last applies only up to --rounds"),
+    (
+        ["run", "noisy-mbsgd", "--average-last", "100", "--rounds", "10"],
+        "--average-last applies only up to --rounds",
+    ),
 ]
 
 

@@ -55,3 +55,15 @@ def test_a_frame_of_records_draws_the_same_points():
 
     frame = pd.DataFrame(ROWS)
     assert len(audit_plot.audited_points(frame)) == 4
+
+
+def test_a_sweeps_report_draws_the_audit_figure_only_for_audited_runs(tmp_path):
+    """``jfed sweep`` / ``jfed plot`` write audit.png and audit.pdf beside the utility plot when a
+    run was audited, and remove an earlier sweep's audit figure when none was."""
+    from jfed.cli.sweep import _plot_audit
+
+    prefix = str(tmp_path / "audit")
+    _plot_audit(ROWS, prefix)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.pdf", "audit.png"]
+    _plot_audit([{"method": "ols", "epsilon_certified": None}], prefix)
+    assert list(tmp_path.iterdir()) == []

@@ -444,8 +444,8 @@ def test_cohort_padding_never_aliases_a_real_client():
 def test_a_round_on_a_cohort_of_a_hundred_million_clients_is_small_and_fast():
     """A round on a cohort of 100 of 10^8 procedural clients compiles to a program of well under
     1 MiB (an id per client would be 400 MB) whose operation count is within 10x of the same
-    round on 10^4 clients. Negative control: drawing the same cohort with ``jax.random.permutation(n)``
-    compiles to a program of >= 400 MB."""
+    round on 10^4 clients. Negative control: drawing the same cohort with
+    ``jax.random.permutation(n)`` compiles to a program of >= 400 MB."""
     n, dim = 10**8, 10
     population = SyntheticLinear.create(jax.random.key(0), n, dim)
 

@@ -425,16 +425,16 @@ def test_real_data_from_the_users_files_trains_the_named_model(tmp_path):
 
     write_cifar(tmp_path / "cifar", per_batch=8)
     config = declared.DPFedAvg(dataset="cifar10", data_dir=str(tmp_path / "cifar"), clients=8,
-                               cohort="uniform", cohort_size=4, rounds=2, batch=5, epsilon=50.0,
+                               cohort="uniform", cohort_size=4, rounds=2, batch=5, epsilon=8.0,
                                delta=1e-3, model="logistic", noise="float")  # fmt: skip
     built = build_experiment(config)
     assert built.n_clients == 8 and built.model.dim == 32 * 32 * 3 and built.model.classes == 10
     record = jfed.run(config)
     assert record["dataset"] == "cifar10(iid)" and 0.0 <= record["test_accuracy"] <= 1.0
-    assert record["epsilon_certified"] <= 50.0
+    assert record["epsilon_certified"] <= 8.0
     write_leaf(tmp_path / "leaf", ["f0000_14", "f0001_41", "f0002_07", "f0003_11"])
     femnist = declared.DPFedAvg(dataset="femnist", data_dir=str(tmp_path / "leaf"),
-                                cohort="uniform", cohort_size=2, rounds=1, batch=2, epsilon=50.0,
+                                cohort="uniform", cohort_size=2, rounds=1, batch=2, epsilon=8.0,
                                 delta=1e-3, model="mlp", hidden=4, noise="float")  # fmt: skip
     built = build_experiment(femnist)
     assert built.n_clients == 4 and built.model.hidden == 4  # one client per writer

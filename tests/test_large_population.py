@@ -33,7 +33,7 @@ def compute_sums():
 
     @jax.jit
     def chunk(ids):
-        (z, y, _), weights = _chunk_messages(
+        (z, y, _), weights, _ = _chunk_messages(
             modulated.client_message, N_CLIENTS, ids, broadcast, population, key
         )
         return z, y, weights

@@ -84,8 +84,6 @@ class MatmulConv(nn.Module):
         return patches @ kernel.reshape(kh * kw * channels, self.features) + bias
 
 
-
-
 class CNN(nn.Module):
     """The seed's two-layer CNN (conv-pool, conv-pool, dense, dense), sized to the image: 3x3
     kernels of 16 and 32 channels for 8x8 digits, 5x5 of 32 and 64 for 28x28 images. The

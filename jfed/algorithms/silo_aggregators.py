@@ -43,9 +43,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfed import random as jfed_random
 from jfed._random import integers_and_normals, private_normals
 from jfed._validation import check_int_range, check_nonnegative, check_positive
+from jfed.privacy import canaries as canary_lib
 from jfed.privacy.accounting import poisson_sampled, rounds_of, sampled_without_replacement
+from jfed.privacy.canary_aggregator import PARTICIPATION_STREAM, CanaryState
 from jfed.privacy.clipping import clip_per_example
 from jfed.privacy.guarantee import Adjacency
 
@@ -199,12 +202,15 @@ class SiloMessage(NamedTuple):
       weights: ``f32[b]``, their weights in the minibatch (1/K each, 0 for records not drawn).
       available: ``f32[]``, 1 if the silo talks to the server this round (else its message is 0).
       silo_id: ``i32[]``, the silo.
+      canary: ``bool[b]``, the rows that are an audit's canary records (:class:`CanaryRecords`):
+        clipped and noised as the others, left out of the clipped fraction; ``None``: none.
     """
 
     gradients: jax.Array
     weights: jax.Array
     available: jax.Array
     silo_id: jax.Array
+    canary: jax.Array | None = None
 
 
 class ClipParams(NamedTuple):
@@ -226,10 +232,15 @@ class SiloNoiseParams(NamedTuple):
     noise_std: Any
 
 
-def _weighted_clipped_sum(gradients, weights, clip_norm) -> tuple[jax.Array, jax.Array]:
-    """``sum_j weights_j clip(gradients_j)`` and the fraction of the used examples clipped."""
+def _weighted_clipped_sum(
+    gradients, weights, clip_norm, canary=None
+) -> tuple[jax.Array, jax.Array]:
+    """``sum_j weights_j clip(gradients_j)`` and the fraction of the used examples clipped (the
+    real ones: ``canary`` rows, always clipped, are not counted)."""
     clipped_gradients, clipped = clip_per_example(gradients, clip_norm)
     used = weights > 0
+    if canary is not None:
+        used = used & ~canary
     clipped_fraction = jnp.sum(clipped * used) / jnp.maximum(jnp.sum(used), 1)
     # float32 on every backend: the noise is calibrated to the clipped gradients' norms, which a
     # GPU's default product (tf32 operands) could raise by up to 2^-11
@@ -256,7 +267,8 @@ class SiloClippedSum:
         """ONE silo's minibatch gradient as it leaves the silo (``f32[p]``) and the fraction of
         its used examples that were clipped."""
         del key
-        return _weighted_clipped_sum(message.gradients, message.weights, params.clip_norm)
+        return _weighted_clipped_sum(message.gradients, message.weights, params.clip_norm,
+                                     message.canary)  # fmt: skip
 
     def preprocess(self, params, state, update: SiloMessage, key: jax.Array) -> dict:
         """``{"value": the silo's message (0 when unavailable), "available", "clipped"}``."""
@@ -407,3 +419,141 @@ class ShuffledMessages(SiloClippedSum):
                                          float(params.shuffle_delta),
                                          float(params.message_delta))  # fmt: skip
         return ApproximateDpEvent(epsilon, delta)
+
+
+# ------------------------------------------------------------------------------ audit
+
+
+@dataclass(frozen=True)
+class CanaryRecords:
+    """:class:`SiloGaussian` with M canary RECORDS in one silo, for an empirical audit of the
+    run (Steinke, Nasr and Jagielski's one-run lower bound: :mod:`jfed.privacy.canaries`).
+
+    The silo methods protect one record of one silo (ISRL-DP, replace-one adjacency), so their
+    canaries are records, not silos: canary i is a record of silo :attr:`silo` whose gradient,
+    whatever the model, is its fixed direction ``u_i`` sent at :attr:`canary_scale` (far above
+    any clip norm), so that the silo's clipping brings it to ``L u_i``. In every round:
+
+    - canary i is in the silo's data with probability 1/2 (its coin, drawn once per run from the
+      audit key, :func:`~jfed.privacy.canaries.canary_included`), and an included canary is in
+      the silo's minibatch with probability ``K / n_s`` (:attr:`sampling_rate`), as each of the
+      silo's n_s records is under Poisson sampling (drawn per round and canary from a named
+      stream of the silo's privacy key, which the inner aggregator does not read);
+    - a canary in the minibatch is one more row of the silo's message, weight ``1 / K``, clipped
+      with the real rows and noised with them by the inner aggregator's ``privatize`` (one draw
+      of the silo's noise, the same draw as without canaries);
+    - the silo's released noisy gradient (what leaves the silo; 0 when it is unavailable) is
+      the observation: each canary's score is updated with its cosine with it
+      (:func:`~jfed.privacy.canaries.update_scores`).
+
+    Nothing of the real records changes: the inner aggregator's parameters, event and keys are
+    its own, the silos' record draws and noise draws are those of the run without canaries, and
+    the clipped fraction counts the real rows alone. Under Poisson sampling with the fixed
+    denominator K, adding records to a silo leaves every record's guarantee as it was.
+
+    What the audit tests: one canary record of one silo present or absent. That is the
+    replace-one pair (the canary, a record whose clipped gradient is 0 and which therefore moves
+    nothing), so the certified replace-one eps covers it and the one-run bound is a lower bound
+    on it (a weaker test than the certificate's worst pair, two records ``2 L / K`` apart).
+
+    Attributes:
+      inner: the silos' :class:`SiloGaussian`, Poisson-sampled, knowing every silo's records.
+      canaries: M >= 2.
+      silo: the silo holding the canary records.
+      seed: the audit key's seed (``jax.random.key(seed)``): the canaries' directions and coins.
+      canary_scale: the norm a canary's gradient is sent with, far above the clip norm.
+    """
+
+    inner: SiloGaussian
+    canaries: int
+    silo: int = 0
+    seed: int = 0
+    canary_scale: float = 1e6
+
+    def __post_init__(self) -> None:
+        check_int_range("canaries", self.canaries, 2, 2**31 - 1)
+        poisson = isinstance(getattr(self.inner, "sampling", None), PoissonSampling)
+        if not isinstance(self.inner, SiloGaussian) or not poisson:
+            raise ValueError("canary records are sampled as a Poisson-sampled silo samples its "
+                             f"records: expected a SiloGaussian with PoissonSampling, got "
+                             f"{self.inner!r}")  # fmt: skip
+        if self.inner.records is None:
+            raise ValueError("canary records are sampled at the silo's rate K / n_s: give the "
+                             "inner SiloGaussian records=(n_1, ..., n_N)")  # fmt: skip
+        check_int_range("silo", self.silo, 0, len(self.inner.records) - 1)
+
+    @property
+    def Params(self) -> type:  # noqa: N802 (the protocol's name)
+        return self.inner.Params
+
+    def __getattr__(self, name: str) -> Any:
+        # what the engine and the experiment ask of the silo aggregator (``local``,
+        # ``adjacency``, ``sampling``, ``batch``, ``records``, ``releases``) is the inner one's
+        if name.startswith("__") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    @property
+    def sampling_rate(self) -> float:
+        """``K / n_s``: the probability that a record of the canaries' silo is in a minibatch."""
+        return min(1.0, self.inner.batch / self.inner.records[self.silo])
+
+    def audit_key(self) -> jax.Array:
+        """The key of the canaries' directions and coins."""
+        return jax.random.key(self.seed)
+
+    def read(self, hyper) -> SiloNoiseParams:
+        return self.inner.read(hyper)
+
+    def init(self, params, template) -> Any:
+        return CanaryState(
+            inner=self.inner.init(params, template),
+            included=canary_lib.canaries_included(self.audit_key(), self.canaries),
+            scores=canary_lib.init_scores(self.canaries),
+        )
+
+    def _canary_rows(self, update: SiloMessage, state, key: jax.Array):
+        """``(gradients f32[M, p], weights f32[M])``: every canary's gradient and its weight in
+        this silo's minibatch (``1 / K`` if it is in it, else 0)."""
+        template = jax.ShapeDtypeStruct(update.gradients.shape[-1:], update.gradients.dtype)
+        ids = jnp.arange(self.canaries, dtype=jnp.int32)
+        gradients = jax.vmap(lambda i: canary_lib.canary_update(
+            self.audit_key(), i, template, self.canary_scale))(ids)  # fmt: skip
+        stream = jfed_random.named(key, PARTICIPATION_STREAM)
+        sampled = jax.vmap(lambda i: jfed_random.uniform(jax.random.fold_in(stream, i)))(ids)
+        in_batch = state.included & (sampled < self.sampling_rate)
+        in_batch = in_batch & (update.silo_id == self.silo) & (update.available > 0)
+        return gradients, in_batch.astype(update.weights.dtype) / self.inner.batch
+
+    def preprocess(self, params, state, update: SiloMessage, key: jax.Array) -> dict:
+        """ONE silo's record (the inner aggregator's, its minibatch holding the canaries that
+        are in it), plus ``canary_release``: its released value where it is the canaries'
+        silo (else 0), and ``canaries_taking_part``."""
+        gradients, weights = self._canary_rows(update, state, key)
+        real = jnp.zeros(update.weights.shape, bool)
+        message = SiloMessage(
+            jnp.concatenate([update.gradients, gradients.astype(update.gradients.dtype)]),
+            jnp.concatenate([update.weights, weights]), update.available, update.silo_id,
+            jnp.concatenate([real if update.canary is None else update.canary,
+                             jnp.ones(weights.shape, bool)]),
+        )  # fmt: skip
+        record = self.inner.preprocess(params, state.inner, message, key)
+        holds = (update.silo_id == self.silo).astype(record["value"].dtype)
+        return dict(record, canary_release=holds * record["value"],
+                    canaries_taking_part=jnp.sum(weights > 0, dtype=jnp.int32))  # fmt: skip
+
+    def release(self, params, state, summed: dict, key: jax.Array):
+        """The inner release of the silos' messages; the canaries scored against their silo's
+        released value."""
+        summed = dict(summed)
+        audited = summed.pop("canary_release")
+        taking_part = summed.pop("canaries_taking_part")
+        value, inner_state, diagnostics = self.inner.release(params, state.inner, summed, key)
+        ids = jnp.arange(self.canaries, dtype=jnp.int32)
+        scores = canary_lib.update_scores(state.scores, self.audit_key(), ids, audited)
+        diagnostics = dict(diagnostics, canaries_taking_part=taking_part)
+        return value, CanaryState(inner_state, state.included, scores), diagnostics
+
+    def event(self, params) -> dp_accounting.DpEvent:
+        """The inner aggregator's event: a canary is one record, protected as any other."""
+        return self.inner.event(params)

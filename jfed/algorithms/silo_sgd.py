@@ -223,6 +223,8 @@ class State(NamedTuple):
       averaged: ``f32[]``, how many iterates are in ``w_sum``.
       round: ``i32[]``, rounds done.
       batch_key: key of the one-pass batch permutations (fixed for the run).
+      aggregator: the round's aggregator's state (``()`` for the silo aggregators; an audit's
+        canaries and their scores with :class:`~jfed.algorithms.silo_aggregators.CanaryRecords`).
     """
 
     w: jax.Array
@@ -231,10 +233,20 @@ class State(NamedTuple):
     averaged: jax.Array
     round: jax.Array
     batch_key: jax.Array
+    aggregator: Any = ()
 
     @property
     def w_average(self) -> jax.Array:
         return self.w_sum / jnp.maximum(self.averaged, 1.0)
+
+
+class Released(NamedTuple):
+    """What a round's release returns beside its value: the available silos, their clipped
+    fractions summed, and the aggregator's next state."""
+
+    available: jax.Array
+    clipped: jax.Array
+    aggregator: Any
 
 
 class RoundInfo(NamedTuple):
@@ -299,24 +311,24 @@ class _SiloConfig:
 
     def init(self, hp: Hyperparams, key: jax.Array) -> State:
         zeros = jnp.zeros(self.param_dim, jnp.float32)
-        del hp
-        return State(zeros, zeros, zeros, jnp.float32(0), jnp.int32(0), key)
+        aggregator = self.aggregator.init(self.aggregator.read(hp), zeros)
+        return State(zeros, zeros, zeros, jnp.float32(0), jnp.int32(0), key, aggregator)
 
     def _mask(self, key: jax.Array) -> jax.Array:
         return self.availability.mask(key, self.n_silos, self.available)
 
-    def _release(self, clients, hp: Hyperparams, client, broadcast, key: jax.Array, w):
+    def _release(self, clients, hp: Hyperparams, client, broadcast, key: jax.Array, state: State):
         """The round's one release through the aggregator: ``(sum of the available silos'
-        messages, their number, their clipped fractions summed)``."""
-        params = self.aggregator.read(hp)
-        total, _, diagnostics = clients.aggregate(
-            self.aggregator, params, self.aggregator.init(params, w), client, broadcast,
+        messages, Released)``."""
+        total, aggregator, diagnostics = clients.aggregate(
+            self.aggregator, self.aggregator.read(hp), state.aggregator, client, broadcast,
             jax.random.fold_in(key, RELEASE_STREAM),
         )  # fmt: skip
-        return total, diagnostics["available"], diagnostics["clipped_count"]
+        return total, Released(diagnostics["available"], diagnostics["clipped_count"], aggregator)
 
-    def _advance(self, state: State, w: jax.Array, w_ag: jax.Array, available, clipped):
+    def _advance(self, state: State, w: jax.Array, w_ag: jax.Array, released: Released):
         """Next state (averaging the reported iterate over the last ``window`` rounds) and info."""
+        available, clipped = released.available, released.clipped
         in_window = (state.round >= self.rounds - self.window).astype(jnp.float32)
         new_state = State(
             w,
@@ -325,6 +337,7 @@ class _SiloConfig:
             state.averaged + in_window,
             state.round + 1,
             state.batch_key,
+            released.aggregator,
         )
         return new_state, RoundInfo(w_ag, available, clipped / jnp.maximum(available, 1.0))
 
@@ -352,10 +365,9 @@ class NoisyMBSGD(_SiloConfig):
     ) -> tuple[State, RoundInfo]:
         client = partial(_minibatch_client, self.loss, self.batch, self.sampling)
         broadcast = (state.w, self._mask(key), state.batch_key, state.round)
-        gradient_sum, available, clipped = self._release(clients, hp, client, broadcast, key,
-                                                         state.w)  # fmt: skip
-        w = _server_step(state.w, gradient_sum, available, hp.step_size, hp.radius)
-        return self._advance(state, w, w, available, clipped)
+        gradient_sum, released = self._release(clients, hp, client, broadcast, key, state)
+        w = _server_step(state.w, gradient_sum, released.available, hp.step_size, hp.radius)
+        return self._advance(state, w, w, released)
 
 
 def multistage_schedule(rounds: int, first: int = 2) -> tuple[int, ...]:
@@ -428,12 +440,11 @@ class AcceleratedMBSGD(_SiloConfig):
         w_md = w / beta + (1.0 - 1.0 / beta) * w_ag
         client = partial(_minibatch_client, self.loss, self.batch, self.sampling)
         broadcast = (w_md, self._mask(key), state.batch_key, state.round)
-        gradient_sum, available, clipped = self._release(clients, hp, client, broadcast, key,
-                                                         w_md)  # fmt: skip
-        gradient_sum = gradient_sum + hp.ridge * w_md * available
-        w_new = _server_step(w, gradient_sum, available, gamma, hp.radius)
+        gradient_sum, released = self._release(clients, hp, client, broadcast, key, state)
+        gradient_sum = gradient_sum + hp.ridge * w_md * released.available
+        w_new = _server_step(w, gradient_sum, released.available, gamma, hp.radius)
         w_ag_new = w_new / beta + (1.0 - 1.0 / beta) * w_ag
-        return self._advance(state, w_new, w_ag_new, available, clipped)
+        return self._advance(state, w_new, w_ag_new, released)
 
 
 @dataclass(frozen=True)
@@ -458,10 +469,10 @@ class ShuffleMBSGD(_SiloConfig):
     ) -> tuple[State, RoundInfo]:
         client = partial(_minibatch_client, self.loss, self.batch, self.sampling)
         broadcast = (state.w, self._mask(key), state.batch_key, state.round)
-        message_sum, available, clipped = self._release(clients, hp, client, broadcast, key,
-                                                        state.w)  # fmt: skip
-        w = _server_step(state.w, message_sum / self.batch, available, hp.step_size, hp.radius)
-        return self._advance(state, w, w, available, clipped)
+        message_sum, released = self._release(clients, hp, client, broadcast, key, state)
+        w = _server_step(state.w, message_sum / self.batch, released.available, hp.step_size,
+                         hp.radius)  # fmt: skip
+        return self._advance(state, w, w, released)
 
 
 class LocalStart(NamedTuple):
@@ -599,11 +610,10 @@ class LocalSGD(_SiloConfig):
         self, state: State, hp: Hyperparams, key: jax.Array, clients
     ) -> tuple[State, RoundInfo]:
         broadcast = (state.w, self._mask(key), hp.step_size)
-        iterate_sum, available, clipped = self._release(clients, hp, _local_client, broadcast,
-                                                        key, state.w)  # fmt: skip
-        average = project_to_ball(iterate_sum / jnp.maximum(available, 1.0), hp.radius)
-        w = jnp.where(available > 0, average, state.w)
-        return self._advance(state, w, w, available, clipped)
+        iterate_sum, released = self._release(clients, hp, _local_client, broadcast, key, state)
+        average = project_to_ball(iterate_sum / jnp.maximum(released.available, 1.0), hp.radius)
+        w = jnp.where(released.available > 0, average, state.w)
+        return self._advance(state, w, w, released)
 
 
 def local_sgd(

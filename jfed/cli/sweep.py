@@ -177,7 +177,23 @@ def finish(
         if os.path.exists(path):
             os.remove(path)
     plot_convergence(rows, table, hyper, os.path.join(out, "convergence"), f"{report}_per_round")
+    _plot_audit(rows, os.path.join(out, "audit"))
     return table, hyper
+
+
+def _plot_audit(rows: list[dict], prefix: str) -> None:
+    """``prefix.png`` / ``.pdf``: audit eps against certified eps, when some run was audited
+    (``--audit-canaries``); an earlier sweep's audit figure is removed when none was."""
+    from jfed._io import check_replaceable
+    from jfed.report.audit_plot import audited_points, plot_audit
+
+    if audited_points(rows):
+        plot_audit(rows, prefix)
+        return
+    for path in (f"{prefix}.png", f"{prefix}.pdf"):
+        check_replaceable(path)
+        if os.path.exists(path):
+            os.remove(path)
 
 
 def _warn_uncertified(rows: list[dict]) -> None:
@@ -290,6 +306,10 @@ def _plot(args: argparse.Namespace) -> None:
     os.makedirs(out, exist_ok=True)
     paths, _ = plot_overlay(tables, os.path.join(out, "utility"))
     print(f"figure: {paths[0]}")
+    audited = [row for _, rows in rows_of for row in rows]
+    _plot_audit(audited, os.path.join(out, "audit"))
+    if os.path.exists(os.path.join(out, "audit.png")):
+        print(f"figure: {os.path.join(out, 'audit.png')}")
 
 
 def checked(args: argparse.Namespace) -> tuple:

@@ -28,13 +28,32 @@ import numpy as np
 from jfed._validation import UsageError
 from jfed.algorithms import silo_metrics, silo_privacy, silo_sgd
 from jfed.algorithms.losses import Loss
-from jfed.algorithms.silo_aggregators import POISSON, SAMPLINGS, ShuffledMessages
+from jfed.algorithms.silo_aggregators import (
+    POISSON,
+    SAMPLINGS,
+    CanaryRecords,
+    PoissonSampling,
+    ShuffledMessages,
+)
 from jfed.data.silos import SiloTask, load_silos
 from jfed.methods import declared
-from jfed.methods.experiment import Experiment, Output, guarantee_of, non_private_fields
+from jfed.methods.experiment import (
+    Experiment,
+    Output,
+    declared_outputs,
+    guarantee_of,
+    non_private_fields,
+)
 from jfed.privacy import Adjacency, Advanced, Analytic, rounds_of, spent
+from jfed.privacy.canary_aggregator import audit
 from jfed.privacy.parallel import branches, per_branch
 from jfed.privacy.shuffle import shuffle_validity_limit
+
+AUDIT_NOTION = (
+    "(eps, delta)-DP, one canary record of one silo present or absent (the replace-one pair of "
+    "the canary and a record of zero gradient)"
+)
+"""What a silo method's audit tests (:class:`~jfed.algorithms.silo_aggregators.CanaryRecords`)."""
 
 
 def load_task(config: declared.SiloData) -> SiloTask:
@@ -52,17 +71,22 @@ def _params_as_ran(release, hyper):
     return jax.tree_util.tree_unflatten(release.params_treedef, values)
 
 
+_KEPT = (
+    Output("w", "state.w_average"),
+    Output("w_per_round", "infos.w"),
+    Output("available", "infos.available"),
+    Output("clipped_fraction", "infos.clipped_fraction", reduce="mean"),
+)
+OUTPUTS = declared_outputs(_KEPT, "SiloExperiment")
+AUDITED_OUTPUTS = declared_outputs((*_KEPT, Output("canaries", "state.aggregator")),
+                                   "SiloExperiment")  # fmt: skip
+
+
 class SiloExperiment(Experiment):
     """Shared by the silo methods; subclasses name their program and their calibration."""
 
     selection_metric = "excess_train_risk"
     selection_maximize = False
-    outputs = (
-        Output("w", "state.w_average"),
-        Output("w_per_round", "infos.w"),
-        Output("available", "infos.available"),
-        Output("clipped_fraction", "infos.clipped_fraction", reduce="mean"),
-    )
     default_sampling = "with-replacement"
 
     def __init__(self, config: declared.SiloTraining, task: SiloTask | None = None) -> None:
@@ -78,6 +102,12 @@ class SiloExperiment(Experiment):
                 f"the one-pass algorithm, got {config.rounds} * {config.batch}"
             )
         self.availability = silo_sgd.AVAILABILITIES[config.availability]
+        if self.canaries and not isinstance(self.sampling, PoissonSampling):
+            raise UsageError(
+                f"--audit-canaries places canary records in a silo's Poisson-sampled minibatches "
+                f"(the exact calibration's sampling): use --sampling poisson, not "
+                f"{self.sampling.name}"
+            )
         self.report_metric = "relative_rmse" if self.loss.regression else "test_error"
         self._noise: dict = {}
         self._optima: dict = {}
@@ -90,7 +120,43 @@ class SiloExperiment(Experiment):
         """The static program sampling records with ``sampling``."""
         aggregator = silo_sgd.minibatch_aggregator(self.method.private, sampling,
                                                    self.config.batch, self.records)  # fmt: skip
-        return silo_sgd.NoisyMBSGD(**common, sampling=sampling, aggregator=aggregator)
+        return silo_sgd.NoisyMBSGD(**common, sampling=sampling, aggregator=self.audited(aggregator))
+
+    # -- the audit (``--audit-canaries``)
+    @property
+    def canaries(self) -> int:
+        """Canary records of the run's audit (``--audit-canaries``; 0: none)."""
+        return int(getattr(self.base_config, "audit_canaries", 0))
+
+    @property
+    def canary_silo(self) -> int:
+        """The silo holding the canary records: the smallest (its records are sampled most
+        often, K / n_s per round; the first of the smallest)."""
+        return int(np.argmin(self.counts))
+
+    def audited(self, aggregator):
+        """``aggregator`` with the audit's canary records (:class:`CanaryRecords`), or as it is
+        without ``--audit-canaries``."""
+        if not self.canaries:
+            return aggregator
+        return CanaryRecords(aggregator, self.canaries, self.canary_silo)
+
+    @property
+    def outputs(self):
+        """The kept arrays; an audited run also keeps its canaries' final state."""
+        return AUDITED_OUTPUTS if self.canaries else OUTPUTS
+
+    def audit_fields(self, outputs: dict, config) -> dict:
+        """The audit of an audited run: the one-run lower bound at the run's delta from its
+        canary records' scores (:func:`jfed.privacy.canary_aggregator.audit`), beside the
+        certified eps, stating what it tests (:data:`AUDIT_NOTION`) and the canaries' silo;
+        nothing for a run without canaries."""
+        del config
+        if not self.canaries:
+            return {}
+        state = jax.tree.map(np.asarray, outputs["canaries"])
+        fields = audit(state, self.delta).to_fields()
+        return fields | {"audit_notion": AUDIT_NOTION, "audit_silo": self.canary_silo}
 
     def calibrate_many(self, config, epsilons: list[float], delta: float) -> list[tuple]:
         """``[(noise std f64[N], privacy fields)]``, one per eps."""
@@ -228,7 +294,7 @@ class SiloExperiment(Experiment):
         }
         if not self.loss.regression:
             metrics["optimum_test_error"] = report(w_star)
-        return metrics
+        return metrics | self.audit_fields(outputs, config)
 
     @staticmethod
     def summary(record: dict) -> str:

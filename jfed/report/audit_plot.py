@@ -102,7 +102,9 @@ def audit_figure(rows) -> Figure:
     axis.set_xlim(0.0, largest)
     axis.set_ylim(0.0, largest)
     axis.set_aspect("equal")
-    axis.set_xlabel("certified " + _epsilon_label([p[0] for p in points]))
+    # a record's eps may be its target alone: the axis speaks of the certified one
+    certified = [{**p[0], "epsilon": p[1]} for p in points]
+    axis.set_xlabel("certified " + _epsilon_label(certified))
     axis.set_ylabel(_audit_label([p[0] for p in points]))
     title = [f"{len(points)} audited run(s); {refuted} lower bound(s) above the certified eps"]
     if len(points) < len(records):

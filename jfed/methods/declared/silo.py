@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Self
 
 from jfed import catalog
+from jfed._validation import UsageError
 from jfed.methods.config import Config
 from jfed.methods.cost import (
     CLIENT_OPERATIONS,
@@ -132,6 +134,20 @@ class Calibrated(SiloPrivacy):
 @dataclass(frozen=True)
 class NoisyMBSGD(Calibrated):
     """ISRL-DP Noisy MB-SGD (Algorithm 2 of the silo paper)."""
+
+    audit_canaries: int = param(
+        0, "canary records M added to the smallest silo for an empirical privacy audit of the "
+        "run (Steinke, Nasr and Jagielski's one-run lower bound; 0: no audit): each a record whose "
+        "gradient is a fixed random direction at the clip norm, in the silo with probability 1/2, "
+        "Poisson-sampled, clipped and noised as the silo's own records (--sampling poisson)",
+        unit="canary records", range=integers(0, 1_000_000), group="privacy",
+    )  # fmt: skip
+
+    def check(self) -> Self:
+        if self.audit_canaries == 1:
+            raise UsageError("expected --audit-canaries 0 (no audit) or at least 2 (the audit "
+                             "compares included with excluded canaries), got 1")  # fmt: skip
+        return super().check()
 
 
 @dataclass(frozen=True)
