@@ -249,7 +249,7 @@ def flip_probability(truthful: float) -> Fraction:
     keeps_true_bit_given_truthful` flips a bit, from the f32 ``truthful`` it runs with (its own
     64-bit threshold, read back): at least ``1 / (e^eps + 1)``, and ``2^-24`` where ``truthful``
     rounds to 1."""
-    threshold = flip_threshold_from_truthful(np.float32(truthful))
+    threshold = flip_threshold_from_truthful(jnp.asarray(np.float32(truthful)))
     return Fraction(int(threshold_value(threshold)), 2**64)
 
 

@@ -212,14 +212,14 @@ class FunctionalMean:
             lambda i: self.function_projection(hp, jax.random.fold_in(data_key, i))
         )(index)
         present = index < hp.functions
-        batches = []
+        batch_means = []
         for t in range(self.iterations):
             member = (present & (index % self.iterations == t)).astype(jnp.float32)
             # float32 on every backend: the noise is calibrated to the clip, which a GPU's
             # default product (tf32 operands) could exceed by up to 2^-11
             batch = jnp.matmul(member, projections, precision=jax.lax.Precision.HIGHEST)
-            batches.append(batch / jnp.maximum(jnp.sum(member), 1.0))
-        batches = jnp.stack(batches)
+            batch_means.append(batch / jnp.maximum(jnp.sum(member), 1.0))
+        batches = jnp.stack(batch_means)
         count = jnp.sum(jnp.where(present, clipped, 0)).astype(jnp.float32)
         return {"batches": batches, "weight": (server_id < hp.servers).astype(jnp.float32),
                 "diagnostics": {"quiet": sgd_average(batches), "clipped": count}}  # fmt: skip

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -219,6 +219,14 @@ class ClipParams(NamedTuple):
     clip_norm: Any
 
 
+class ClippedParams(Protocol):
+    """What the parameters of every :class:`SiloClippedSum` carry (:class:`ClipParams`,
+    :class:`SiloNoiseParams`, :class:`ShuffleParams`): the clip norm L."""
+
+    @property
+    def clip_norm(self) -> Any: ...
+
+
 class SiloNoiseParams(NamedTuple):
     """Parameters of :class:`SiloGaussian`.
 
@@ -255,8 +263,9 @@ class SiloClippedSum:
 
     Params: ClassVar[type] = ClipParams
 
-    def read(self, hyper) -> ClipParams:
-        """Its parameters, read from the silo hyper-parameters unchanged."""
+    def read(self, hyper) -> ClippedParams:
+        """Its parameters, read from the silo hyper-parameters unchanged (:class:`ClipParams`;
+        a subclass's own, each with the clip norm)."""
         return ClipParams(hyper.clip_norm)
 
     def init(self, params, template) -> tuple:
@@ -496,6 +505,7 @@ class CanaryRecords:
     @property
     def sampling_rate(self) -> float:
         """``K / n_s``: the probability that a record of the canaries' silo is in a minibatch."""
+        assert self.inner.records is not None  # __post_init__ refuses a SiloGaussian without
         return min(1.0, self.inner.batch / self.inner.records[self.silo])
 
     def audit_key(self) -> jax.Array:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -281,6 +281,16 @@ class _SiloConfig:
     available: int = 0
     average_last: int = 0
 
+    if TYPE_CHECKING:  # every subclass declares both (a field, or a class constant)
+
+        @property
+        def sampling(self) -> Sampling:
+            """How a silo draws its records each round."""
+
+        @property
+        def aggregator(self) -> Any:
+            """The round's release."""
+
     def __post_init__(self) -> None:
         check_int_range("silos", self.n_silos, 1, 10**7)
         check_int_range("batch", self.batch, 1, 10**7)
@@ -521,8 +531,9 @@ class LocalSteps:
 
     def __post_init__(self) -> None:
         check_int_range("steps", self.steps, 1, 10**7)
-        if getattr(self.inner, "releases", self.steps) != self.steps:
-            raise ValueError(f"the inner aggregator releases {self.inner.releases} gradients a "
+        releases = getattr(self.inner, "releases", self.steps)  # SiloClippedSum has none
+        if releases != self.steps:
+            raise ValueError(f"the inner aggregator releases {releases} gradients a "
                              f"round, the silo takes {self.steps} local steps")  # fmt: skip
 
     @property

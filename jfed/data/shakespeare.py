@@ -63,7 +63,8 @@ def parse_play(markdown: str) -> tuple[str, dict[str, list[str]]]:
     next tag or heading. Stage directions (a line in ``_italics_``, possibly over several lines,
     or an italic span inside a line) are dropped; Markdown escapes are undone and an em dash is
     written ``--`` as in Project Gutenberg's text."""
-    title, speakers, current, in_direction = "", {}, None, False
+    speakers: dict[str, list[str]] = {}
+    title, current, in_direction = "", None, False
     for raw in markdown.splitlines():
         line = raw.rstrip()
         if in_direction:

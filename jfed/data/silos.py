@@ -19,6 +19,7 @@ Features are standardised on the training split and scaled so every training rec
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import NamedTuple
@@ -332,7 +333,7 @@ def _sorted_regression(base: str, mixing: float, n_silos: int | None, seed: int)
     return sorted_target_silos(features, targets, n_silos or 10, seed, name=f"{base}-sorted")
 
 
-SILO_LOADERS = {
+SILO_LOADERS: dict[str, Callable[[float, int | None, int], SiloTask]] = {
     "digits-evenodd": lambda mixing, n_silos, seed: even_odd_silos(*_digits(), mixing=mixing,
                                                                    seed=seed),
     "digits-bylabel": lambda mixing, n_silos, seed: label_silos(*_digits(), mixing=mixing,

@@ -375,6 +375,7 @@ def check_fits(
     what = None if cost is None else budget.excess(cost)
     if what is None:
         return cost
+    assert cost is not None  # an excess was found, so there is a cost
 
     def fits(candidate: Config) -> bool:
         found = estimate(candidate, chunk, shared)

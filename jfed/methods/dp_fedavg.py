@@ -42,8 +42,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -235,8 +236,14 @@ def _shakespeare(config: declared.FederatedTraining) -> Population:
     return Population(task.train, task.test, task.train, task.classes, "char-lstm")
 
 
+def _data_dir(config: declared.FederatedTraining) -> str:
+    """``--data-dir`` of a data set read from files (``check`` refuses such a one without)."""
+    assert config.data_dir is not None  # FederatedTraining.check requires it for these sets
+    return config.data_dir
+
+
 def _cifar(config: declared.FederatedTraining, classes: int) -> Population:
-    task = load_cifar(config.data_dir, classes, config.clients, config.split or "iid",
+    task = load_cifar(_data_dir(config), classes, config.clients, config.split or "iid",
                       config.dirichlet, config.data_seed)  # fmt: skip
     return Population(task.train, task.test, task.train, task.classes, "cifar-cnn")
 
@@ -248,11 +255,11 @@ NATURAL_CLIENTS = {"natural": True, "iid": False, "dirichlet": False}
 def _femnist(config: declared.FederatedTraining) -> Population:
     split = config.split or "natural"
     clients = None if NATURAL_CLIENTS[split] else config.clients
-    task = load_femnist(config.data_dir, clients, split, config.dirichlet, config.data_seed)
+    task = load_femnist(_data_dir(config), clients, split, config.dirichlet, config.data_seed)
     return Population(task.train, task.test, task.train, task.classes, "femnist-cnn")
 
 
-POPULATIONS = {
+POPULATIONS: dict[str, Callable[[declared.FederatedTraining], Population]] = {
     "synthetic": _synthetic,
     "digits-dirichlet": _digits,
     "shakespeare": _shakespeare,
@@ -391,11 +398,17 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
         self.model = build_model(config, self.data)
         self.n_clients = int(self.population.n_clients)
         self.private = self.method.private
-        self.noise_choice = NOISE_CHOICES[config.noise] if self.private else NO_NOISE
+        self.noise_choice = NOISE_CHOICES[_private(config).noise] if self.private else NO_NOISE
         self.cohort = self._cohort([config])
         self.grid_norm: int | None = None  # chosen by prepare() for the grid noises
 
     # -- the program
+    @property
+    def _dp_config(self) -> declared.DPFedAvg:
+        """:attr:`config` where only a private run reads it (the noise, the secure sum, the
+        clipping): DP-FedAvg's fixed fields, which the non-private baseline lacks."""
+        return cast("declared.DPFedAvg", self.config)
+
     @property
     def rate(self) -> float:
         return self.config.cohort_size / self.n_clients
@@ -443,21 +456,20 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
     def min_clients(self) -> int:
         """The shares a secure release needs: ``--min-clients``, else the expected survivors
         less :data:`MIN_CLIENTS_SPREAD` of their standard deviations (at least 1)."""
-        given = self.config.min_clients
+        given = self._dp_config.min_clients
         if given is not None:
             return int(given)
-        kept = self.rate * (1.0 - self.config.dropout_rate)
+        kept = self.rate * (1.0 - self._dp_config.dropout_rate)
         mean, spread = self.n_clients * kept, math.sqrt(self.n_clients * kept * (1.0 - kept))
         return max(1, math.floor(mean - MIN_CLIENTS_SPREAD * spread))
 
     def _field_grid(self, noise_multiplier: float) -> int:
         """The secure sum's grid: the finest whose sum of the cohort stays in the field."""
-        dimension = padded_dimension(self.dimension, True)
+        dimension, bits = padded_dimension(self.dimension, True), self._dp_config.bits
         try:
-            return grid_norm_for_bits(self.config.bits, self.most_clients, noise_multiplier,
-                                      dimension)  # fmt: skip
+            return grid_norm_for_bits(bits, self.most_clients, noise_multiplier, dimension)
         except ValueError as error:
-            raise UsageError(f"method {self.name}: --bits {self.config.bits}: {error}") from None
+            raise UsageError(f"method {self.name}: --bits {bits}: {error}") from None
 
     def _central_grid(self, noise_multiplier: float) -> int:
         try:
@@ -495,7 +507,7 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
         if choice.secure is None:
             return dp_fedavg.GridNoise(self.dimension, self.grid_norm)
         return dp_fedavg.SecureNoise(choice.secure, self.dimension, self.min_clients,
-                                     self.config.bits, self.grid_norm)  # fmt: skip
+                                     self._dp_config.bits, self.grid_norm)  # fmt: skip
 
     @property
     def algorithm(self) -> dp_fedavg.DPFedAvg:
@@ -664,7 +676,7 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
 
     def _aggregator(self) -> Any:
         """The noise's own sum (without the mean and the canaries around it)."""
-        return self.noise().sum(CLIPPINGS[self.config.clipping])
+        return self.noise().sum(CLIPPINGS[self._dp_config.clipping])
 
     def _noise_std(self, hyper: dp_fedavg.Hyperparams) -> float:
         """The std of the noise on one release's sum (model units), as the device draws it:

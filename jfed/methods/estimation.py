@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 import jax
 import numpy as np
@@ -28,6 +28,9 @@ from jfed.methods.experiment import Experiment, Output, guarantee_of
 from jfed.privacy import Analytic, Basic, ParallelDpEvent, spent
 from jfed.privacy.gaussian import analytic_gaussian_noise
 from jfed.privacy.mechanisms import AnisotropicGaussianMechanism, GaussianMechanism
+
+if TYPE_CHECKING:
+    from jfed.data.population import Population
 
 DEFAULT_DELTA = 1e-5
 """delta of a release where the configuration leaves it unset (a Gaussian release; a Laplace
@@ -70,7 +73,10 @@ def round_ledger(algorithm: Any, n_clients: int) -> Any:
     tracing it (:func:`jfed.engine.trace_releases`; nothing runs), once per program."""
     from jfed.engine import trace_releases
 
-    return trace_releases(algorithm, estimation.Sites(n_clients), _structure(algorithm))
+    # Sites has no ``dim`` (its data is drawn on the device): tracing reads only the count and
+    # ``record``
+    sites = cast("Population", estimation.Sites(n_clients))
+    return trace_releases(algorithm, sites, _structure(algorithm))
 
 
 def _structure(algorithm: Any) -> Any:
@@ -98,9 +104,9 @@ def round_event(ledger: Any, hyper: Any, disjoint: bool = False) -> Any:
     events = []
     for release in ledger.releases:
         # as Release.params reads them (the f32 numbers that ran), arrays included
-        values = [np.asarray(leaves[path], np.float32).astype(np.float64)
+        arrays = [np.asarray(leaves[path], np.float32).astype(np.float64)
                   for path in release.params_paths]  # fmt: skip
-        values = [value.item() if value.ndim == 0 else value for value in values]
+        values = [value.item() if value.ndim == 0 else value for value in arrays]
         params = jax.tree_util.tree_unflatten(release.params_treedef, values)
         event = release.aggregator.event(params)
         if not getattr(release.aggregator, "local", False):
@@ -348,7 +354,7 @@ class AnisotropicShape:
     mechanism: the seed's constant ``sqrt(4 ln(2/delta)) / eps`` spends more noise than
     (eps, delta) needs (the records say how much)."""
 
-    private: ClassVar[bool] = True
+    private: ClassVar[Literal[True]] = True
     accountant: ClassVar[str] = ("anisotropic Gaussian: the seed's shape sigma_l^2 ~ Delta_l "
                                  "||Delta||_1, scaled by the analytic Gaussian of the whitened "
                                  "mechanism")  # fmt: skip
@@ -373,7 +379,7 @@ class AnisotropicShape:
 class IsotropicShape:
     """One sigma for every coordinate, the analytic Gaussian's for the L2 sensitivity."""
 
-    private: ClassVar[bool] = True
+    private: ClassVar[Literal[True]] = True
     accountant: ClassVar[str] = "analytic Gaussian (Balle and Wang), L2 sensitivity"
 
     def noise_std(self, sensitivities: np.ndarray, multiplier: float) -> np.ndarray:
@@ -390,7 +396,7 @@ class IsotropicShape:
 class NoNoiseShape:
     """No noise: the non-private estimate."""
 
-    private: ClassVar[bool] = False
+    private: ClassVar[Literal[False]] = False
 
 
 NOISE_SHAPES: dict[str, AnisotropicShape | IsotropicShape | NoNoiseShape] = {

@@ -28,7 +28,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from jfed.methods.config import Config
 from jfed.privacy import PrivacyGuarantee
@@ -263,14 +263,18 @@ class Experiment(Generic[ConfigT]):
       config: the method's configuration; its fixed fields shape the experiment.
     """
 
-    config: ConfigT
-
     selection_metric: str | None = None
     selection_maximize = True
     report_metric: str | None = None
     shared_noise_algorithm = None
     outputs: Any = None
     default_accountant: Any = None
+
+    if TYPE_CHECKING:  # every subclass defines it (a property); declared here for the checker
+
+        @property
+        def algorithm(self) -> Any:
+            """The static ``init`` + ``round`` program (:class:`jfed.engine.Algorithm`)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

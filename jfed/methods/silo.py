@@ -514,6 +514,9 @@ class ShuffleExperiment(SiloExperiment):
     """Shuffle-DP Noisy MB-SGD: per-record messages, central eps by amplification by shuffling
     and advanced composition over the rounds (closed form)."""
 
+    # (eps, clip norm) -> its calibrated noise, set by calibrate_many for calibrate to read
+    _chains: dict[tuple[float, float], silo_privacy.ShuffleNoise]
+
     def choose_sampling(self, config) -> str:
         return "with-replacement"
 

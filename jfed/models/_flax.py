@@ -3,6 +3,8 @@ from the module's logits (one label per row, or one per position of a sequence).
 
 from __future__ import annotations
 
+from typing import cast
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -31,7 +33,9 @@ class FlaxClassifier:
 
     def logits(self, params: PyTree, X: jax.Array, key: jax.Array | None = None) -> jax.Array:
         """The module's logits for ``X: [b, *input_shape]`` (dropout only with a ``key``)."""
-        return self.module().apply({"params": params}, X.astype(self.input_dtype), key)
+        # without mutable collections, apply returns the module's output alone (no state tuple)
+        logits = self.module().apply({"params": params}, X.astype(self.input_dtype), key)
+        return cast(jax.Array, logits)
 
     def _scored_logits(
         self, params: PyTree, X: jax.Array, y: jax.Array, key: jax.Array | None = None

@@ -55,7 +55,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -95,9 +95,10 @@ class _Spec:
         closed-form accountants override it)."""
         import dp_accounting
 
+        # every spec is one of AccountantSpec's classes: _Spec itself is never made
         multiplier = calibrate(
             lambda z: dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), rounds),
-            epsilon, delta, accountant=self, adjacency=Adjacency.BOUNDED,
+            epsilon, delta, accountant=cast("AccountantSpec", self), adjacency=Adjacency.BOUNDED,
         )  # fmt: skip
         return multiplier * sensitivity
 

@@ -82,7 +82,7 @@ def parameter_count(template: PyTree) -> int:
     return sum(math.prod(shape) for shape, _ in _leaf_specs(template))
 
 
-def _flat_direction(key: jax.Array, canary_id: jax.Array, dimension: int) -> jax.Array:
+def _flat_direction(key: jax.Array, canary_id: jax.Array | int, dimension: int) -> jax.Array:
     """``f32[d]``: canary ``canary_id``'s unit direction, flat (normalised standard normals)."""
     normals = jfed_random.normal(
         jax.random.fold_in(jfed_random.named(key, DIRECTION_STREAM), canary_id), (dimension,)

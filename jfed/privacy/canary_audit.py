@@ -289,6 +289,7 @@ def one_shot_estimate(
             raise UsageError(f"expected at least 2 unobserved cosines, got {unobserved.size}")
         null_mean, null_std = float(np.mean(unobserved)), float(np.std(unobserved, ddof=1))
     else:
+        assert dimension is not None  # exactly one of the two was given
         if int(dimension) < MIN_ANALYTIC_DIMENSION:
             raise UsageError(
                 f"expected dimension >= {MIN_ANALYTIC_DIMENSION} for the normal null law, got "

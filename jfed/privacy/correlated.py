@@ -95,6 +95,10 @@ class NoiseStrategy(Protocol):
 
     name: ClassVar[str]
 
+    def __hash__(self) -> int:
+        """Strategies key the host-side caches (frozen dataclasses hash by value)."""
+        ...
+
     def init(self, template: PyTree) -> PyTree:
         """The buffers before round 0 (``template``: shapes and dtypes of one update)."""
         ...

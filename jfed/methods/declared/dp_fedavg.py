@@ -173,8 +173,8 @@ class FederatedTraining(Config):
         if self.dataset == "shakespeare":
             return "shakespeare(roles, lines)"
         split = self.split or ("natural" if self.dataset == "femnist" else "iid")
-        alpha = f"{self.dirichlet:g}" if split == "dirichlet" else ""
-        return f"{self.dataset}({split}{alpha and ' ' + alpha})"
+        concentration = f"{self.dirichlet:g}" if split == "dirichlet" else ""
+        return f"{self.dataset}({split}{concentration and ' ' + concentration})"
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,13 @@ def _clients(config: RegressionData) -> int:
     return LARGEST_REAL_TASK
 
 
+def _sizes(config: RegressionData) -> tuple[int, int]:
+    """``(d, n)`` of a checked configuration (its data set is one the catalog knows, so d is)."""
+    dimension = config.dimension
+    assert dimension is not None  # the data set is one of the choices: its d is in the catalog
+    return dimension, _clients(config)
+
+
 def _with_accounting(cost: Cost, config: LocalPrivacy, rounds: int) -> Cost:
     """``cost`` and, with ``--accountant pld``, its calibration over the rounds: R Gaussian
     releases composed under replace-one adjacency (the closed forms cost nothing)."""
@@ -198,7 +205,7 @@ def modulated_cost(config: Modulated, plan: CostPlan) -> Cost:
     """A chunk's messages ``[chunk, m]`` with ``m = d`` (``2 d`` when a sweep's eps share their
     draws), their second moments ``[m, m]`` summed chunk by chunk, a solve of ``[d, d]``, the
     directions ``[d, k]``. Work per client and round: its draws (m of them) and ``m^2``."""
-    d, n = config.dimension, _clients(config)
+    d, n = _sizes(config)
     m = 2 * d if plan.shared else d
     rounds = getattr(config, "rounds", 1)
     memory = FLOAT32 * (
@@ -210,7 +217,7 @@ def modulated_cost(config: Modulated, plan: CostPlan) -> Cost:
 
 def dpsgd_cost(config: DPSGD, plan: CostPlan) -> Cost:
     """``[chunk, d]`` gradients and their noise. Work per client and round: 2 d draws."""
-    d, n = config.dimension, _clients(config)
+    d, n = _sizes(config)
     memory = FLOAT32 * MESSAGE_COPIES * min(plan.chunk, n) * d
     work = config.rounds * n * (CLIENT_OPERATIONS + 2 * DRAW_OPERATIONS * d)
     cost = Cost(memory, work, ("dim", "clients", "rounds"))
@@ -219,7 +226,7 @@ def dpsgd_cost(config: DPSGD, plan: CostPlan) -> Cost:
 
 def ols_cost(config: OLS, plan: CostPlan) -> Cost:
     """``[chunk, d]`` and ``[d, d]`` on the device, the solve in float64 on the host."""
-    d, n = config.dimension, _clients(config)
+    d, n = _sizes(config)
     memory = FLOAT32 * (MESSAGE_COPIES * min(plan.chunk, n) * d + SOLVE_COPIES * d * d)
     work = n * (CLIENT_OPERATIONS + d * d)
     return Cost(memory + FLOAT64 * SOLVE_COPIES * d * d, work, ("dim", "clients"))
