@@ -80,19 +80,25 @@ def test_two_processes_racing_for_a_lock_never_both_hold_it(tmp_path):
     """100 trials of two processes taking one folder's lock at the same moment (every other
     folder with an empty lock file left behind): never two holders at once."""
     trials = 100
-    for trial in range(0, trials, 2):
-        os.makedirs(tmp_path / str(trial))
-        (tmp_path / str(trial) / LOCK_NAME).write_bytes(b"")
-    start = time.time() + 1.0
-    argv = [sys.executable, "-c", RACER, LOCK_FILE, str(tmp_path), str(start), str(trials)]
-    racers = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    counts = [json.loads(racer.communicate(timeout=60)[0]) for racer in racers]
-    assert all(racer.returncode == 0 for racer in racers)
-    assert sum(c["doubles"] for c in counts) == 0
-    # every trial had a holder (a refusal means the other one held it), and they did race
-    assert sum(c["held"] for c in counts) >= trials
-    assert sum(c["refused"] for c in counts) > 0
-    assert not any((tmp_path / str(t) / LOCK_NAME).exists() for t in range(trials))
+    # a loaded machine may deschedule one racer for a whole attempt (no refusal: no race
+    # happened, which proves nothing): up to 3 attempts, each checked for double holders
+    for attempt in range(3):
+        root = tmp_path / str(attempt)
+        for trial in range(0, trials, 2):
+            os.makedirs(root / str(trial))
+            (root / str(trial) / LOCK_NAME).write_bytes(b"")
+        start = time.time() + 1.0
+        argv = [sys.executable, "-c", RACER, LOCK_FILE, str(root), str(start), str(trials)]
+        racers = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        counts = [json.loads(racer.communicate(timeout=60)[0]) for racer in racers]
+        assert all(racer.returncode == 0 for racer in racers)
+        assert sum(c["doubles"] for c in counts) == 0
+        # every trial had a holder (a refusal means the other one held it)
+        assert sum(c["held"] for c in counts) >= trials
+        assert not any((root / str(t) / LOCK_NAME).exists() for t in range(trials))
+        if sum(c["refused"] for c in counts) > 0:
+            break
+    assert sum(c["refused"] for c in counts) > 0  # they did race
 
 
 def _hold(folder: str) -> subprocess.Popen:
