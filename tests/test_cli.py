@@ -8,9 +8,13 @@ import pytest
 
 from jfed.cli.main import main
 
-RECORD_FIELDS = {
-    "method", "algorithm", "paper", "dataset", "n_clients", "dim", "rounds", "epsilon",
-    "epsilon_certified", "delta", "accountant", "notion", "protected", "trust_model", "sigma",
+# What a record states of its guarantee: a run's, a sweep row's and `jfed account`'s answers.
+PRIVACY_RECORD_FIELDS = {
+    "epsilon", "epsilon_certified", "delta", "accountant", "notion", "protected", "trust_model",
+    "adjacency",
+}  # fmt: skip
+RECORD_FIELDS = PRIVACY_RECORD_FIELDS | {
+    "method", "algorithm", "paper", "dataset", "n_clients", "dim", "rounds", "sigma",
     "test_r2", "ols_r2", "run_seconds", "compile_seconds", "seed", "versions", "schema_version",
     "timestamp", "jfed_version", "git_commit", "config_key",
 }  # fmt: skip
@@ -163,7 +167,60 @@ def test_every_account_answer_states_adjacency_unit_and_sensitivity(argv, adjace
     assert main(["account", *argv, "--json", "-"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["adjacency"].startswith(adjacency)
-    assert record["protected_unit"] and record["sensitivity"]
+    assert record["protected"] and record["sensitivity"]
+    assert f"protected unit: {record['protected']}" in line
+
+
+ACCOUNT_QUESTIONS = [
+    ["gaussian", "--noise-multiplier", "1", "--steps", "100", "--sampling-rate", "0.01"],
+    ["calibrate", "--epsilon", "1", "--sensitivity", "2"],
+    ["calibrate", "--epsilon", "1,2", "--accountant", "zcdp", "--steps", "10"],
+    ["last-iterate", "--eta", "0.5", "--lipschitz", "1", "--radius", "1", "--sigma", "1.5",
+     "--n", "100", "--sampling-rate", "0.1", "--epsilon", "1"],
+    ["last-iterate", "--eta", "0.5", "--lipschitz", "1", "--radius", "1", "--sigma", "1.5",
+     "--n", "100", "--sampling-rate", "0.1", "--delta", "1e-5"],
+    ["shuffle", "--epsilon0", "1", "--n", "10000"],
+]  # fmt: skip
+
+
+def privacy_schema_errors(record: dict) -> list[str]:
+    """How ``record`` departs from the privacy section every run record states."""
+    errors = [f"lacks {name}" for name in sorted(PRIVACY_RECORD_FIELDS - set(record))]
+    errors += [f"states {name}" for name in ("protected_unit", "neighboring") if name in record]
+    return errors
+
+
+def test_account_states_the_privacy_section_of_a_run_record(capsys):
+    """Every question's answer states its guarantee under the names a run record uses (the
+    runner's required fields, the adjacency, the target eps); a record missing one is caught."""
+    import argparse
+
+    from jfed.cli import account
+    from jfed.methods.experiment import PRIVACY_FIELDS
+    from jfed.privacy import Adjacency
+
+    assert PRIVACY_RECORD_FIELDS == {*PRIVACY_FIELDS, "adjacency", "epsilon"}
+    parser = argparse.ArgumentParser()
+    account.add_parser(parser.add_subparsers())
+    (questions,) = (
+        action.choices
+        for command in parser._actions  # argparse has no public walk of its subcommands
+        if isinstance(command, argparse._SubParsersAction)
+        for action in command.choices["account"]._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    assert {argv[0] for argv in ACCOUNT_QUESTIONS} == set(questions)
+    for argv in ACCOUNT_QUESTIONS:
+        assert main(["account", *argv, "--json", "-"]) == 0
+        record = json.loads(capsys.readouterr().out)
+        assert privacy_schema_errors(record) == [], argv
+        assert record["epsilon_certified"] == record["epsilon"]
+        assert record["trust_model"] and Adjacency.of(record["adjacency"])
+        for name in PRIVACY_RECORD_FIELDS:  # negative control: the same check catches a gap
+            assert privacy_schema_errors({k: v for k, v in record.items() if k != name})
+        renamed = {**record, "protected_unit": record["protected"]}
+        del renamed["protected"]
+        assert privacy_schema_errors(renamed) == ["lacks protected", "states protected_unit"]
 
 
 @pytest.mark.parametrize(

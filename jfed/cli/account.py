@@ -11,8 +11,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from jfed.catalog import CALIBRATION_ACCOUNTANTS
+
+if TYPE_CHECKING:
+    from jfed.privacy import PrivacyGuarantee
 
 ACCOUNTANT_HELP = (
     "pld (tight, dp-accounting), rdp (dp-accounting), zcdp (closed form, no subsampling), "
@@ -94,17 +98,41 @@ def _sampling(args) -> str:
     return args.sampling or "poisson"
 
 
+# What each question's accounting assumes of who sees what: the record's ``trust_model``.
+CENTRAL_TRUST = (
+    "the party that samples the steps and adds the noise is trusted (it sees the unnoised sums "
+    "and keeps the samples secret); only the noised releases are public"
+)
+LAST_ITERATE_TRUST = (
+    "the party that runs the noisy projected SGD is trusted; only the last iterate is public "
+    "(the intermediate iterates and the batches stay secret)"
+)
+SHUFFLE_TRUST = (
+    "each unit randomizes its own report; the shuffler is trusted to hide which report came "
+    "from whom; only the shuffled reports are public"
+)
+
+
+def _sampled_guarantee(args, epsilon: float) -> PrivacyGuarantee:
+    """The guarantee of ``args.steps`` (subsampled) Gaussian steps at ``epsilon``."""
+    from jfed.privacy import Adjacency, PrivacyGuarantee
+
+    return PrivacyGuarantee(
+        epsilon=float(epsilon),
+        delta=args.delta,
+        accountant=args.accountant,
+        notion="(eps, delta)-DP of the composed Gaussian steps",
+        protected="one sampled unit (a record; a user's data in user-level DP)",
+        trust_model=CENTRAL_TRUST,
+        adjacency=Adjacency.of(args.neighboring),
+    )
+
+
 def _sampling_fields(args) -> dict:
     return {
         "sampling_rate": args.sampling_rate,
         "steps": args.steps,
-        "accountant": args.accountant,
         "sampling": _sampling(args) if args.sampling_rate < 1 else "none",
-        "neighboring": args.neighboring,
-        "notion": "(eps, delta)-DP of the composed Gaussian steps",
-        "adjacency": args.neighboring,
-        "protected_unit": "one sampled unit (a record; a user's data in user-level DP)",
-        "sensitivity": "L2 of one step's sum (the noise std is the multiplier times it)",
     }
 
 
@@ -113,7 +141,7 @@ def stated(record: dict) -> str:
     and the sensitivity it assumes."""
     return (
         f" | {record['notion']}; adjacency: {record['adjacency']}; protected unit: "
-        f"{record['protected_unit']}; sensitivity: {record['sensitivity']}"
+        f"{record['protected']}; sensitivity: {record['sensitivity']}"
     )
 
 
@@ -121,7 +149,7 @@ def run(args) -> tuple[dict, str]:
     """Answer the question; return ``(record, human line)``."""
     import numpy as np
 
-    from jfed.privacy import calibration, last_iterate, shuffle
+    from jfed.privacy import Adjacency, PrivacyGuarantee, calibration, last_iterate, shuffle
 
     if args.question == "gaussian":
         epsilon = calibration.epsilon_for_noise(
@@ -131,9 +159,10 @@ def run(args) -> tuple[dict, str]:
         record = {
             "quantity": "epsilon",
             "epsilon": epsilon,
-            "delta": args.delta,
+            **_sampled_guarantee(args, epsilon).record_fields(),
             "noise_multiplier": args.noise_multiplier,
             **_sampling_fields(args),
+            "sensitivity": "L2 of one step's sum (the noise std is the multiplier times it)",
         }
         line = (
             f"epsilon = {epsilon:.6g} at delta = {args.delta:g} [accountant: {args.accountant}] "
@@ -157,19 +186,21 @@ def run(args) -> tuple[dict, str]:
             {},
         )  # fmt: skip
         multipliers = [float(m) for m in multipliers]
+        sigmas = [m * args.sensitivity for m in multipliers]
         single = len(epsilons) == 1
+        # Each multiplier is the least whose steps are (target, delta)-DP, so the target is
+        # what the accountant certifies for it.
+        privacy = _sampled_guarantee(args, epsilons[0]).record_fields(sigmas[0])
+        if not single:  # the grid's guarantees differ only in their eps and noise
+            privacy |= {"epsilon_certified": epsilons, "sigma": sigmas}
         record = {
             "quantity": "noise_multiplier",
             "epsilon": epsilons[0] if single else epsilons,
-            "delta": args.delta,
+            **privacy,
             "noise_multiplier": multipliers[0] if single else multipliers,
-            "sigma": (
-                multipliers[0] * args.sensitivity
-                if single
-                else [m * args.sensitivity for m in multipliers]
-            ),
-            "sensitivity": args.sensitivity,
             **_sampling_fields(args),
+            "sensitivity": f"{args.sensitivity:g}, L2 of one step's sum (sigma is the "
+            "multiplier times it)",
             **({"grid": info} if info else {}),
         }
         line = "; ".join(
@@ -193,14 +224,13 @@ def run(args) -> tuple[dict, str]:
                 setting, args.epsilon, args.compare_accountant
             )
             partition = float(last_iterate.partition_delta(setting, args.epsilon))
-            record = {
-                "quantity": "delta", "epsilon": args.epsilon, "delta": delta,
-                "accountant": "last-iterate-contraction",
+            epsilon = args.epsilon
+            answers = {
+                "quantity": "delta",
                 "partition_every_iterate_delta": partition,
                 "poisson_every_iterate_delta": last_iterate.poisson_delta(setting, args.epsilon),
                 "every_iterate_delta": standard,
                 "every_iterate_accountant": f"{args.compare_accountant} (replace-one)",
-                **inputs,
             }  # fmt: skip
             line = (
                 f"delta = {delta:.6g} at eps = {args.epsilon:g} releasing only the last iterate "
@@ -211,19 +241,18 @@ def run(args) -> tuple[dict, str]:
                 f"[{args.compare_accountant}]"
             )
         else:
-            epsilon = last_iterate.last_iterate_epsilon(setting, args.delta)
+            epsilon = float(last_iterate.last_iterate_epsilon(setting, args.delta))
+            delta = args.delta
             standard = last_iterate.standard_composition_epsilon(
                 setting, args.delta, args.compare_accountant
             )
             partition = last_iterate.partition_epsilon(setting, args.delta)
-            record = {
-                "quantity": "epsilon", "epsilon": epsilon, "delta": args.delta,
-                "accountant": "last-iterate-contraction",
+            answers = {
+                "quantity": "epsilon",
                 "partition_every_iterate_epsilon": partition,
                 "poisson_every_iterate_epsilon": last_iterate.poisson_epsilon(setting, args.delta),
                 "every_iterate_epsilon": standard,
                 "every_iterate_accountant": f"{args.compare_accountant} (replace-one)",
-                **inputs,
             }  # fmt: skip
             line = (
                 f"eps = {epsilon:.6g} at delta = {args.delta:g} releasing only the last iterate "
@@ -233,21 +262,39 @@ def run(args) -> tuple[dict, str]:
                 f"independent without-replacement batches: {standard:.6g} "
                 f"[{args.compare_accountant}]"
             )
-        record["notion"] = "(eps, delta)-DP of the released model (replace-one adjacency)"
-        record["adjacency"] = "replace-one"
-        record["protected_unit"] = "one user's data (one of the n users)"
-        record["sensitivity"] = (
-            "a user's gradient is L-Lipschitz: one step moves the iterate by at most 2 eta L"
+        guarantee = PrivacyGuarantee(
+            epsilon=epsilon,
+            delta=delta,
+            accountant="last-iterate-contraction",
+            notion="(eps, delta)-DP of the released model (replace-one adjacency)",
+            protected="one user's data (one of the n users)",
+            trust_model=LAST_ITERATE_TRUST,
+            adjacency=Adjacency.REPLACE_ONE,
         )
+        record = {
+            "quantity": answers.pop("quantity"),
+            "epsilon": epsilon,
+            **guarantee.record_fields(),
+            **answers,
+            **inputs,
+            "sensitivity": (
+                "a user's gradient is L-Lipschitz: one step moves the iterate by at most 2 eta L"
+            ),
+        }
         return record, line + stated(record)
     epsilon, delta_total = shuffle.shuffle_epsilon(args.epsilon0, args.n, args.delta, args.delta0)
+    guarantee = PrivacyGuarantee(
+        epsilon=float(epsilon),
+        delta=float(delta_total),
+        accountant="shuffle-fmt21-thm3.1",
+        notion="central (eps, delta)-DP of n shuffled local reports",
+        protected="one of the n reporting units (its one report's input, replaced by any other)",
+        trust_model=SHUFFLE_TRUST,
+        adjacency=Adjacency.REPLACE_ONE,
+    )
     record = {
-        "quantity": "epsilon", "epsilon": epsilon, "delta": delta_total,
+        "quantity": "epsilon", "epsilon": guarantee.epsilon, **guarantee.record_fields(),
         "epsilon0": args.epsilon0, "delta0": args.delta0, "n": args.n,
-        "accountant": "shuffle-fmt21-thm3.1",
-        "notion": "central (eps, delta)-DP of n shuffled local reports",
-        "adjacency": "replace-one (one report's input replaced by any other)",
-        "protected_unit": "one of the n reporting units (its one report)",
         "sensitivity": f"each report from an ({args.epsilon0:g}, {args.delta0:g})-LDP randomizer "
         "(any two inputs)",
     }  # fmt: skip

@@ -164,18 +164,9 @@ def declared_outputs(outputs: Any, owner: str) -> Outputs:
 
 def guarantee_fields(guarantee: PrivacyGuarantee, sigma: float | None = None) -> dict:
     """The privacy fields of a record from what the accountant certified (and the noise std
-    ``sigma`` of one release, where the method has one)."""
-    fields = {
-        "epsilon_certified": guarantee.epsilon,
-        "delta": guarantee.delta,
-        "accountant": guarantee.accountant,
-        "notion": guarantee.notion,
-        "protected": guarantee.protected,
-        "trust_model": guarantee.trust_model,
-    }
-    if guarantee.adjacency is not None:
-        fields["adjacency"] = guarantee.adjacency.value
-    return fields if sigma is None else {**fields, "sigma": float(sigma)}
+    ``sigma`` of one release, where the method has one):
+    :meth:`~jfed.privacy.PrivacyGuarantee.record_fields`."""
+    return guarantee.record_fields(sigma)
 
 
 def non_private_fields(method) -> dict:

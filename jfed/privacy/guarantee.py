@@ -92,6 +92,23 @@ class PrivacyGuarantee:
             f"[accountant: {self.accountant}] protecting {self.protected}"
         )
 
+    def record_fields(self, sigma: float | None = None) -> dict:
+        """The privacy section of a record (a run's, a sweep row's, ``jfed account``'s): the
+        certified ``epsilon_certified``, ``delta``, ``accountant``, ``notion``, ``protected``,
+        ``trust_model``, the ``adjacency`` by its name where the guarantee states one, and the
+        noise std ``sigma`` of one release where the caller has one."""
+        fields: dict = {
+            "epsilon_certified": self.epsilon,
+            "delta": self.delta,
+            "accountant": self.accountant,
+            "notion": self.notion,
+            "protected": self.protected,
+            "trust_model": self.trust_model,
+        }
+        if self.adjacency is not None:
+            fields["adjacency"] = self.adjacency.value
+        return fields if sigma is None else {**fields, "sigma": float(sigma)}
+
     def to_dict(self) -> dict:
         """JSON-ready fields (the adjacency by its name)."""
         fields = asdict(self)
