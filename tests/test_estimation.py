@@ -11,7 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss, LaplacePrivacyLoss
+from dp_accounting import dp_event
+from dp_accounting.pld.privacy_loss_mechanism import (
+    DiscreteLaplacePrivacyLoss,
+    GaussianPrivacyLoss,
+    LaplacePrivacyLoss,
+)
 from scipy.optimize import brentq
 from scipy.stats import norm
 
@@ -189,9 +194,18 @@ def _gaussian_epsilon(event: dp_accounting.GaussianDpEvent, delta: float) -> flo
                   rtol=1e-15)  # fmt: skip
 
 
+def _discrete_laplace_epsilon(event: dp_event.DiscreteLaplaceDpEvent) -> float:
+    """Pure eps of a discrete Laplace release on the grid: dp-accounting's privacy loss at its
+    extremes (integers past the sensitivity)."""
+    loss = DiscreteLaplacePrivacyLoss(event.noise_parameter, sensitivity=event.sensitivity)
+    return max(loss.privacy_loss(-2 * event.sensitivity), loss.privacy_loss(2 * event.sensitivity))
+
+
 def _release_epsilon(event, delta: float) -> float:
     if isinstance(event, dp_accounting.LaplaceDpEvent):
         return _laplace_epsilon(event)
+    if isinstance(event, dp_event.DiscreteLaplaceDpEvent):
+        return _discrete_laplace_epsilon(event)
     if isinstance(event, dp_accounting.GaussianDpEvent):
         return _gaussian_epsilon(event, delta)
     # binary randomized response (dp-accounting has no privacy loss for it): the closed form
@@ -210,18 +224,31 @@ def _basic_epsilon(events: list, combined: str, delta: float) -> float:
     return sum(_release_epsilon(e, delta / max(gaussians, 1)) for e in events)
 
 
-def released_events(config: Estimation, hp, scale_factor: float = 1.0) -> tuple[list, str]:
+def released_events(
+    config: Estimation, hp, scale_factor: float = 1.0, grid_norm: int | None = None
+) -> tuple[list, str]:
     """The events of one round's releases, built here with dp-accounting's classes from the f32
     numbers that ran and the sensitivities of :func:`released_sensitivities`, and how they
-    combine. ``local-user-large``'s votes: randomized response whose flip probability is the
-    sampler's from the f32 ``truthful`` (``1 - truthful + 2^-24``, at most 1/2)."""
-    kind = (dp_accounting.LaplaceDpEvent if config.mechanism == "laplace"
-            else dp_accounting.GaussianDpEvent)  # fmt: skip
+    combine. On the grid of ``grid_norm`` L (the default Laplace releases): a contribution moves
+    the integer sum by at most 2 L, the noise's scale is ``b / Delta`` times that, so the event
+    is ``DiscreteLaplaceDpEvent(Delta / (2 L b), 2 L)``. ``local-user-large``'s votes:
+    randomized response whose flip probability is the sampler's from the f32 ``truthful``
+    (``1 - truthful + 2^-24``, at most 1/2)."""
     sensitivities = released_sensitivities(config, hp)
     scales = [float(hp.first_noise), float(hp.second_noise)]
     if config.setting == "local-user-large":
         scales = [float(hp.second_noise)]
-    events = [kind(scale_factor * scale / sensitivity)
+
+    def event(scale: float, sensitivity: float):
+        if grid_norm is not None:
+            return dp_event.DiscreteLaplaceDpEvent(
+                sensitivity / (2 * grid_norm * scale_factor * scale), 2 * grid_norm
+            )
+        if config.mechanism == "laplace":
+            return dp_accounting.LaplaceDpEvent(scale_factor * scale / sensitivity)
+        return dp_accounting.GaussianDpEvent(scale_factor * scale / sensitivity)
+
+    events = [event(scale, sensitivity)
               for scale, sensitivity in zip(scales, sensitivities, strict=False)]  # fmt: skip
     if config.setting == "local-user-large":
         flip = min(1.0 - float(hp.truthful) + 2.0**-24, 0.5)
@@ -234,16 +261,18 @@ def released_events(config: Estimation, hp, scale_factor: float = 1.0) -> tuple[
 def test_certified_epsilon_is_dp_accountings_for_the_releases_that_ran(setting, mechanism):
     """The record's eps equals, to 1e-9, basic composition of dp-accounting's exact eps for the
     round's releases as built here (composed for the central user-level curator, the worst
-    release for the settings whose users release once or whose releases are one each).
-    Negative control: the same events at 1.01 times their noise multiplier are caught."""
+    release for the settings whose users release once or whose releases are one each; the
+    Laplace releases' discrete events on the record's grid). Negative control: the same events
+    at 1.01 times their noise multiplier are caught."""
     fields = UNBIASED.get(setting, dict(sites=8, units=10, epsilon=1.0))
     config = Estimation(setting=setting, mechanism=mechanism, **fields)
     hp, record = experiments.calibrate_mean(config)
-    delta = record["delta"]
-    events, combined = released_events(config, hp)
+    delta, grid_norm = record["delta"], record["grid_norm"]
+    assert (grid_norm is not None) == (mechanism == "laplace")  # the default arithmetic
+    events, combined = released_events(config, hp, grid_norm=grid_norm)
     assert record["epsilon_certified"] == pytest.approx(_basic_epsilon(events, combined, delta),
                                                         rel=1e-9)  # fmt: skip
-    wrong, _ = released_events(config, hp, scale_factor=1.01)
+    wrong, _ = released_events(config, hp, scale_factor=1.01, grid_norm=grid_norm)
     assert record["epsilon_certified"] != pytest.approx(_basic_epsilon(wrong, combined, delta),
                                                         rel=1e-9)  # fmt: skip
 
@@ -254,7 +283,7 @@ def test_a_release_left_out_of_the_central_curators_event_is_caught(mechanism):
     alone (the composition holds both)."""
     config = Estimation(setting="central-user", mechanism=mechanism, **UNBIASED["central-user"])
     hp, record = experiments.calibrate_mean(config)
-    events, combined = released_events(config, hp)
+    events, combined = released_events(config, hp, grid_norm=record["grid_norm"])
     left_out = _basic_epsilon(events[:1], combined, record["delta"])
     assert record["epsilon_certified"] != pytest.approx(left_out, rel=1e-9)
     assert left_out < 0.6 * record["epsilon_certified"]  # about half: one release of two
@@ -418,7 +447,8 @@ def test_cli_run_estimation(capsys):
     record = json.loads(capsys.readouterr().out)
     assert record["setting"] == "federated" and record["sites"] == 8
     assert record["notion"] == "item-level eps-DP of each site's release"
-    assert record["accountant"] == "Laplace mechanism (pure eps)"
+    assert record["accountant"] == "discrete Laplace mechanism on an integer grid (pure eps)"
+    assert record["mechanism_model"].startswith("exact") and record["grid_norm"] >= 1
     assert record["theory_rate"] == pytest.approx(max(1 / 160, 1 / (8 * 400)))
 
 
@@ -441,6 +471,10 @@ def test_cli_sweep_estimation_reports_every_grid_point(tmp_path, capsys):
         (["run", "estimation", "--setting", "local-user-small", "--sites", "1"], "--sites >= 2"),
         (["run", "estimation", "--setting", "secret"], "invalid choice: 'secret'"),
         (["run", "estimation", "--delta", "1e-6"], "only with --mechanism gaussian"),
+        (
+            ["run", "estimation", "--mechanism", "gaussian", "--noise", "discrete"],
+            "--noise applies as discrete only with --mechanism laplace",
+        ),
         (["run", "functional-estimation", "--observations", "0"], "--observations in [1,"),
         (["run", "functional-estimation", "--terms", "0"], "--terms in [1,"),
         (["run", "functional-estimation", "--servers", "0"], "--servers in [1,"),

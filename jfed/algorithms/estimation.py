@@ -13,8 +13,12 @@ depend on how many sites or units the program was padded to.
 Every private release goes through ``clients.aggregate`` with an aggregator of
 :mod:`jfed.algorithms.estimation_aggregators` that states its own event: a local randomizer
 (:class:`~jfed.algorithms.estimation_aggregators.LocalNoise`, randomized response) where each site
-randomizes its own message, a curator's release
+randomizes its own message, each site's release of its own units
+(:class:`~jfed.algorithms.estimation_aggregators.SiteCurator`), a curator's release
 (:class:`~jfed.algorithms.estimation_aggregators.CentralNoise`) where one curator sees the data.
+With the exact noise (the default with Laplace noise,
+:class:`~jfed.algorithms.estimation_aggregators.DiscreteLaplaceNoise`) every release is an
+integer sum of contributions rounded to a grid plus exact discrete Laplace noise.
 
 The settings (``S`` sites, ``n`` units each, data in ``[-c, c]`` after clipping, noise of the
 ``mechanism``: Laplace (pure eps) or Gaussian (analytic calibration, (eps, delta))), each an
@@ -51,11 +55,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from jfed.algorithms.estimation_aggregators import (
+    EXACT_NOISES,
     NOISES,
     CentralNoise,
     LocalNoise,
     RandomizedResponseVotes,
     ReleaseParams,
+    SiteCurator,
     VoteParams,
 )
 
@@ -157,13 +163,17 @@ class RademacherData:
         ones = jax.random.binomial(key, n, (1.0 + mean) / 2.0)
         return 2.0 * ones / n - 1.0
 
-    def clipped_sum(
+    def clipped_units(
         self, key: jax.Array, mean: jax.Array, units: jax.Array, clip: jax.Array
-    ) -> tuple[jax.Array, jax.Array]:
-        """The sum of ``units`` units each clipped to ``[-c, c]``, and how many were clipped."""
-        total = units * self.site_mean(key, mean, units)
-        clipped = jnp.where(clip < 1.0, units.astype(jnp.float32), 0.0)
-        return jnp.minimum(clip, 1.0) * total, clipped
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The ``units`` units each clipped to ``[-c, c]`` as ``(values f32[2], counts f32[2],
+        clipped)``: ``min(c, 1)`` and ``-min(c, 1)``, each with how many units have it (its
+        exact binomial law), and how many were clipped."""
+        n = units.astype(jnp.float32)
+        ones = jax.random.binomial(key, n, (1.0 + mean) / 2.0)
+        value = jnp.minimum(clip, 1.0)
+        clipped = jnp.where(clip < 1.0, n, 0.0)
+        return jnp.stack([value, -value]), jnp.stack([ones, n - ones]), clipped
 
     def variance(self, mean: float) -> float:
         """A unit's variance."""
@@ -207,15 +217,34 @@ DATA_MODELS: dict[str, RademacherData | GaussianData] = {
 """The data model each ``--data`` names."""
 
 MECHANISMS = NOISES
-"""The noise each ``--mechanism`` names (:mod:`jfed.algorithms.estimation_aggregators`)."""
+"""The float noise each ``--mechanism`` names (:mod:`jfed.algorithms.estimation_aggregators`)."""
+
+EXACT_MECHANISMS = EXACT_NOISES
+"""The exact noise on the grid of each ``--mechanism`` that has one."""
 
 
 # ------------------------------------------------------------------ sensitivities of releases
-# host: each release's sensitivity from its parameters, under its setting's neighbouring relation
-# (the clipping the rounds below apply); the aggregators' events and the calibration both use them
+# each release's contribution interval and count from its parameters, under its setting's
+# neighbouring relation (the clipping the rounds below apply): on the host (floats, float64) for
+# the events and the calibration, on the device (f32[]) for the grid
 
 
-def unit_range(p: ReleaseParams) -> float:
+def _smaller(a: Any, b: Any) -> Any:
+    """``min(a, b)``, elementwise on the device."""
+    if isinstance(a, jax.Array) or isinstance(b, jax.Array):
+        return jnp.minimum(a, b)
+    return min(a, b)
+
+
+def _times(a: Any, b: Any) -> Any:
+    """``a b``: float64 on the host; ``f32[]`` on the device (a product of two exact f32: one
+    rounding, no int32 overflow)."""
+    if isinstance(a, jax.Array) or isinstance(b, jax.Array):
+        return jnp.asarray(a, jnp.float32) * jnp.asarray(b, jnp.float32)
+    return float(a) * float(b)
+
+
+def unit_range(p: ReleaseParams) -> Any:
     """A value in ``[-c, c]``: ``2c``."""
     return 2.0 * p.clip
 
@@ -235,9 +264,9 @@ def sites_mean_range(p: ReleaseParams) -> float:
     return 2.0 * p.clip / p.sites
 
 
-def interval_range(p: ReleaseParams) -> float:
+def interval_range(p: ReleaseParams) -> Any:
     """A value in ``[center - w, center + w]`` cut to ``[-c, c]``: ``min(2w, 2c)``."""
-    return min(2.0 * p.width, 2.0 * p.clip)
+    return _smaller(2.0 * p.width, 2.0 * p.clip)
 
 
 def interval_mean_range(p: ReleaseParams) -> float:
@@ -245,20 +274,25 @@ def interval_mean_range(p: ReleaseParams) -> float:
     return min(2.0 * p.width, 2.0 * p.clip) / p.sites
 
 
-def search_range(p: ReleaseParams) -> float:
+def search_range(p: ReleaseParams) -> Any:
     """A value in the binary search's final interval (``2c 0.75^B`` wide) widened by w on each
     side, cut to ``[-c, c]``: ``min(2c 0.75^B + 2w, 2c)``."""
-    return min(2.0 * p.clip * 0.75**p.stages + 2.0 * p.width, 2.0 * p.clip)
+    return _smaller(2.0 * p.clip * 0.75**p.stages + 2.0 * p.width, 2.0 * p.clip)
 
 
-def pooled_count(p: ReleaseParams) -> jax.Array:
-    """S n as ``f32[]`` (a product of two exact f32: one rounding, no int32 overflow)."""
-    return jnp.asarray(p.sites, jnp.float32) * jnp.asarray(p.units, jnp.float32)
+def pooled_count(p: ReleaseParams) -> Any:
+    """S n: float64 on the host, ``f32[]`` on the device."""
+    return _times(p.sites, p.units)
 
 
-def site_count(p: ReleaseParams) -> jax.Array:
-    """S as ``f32[]``."""
-    return jnp.asarray(p.sites, jnp.float32)
+def site_count(p: ReleaseParams) -> Any:
+    """S: a float on the host, ``f32[]`` on the device."""
+    return _times(p.sites, 1.0)
+
+
+def unit_count(p: ReleaseParams) -> Any:
+    """n: a float on the host, ``f32[]`` on the device."""
+    return _times(p.units, 1.0)
 
 
 def difference_std(units: int, center_std: float) -> float:
@@ -301,6 +335,8 @@ class Setting:
         split between the releases): the round's guarantee is its worst release's.
       locates_first: half the sites (``S // 2``) locate the mean, the others estimate it.
       accountant_notes: appended to the noise's accountant in the record.
+      release_share: the share of eps each release spends (basic composition of the releases a
+        unit takes part in).
     """
 
     name: ClassVar[str]
@@ -312,6 +348,13 @@ class Setting:
     disjoint_releases: ClassVar[bool] = False
     locates_first: ClassVar[bool] = False
     accountant_notes: ClassVar[str] = ""
+    release_share: ClassVar[float] = 1.0
+
+    def largest_sum(self, sites: int, units: int) -> int:
+        """The most contributions one release sums (its integer sum on the grid must stay
+        exact in int32)."""
+        del sites, units
+        return 1
 
     def per_unit(self, model: Any) -> bool:
         """Whether its sites draw their units one by one (each randomised or clipped on its
@@ -415,7 +458,7 @@ class LocalItem(ItemLevel):
             weight = program.present(hp, site_id) * present
             return {"value": values, "weight": weight, "clipped": jnp.sum(weight * clipped)}
 
-        randomizer = LocalNoise(program.mechanism, self.sensitivity)
+        randomizer = LocalNoise(program.mechanism, unit_range)
         params = release_params(hp, hp.first_noise)
         summed, _, _ = clients.aggregate(randomizer, params, (), site, hp, key)
         count = pooled_count(params)
@@ -432,6 +475,9 @@ class CentralItem(ItemLevel):
     trust_model: ClassVar[str] = "one curator sees every unit; the release is private"
     sensitivity: ClassVar[Any] = staticmethod(pooled_mean_range)
 
+    def largest_sum(self, sites: int, units: int) -> int:
+        return sites * units
+
     def estimate_variance(self, noise, releases, sites, units) -> float:
         return noise.variance(releases.first_noise)
 
@@ -440,11 +486,11 @@ class CentralItem(ItemLevel):
 
     def estimate(self, program, hp, key, clients):
         def site(hp, site_id, key):
-            total, clipped = program.clipped_sum(hp, key)
+            values, counts, clipped = program.clipped_units(hp, key)
             here = program.present(hp, site_id)
-            return {"value": total, "weight": here, "clipped": here * clipped}
+            return {"value": values, "weight": here * counts, "clipped": here * clipped}
 
-        curator = CentralNoise(program.mechanism, self.sensitivity, pooled_count)
+        curator = CentralNoise(program.mechanism, unit_range, pooled_count)
         params = release_params(hp, hp.first_noise)
         mean, _, diagnostics = clients.aggregate(curator, params, (), site, hp, key)
         return mean, diagnostics["clipped_count"] / pooled_count(params)
@@ -461,6 +507,9 @@ class Federated(ItemLevel):
     trust_model: ClassVar[str] = "each site is the trusted curator of its own units only"
     sensitivity: ClassVar[Any] = staticmethod(site_mean_range)
 
+    def largest_sum(self, sites: int, units: int) -> int:
+        return units
+
     def estimate_variance(self, noise, releases, sites, units) -> float:
         return noise.variance(releases.first_noise) / sites
 
@@ -469,11 +518,12 @@ class Federated(ItemLevel):
 
     def estimate(self, program, hp, key, clients):
         def site(hp, site_id, key):
-            total, clipped = program.clipped_sum(hp, key)
+            values, counts, clipped = program.clipped_units(hp, key)
             here = program.present(hp, site_id)
-            return {"value": total / hp.units, "weight": here, "clipped": here * clipped / hp.units}
+            return {"value": values, "weight": counts, "present": here,
+                    "clipped": here * clipped / hp.units}  # fmt: skip
 
-        randomizer = LocalNoise(program.mechanism, self.sensitivity)
+        randomizer = SiteCurator(program.mechanism, unit_range, unit_count)
         summed, _, _ = clients.aggregate(randomizer, release_params(hp, hp.first_noise), (), site,
                                          hp, key)  # fmt: skip
         sites = hp.sites.astype(jnp.float32)
@@ -540,6 +590,10 @@ class CentralUser(Setting):
     trust_model: ClassVar[str] = "one curator sees every unit; the release is private"
     user_level: ClassVar[bool] = True
     accountant_notes: ClassVar[str] = "; two releases at eps/2 (and delta/2), basic composition"
+    release_share: ClassVar[float] = 0.5
+
+    def largest_sum(self, sites: int, units: int) -> int:
+        return sites
 
     def calibrate(self, noise, sites, units, epsilon, delta, clip) -> Calibration:
         half_epsilon, half_delta = 0.5 * epsilon, 0.5 * delta
@@ -564,11 +618,11 @@ class CentralUser(Setting):
             return {"value": value, "weight": here, "clipped": here * clipped}
 
         first_key, second_key = jax.random.split(key)
-        curator = CentralNoise(program.mechanism, sites_mean_range, site_count)
+        curator = CentralNoise(program.mechanism, unit_range, site_count)
         center, _, located = clients.aggregate(curator, release_params(hp, hp.first_noise), (),
                                                first, hp, first_key)  # fmt: skip
         estimate, _, estimated = program.clipped_means(
-            clients, CentralNoise(program.mechanism, interval_mean_range, site_count),
+            clients, CentralNoise(program.mechanism, interval_range, site_count),
             hp.second_noise, hp, second_key, center - hp.width, center + hp.width,
             lambda hp, s: s < hp.sites,
         )  # fmt: skip
@@ -676,10 +730,11 @@ class MeanEstimation:
     max_units: int
 
     def __post_init__(self) -> None:
+        exact = isinstance(self.mechanism, tuple(EXACT_MECHANISMS.values()))
         for name, value, table in (("setting", self.setting, SETTINGS),
-                                   ("mechanism", self.mechanism, MECHANISMS),
+                                   ("mechanism", self.mechanism, {} if exact else MECHANISMS),
                                    ("model", self.model, DATA_MODELS)):  # fmt: skip
-            if value not in table.values():
+            if table and value not in table.values():
                 raise ValueError(
                     f"expected {name} to be one of the objects of the table {list(table)} "
                     f"(e.g. SETTINGS['federated']), got {value!r}"
@@ -729,28 +784,34 @@ class MeanEstimation:
 
         return jax.vmap(one_unit)(jnp.arange(self.max_units))
 
-    def clipped_sum(self, hp: Hyperparams, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """The site's sum of its units each clipped to ``[-c, c]``, and how many were clipped:
-        units one by one where :attr:`per_unit`, else from the exact law."""
+    def clipped_units(
+        self, hp: Hyperparams, key: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The site's units each clipped to ``[-c, c]`` as ``(values f32[k], counts f32[k],
+        clipped)``: its units one by one (counts 1 for the first n, 0 for padding) where
+        :attr:`per_unit`, else the distinct values with how many units have each (their exact
+        law); and how many were clipped."""
         if not self.per_unit:
             data_key = jax.random.fold_in(key, DATA_STREAM)
-            return self.model.clipped_sum(data_key, hp.mean, hp.units, hp.clip)
+            return self.model.clipped_units(data_key, hp.mean, hp.units, hp.clip)
         values, present, clipped = self.unit_values(hp, key)
-        return jnp.sum(present * values), jnp.sum(present * clipped)
+        return values, present, jnp.sum(present * clipped)
 
     def clipped_means(
         self, clients: Any, aggregator: Any, scale: jax.Array, hp: Hyperparams, key: jax.Array,
         low: jax.Array, high: jax.Array, member: Callable[[Hyperparams, jax.Array], jax.Array],
     ) -> tuple[Any, tuple, dict]:  # fmt: skip
         """The release by ``aggregator`` (noise ``scale``) of the means of the sites with
-        ``member(hp, site_id)``, each clipped to ``[low, high]`` cut to ``[-c, c]``."""
+        ``member(hp, site_id)``, each clipped to ``[low, high]`` cut to ``[-c, c]`` (whose
+        middle is the contributions' center on the grid)."""
         low, high = jnp.maximum(low, -hp.clip), jnp.minimum(high, hp.clip)
 
         def site(broadcast, site_id, key):
             hp, low, high = broadcast
             value, clipped = clip_to(self.site_mean(hp, key), low, high)
             inside = member(hp, site_id).astype(jnp.float32)
-            return {"value": value, "weight": inside, "clipped": inside * clipped}
+            return {"value": value, "weight": inside, "center": (low + high) / 2.0,
+                    "clipped": inside * clipped}  # fmt: skip
 
         return clients.aggregate(aggregator, release_params(hp, scale), (), site,
                                  (hp, low, high), key)  # fmt: skip

@@ -2,13 +2,21 @@
 states the ``dp_accounting`` event of one release from its own parameters, read from the run's
 hyper-parameters as they ran.
 
-- :class:`LaplaceNoise`, :class:`AnalyticGaussianNoise`: the two noises of a release (``--mechanism
-  laplace | gaussian``), each with its draw, its calibration and its event (:data:`NOISES`).
+- :class:`DiscreteLaplaceNoise`: the exact release (``--noise discrete``, the default with
+  ``--mechanism laplace``): every contribution rounded to an integer grid, an integer sum, exact
+  discrete Laplace noise (:mod:`jfed.privacy.discrete`, through
+  :class:`~jfed.privacy.discrete_aggregators.DiscreteLaplaceSum`'s grid), then scaled back: the
+  pure eps-DP holds for the program as it runs.
+- :class:`LaplaceNoise`, :class:`AnalyticGaussianNoise`: the float32 noises (``--noise float``,
+  ``--mechanism laplace | gaussian``), certified for the ideal real-valued mechanism
+  (:data:`NOISES`); floating-point sampling is not modelled (the float32 Laplace release of
+  ``--setting federated`` has delta >= 0.89 at its eps, tested).
 - :class:`LocalNoise`: a local randomizer. Each client (a site, a user, a server) adds the noise
-  to its own values before they leave it; the server sums what arrives. Used where nobody, or
-  only the client itself, is trusted.
-- :class:`CentralNoise`: a curator sums the clients' values, divides by a denominator and adds
-  the noise once.
+  to each of its values before they leave it; the server sums what arrives. Used where nobody,
+  or only the client itself, is trusted.
+- :class:`CentralNoise`: a curator sums the clients' contributions, adds the noise once and
+  divides by a denominator; :class:`SiteCurator` is the same release made by each site of its
+  own units (the federated setting).
 - :class:`RandomizedResponseVotes`: every voter sends one bit through binary randomized response
   (:mod:`jfed.privacy.randomized_response`, exact at every eps).
 - :class:`NoisyBatchMeans`: a server's T batch means of disjoint functions, each plus Gaussian
@@ -16,12 +24,17 @@ hyper-parameters as they ran.
 
 Every event is stated under bounded adjacency (``adjacency = BOUNDED``): a release's sensitivity is
 the distance between its values on two inputs that differ in one protected unit (one unit's value,
-one site's units, one function), which the ``sensitivity`` function of :class:`LocalNoise` and
-:class:`CentralNoise` computes from the release's parameters. The local aggregators
-(``local = True``) claim no amplification from who takes part.
+one site's units, one function). A release sums contributions (a unit's value, a site's mean),
+each in an interval of width ``spread(params)`` (host and device), and divides the sum by
+``count(params)``: its sensitivity is ``spread / count`` (:meth:`Release.sensitivity`). On the
+grid, the interval's half-width is ``grid_norm`` grid units around its center, so one
+contribution moves the integer sum by at most ``2 grid_norm``, exactly, whatever the rounding
+drew. The local aggregators (``local = True``) claim no amplification from who takes part.
 
 Keys: a local randomizer draws from the key the engine gives ``preprocess`` (the client's
-privacy stream); a central release draws from the server's key the round passes to ``aggregate``.
+privacy stream; on the grid split in two, the rounding's and the noise's); a central release
+rounds from the client's key and draws its noise from the server's key the round passes to
+``aggregate``.
 """
 
 from __future__ import annotations
@@ -36,6 +49,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfed._random import private_normals, threshold_value
+from jfed.privacy import discrete
+from jfed.privacy.discrete_aggregators import (
+    LAPLACE_SCALE_BITS,
+    DiscreteLaplaceSum,
+    DiscreteLaplaceSumParams,
+    on_grid,
+)
 from jfed.privacy.gaussian import analytic_gaussian_noise
 from jfed.privacy.guarantee import Adjacency
 from jfed.privacy.laplace import laplace_scale
@@ -53,10 +73,13 @@ if TYPE_CHECKING:  # dp-accounting takes about a second to load: imported where 
 
 @dataclass(frozen=True)
 class LaplaceNoise:
-    """``Laplace(b)`` noise: pure eps-DP at ``b = sensitivity / eps`` (the sensitivity in L1)."""
+    """``Laplace(b)`` float32 noise: pure eps-DP at ``b = sensitivity / eps`` (the sensitivity in
+    L1) for the ideal real-valued mechanism; ``jax.random.laplace`` never draws beyond about
+    16.6 scales and adds to float32 values, which this guarantee does not model."""
 
     accountant: ClassVar[str] = "Laplace mechanism (pure eps)"
     guarantee: ClassVar[str] = "eps-DP"
+    exact: ClassVar[bool] = False
 
     def draw(self, key: jax.Array) -> jax.Array:
         """One standard draw ``f32[]`` (scale 1)."""
@@ -84,11 +107,12 @@ class LaplaceNoise:
 
 @dataclass(frozen=True)
 class AnalyticGaussianNoise:
-    """``N(0, sigma^2)`` noise, sigma the analytic Gaussian's for (eps, delta) (Balle and Wang;
-    the sensitivity in L2)."""
+    """``N(0, sigma^2)`` float32 noise, sigma the analytic Gaussian's for (eps, delta) (Balle and
+    Wang; the sensitivity in L2), certified for the ideal real-valued mechanism."""
 
     accountant: ClassVar[str] = "analytic Gaussian (Balle and Wang)"
     guarantee: ClassVar[str] = "(eps, delta)-DP"
+    exact: ClassVar[bool] = False
 
     def draw(self, key: jax.Array) -> jax.Array:
         """One standard normal ``f32[]`` whose tails reach far enough for a private release."""
@@ -111,11 +135,116 @@ class AnalyticGaussianNoise:
         return delta
 
 
+DEFAULT_GRID_NORM = 2**9
+"""A contribution interval's half-width in grid units where the release's numbers allow it."""
+
+GRID_SCALE_TARGET = 2**10
+"""The grid chooser keeps the discrete Laplace's scale ``z L`` at most this many grid units
+(where ``L >= 1`` allows): the device's scale ``2^20 / s`` (``s`` an integer) then exceeds ``z L``
+by less than ``2^-10`` of it."""
+
+
+@dataclass(frozen=True)
+class DiscreteLaplaceNoise:
+    """Exact discrete Laplace noise on an integer grid: pure eps-DP of the program as it runs.
+
+    A release's contributions (each in an interval of half-width ``C`` around a public center)
+    are scaled so that ``C`` becomes ``grid_norm`` ``L`` grid units, cut to ``[-L, L]`` on the
+    grid and rounded to integers by randomized rounding (floor or ceiling: still in ``[-L, L]``);
+    the integer sum gets ``DLap(t)`` noise with ``t = 2^20 / s >= z L`` (``z = b count / C``, the
+    float release's scale ``b`` over the grid's sensitivity), sampled exactly
+    (:func:`jfed.privacy.discrete.discrete_laplace`), and only then is ``C / L`` times it scaled
+    back and divided by ``count``. In value units the noise's scale is the float release's ``b``
+    (within ``2^-10``: :data:`GRID_SCALE_TARGET`); rounding adds at most ``(C / L)^2 / 4`` of
+    variance per contribution that is not on the grid (none for ±1 data clipped at ``c <= 1``).
+
+    Replacing one contribution moves the integer sum by at most ``2 L`` whatever the rounding
+    drew (its law does not depend on the other contributions), so the release is pure ``2 /
+    z``-DP, which is the float release's ``sensitivity / b``: event
+    :meth:`~jfed.privacy.discrete_aggregators.DiscreteLaplaceSum.replace_one_event`
+    (``DiscreteLaplaceDpEvent(1 / (z L), 2 L)``). The grid and the noise's parameters are
+    :class:`~jfed.privacy.discrete_aggregators.DiscreteLaplaceSum`'s (one coordinate).
+
+    Attributes:
+      grid_norm: L, an interval's half-width in grid units (static; chosen per sweep by
+        :func:`jfed.methods.estimation.grid_norm_for`: ``z L <= 2^20`` and the int32 sum exact).
+    """
+
+    grid_norm: int = DEFAULT_GRID_NORM
+    accountant: ClassVar[str] = "discrete Laplace mechanism on an integer grid (pure eps)"
+    guarantee: ClassVar[str] = "eps-DP"
+    exact: ClassVar[bool] = True
+
+    @property
+    def grid(self) -> DiscreteLaplaceSum:
+        """The one-coordinate grid sum whose grid, noise parameters and event this noise uses."""
+        return DiscreteLaplaceSum(dimension=1, grid_norm=self.grid_norm)
+
+    def calibrate(self, sensitivity: float, epsilon: float, delta: float) -> float:
+        """``b`` of one release (host, float64), the Laplace's; ``delta`` is not spent."""
+        del delta
+        return laplace_scale(sensitivity, epsilon)
+
+    def variance(self, scale: float) -> float:
+        """``2 b^2``: the Laplace's, which the discrete noise's exceeds by less than ``2^-9``
+        of it (its scale rounded up) and falls short of by ``(C / L)^2 / 6``."""
+        return 2.0 * scale**2
+
+    def delta(self, delta: float) -> float:
+        """0: pure eps (the int32 range conditions a draw on an event of probability at least
+        ``1 - 10^-888``: :func:`jfed.privacy.discrete.int32_conditioning_mass`)."""
+        del delta
+        return 0.0
+
+    def grid_params(self, scale: Any, half_width: Any, count: Any) -> DiscreteLaplaceSumParams:
+        """The grid sum's parameters of a release of scale ``b`` (value units, on the mean of
+        ``count`` contributions of half-width ``C``): ``(C, z = b count / C)``. Host (floats)
+        or device (``f32[]``)."""
+        return DiscreteLaplaceSumParams(half_width, scale * count / half_width)
+
+    def release_event(self, scale: float, half_width: float, count: float):
+        """Host: ``DiscreteLaplaceDpEvent(1 / (z L), 2 L)`` of one release (replace-one)."""
+        return self.grid.replace_one_event(self.grid_params(scale, half_width, count))
+
+    def integers(self, key: jax.Array, values: jax.Array, center: Any, half_width: Any):
+        """``i32[...]`` contributions ``values: f32[...]`` on the grid: ``(value - center) L /
+        C`` cut to ``[-L, L]``, each rounded by its own ``fold_in(key, i)`` (a program padded
+        to more values rounds the first ones alike)."""
+        scaled = jnp.clip(on_grid(jnp.asarray(values, jnp.float32) - center, half_width,
+                                  self.grid_norm), -self.grid_norm, self.grid_norm)  # fmt: skip
+        if scaled.ndim == 0:
+            return discrete.randomized_round(key, scaled)
+        flat = scaled.ravel()
+        rounded = jax.vmap(lambda i, x: discrete.randomized_round(jax.random.fold_in(key, i), x))(
+            jnp.arange(flat.shape[0]), flat
+        )
+        return rounded.reshape(scaled.shape)
+
+    def noised(self, key: jax.Array, integers: jax.Array, params: DiscreteLaplaceSumParams):
+        """``f32[...]``: ``C / L`` times (``integers`` plus discrete Laplace noise, element i
+        from ``fold_in(key, i)``)."""
+        divisor = self.grid.divisor(params)
+        flat = jnp.ravel(integers)
+        noise = jax.vmap(lambda i: discrete.discrete_laplace(
+            jax.random.fold_in(key, i), (), LAPLACE_SCALE_BITS, divisor))(
+            jnp.arange(flat.shape[0]))  # fmt: skip
+        return self.scaled_back((flat + noise).reshape(jnp.shape(integers)), params)
+
+    def scaled_back(self, totals: jax.Array, params: DiscreteLaplaceSumParams) -> jax.Array:
+        """``f32[...]``: noised integer ``totals`` in value units, ``C / L`` times them (the
+        release's float map: post-processing of the exact noised integers)."""
+        return totals.astype(jnp.float32) * (params.clip_norm / self.grid_norm)
+
+
 NOISES: dict[str, LaplaceNoise | AnalyticGaussianNoise] = {
     "laplace": LaplaceNoise(),
     "gaussian": AnalyticGaussianNoise(),
 }
-"""The noise each ``--mechanism`` names."""
+"""The float noise each ``--mechanism`` names (``--noise float``)."""
+
+EXACT_NOISES: dict[str, type[DiscreteLaplaceNoise]] = {"laplace": DiscreteLaplaceNoise}
+"""The exact noise each ``--mechanism`` has on the grid (``--noise discrete``), made with the
+run's ``grid_norm``."""
 
 
 def noise_draws(noise: Any, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -135,7 +264,7 @@ class ReleaseParams(NamedTuple):
     hyper-parameters (``f32[]`` / ``i32[]`` on the device, floats on the host).
 
     Attributes:
-      scale: the noise scale (Laplace ``b`` or Gaussian sigma).
+      scale: the noise scale (Laplace ``b`` or Gaussian sigma) on the released value.
       clip: c, the clipping bound of a unit's value or a site's mean.
       width: w, the half-width of the second stage's interval (or a site mean's spread).
       sites: S.
@@ -151,8 +280,80 @@ class ReleaseParams(NamedTuple):
     stages: Any
 
 
-Sensitivity = Callable[[ReleaseParams], float]
-"""Host: a release's sensitivity from its parameters (floats)."""
+Spread = Callable[[ReleaseParams], Any]
+"""The width of the interval one contribution lies in, from a release's parameters: floats on
+the host (float64), ``f32[]`` on the device (the same formula)."""
+
+
+def one(params: ReleaseParams) -> float:
+    """The count of a release of one contribution."""
+    del params
+    return 1.0
+
+
+@dataclass(frozen=True)
+class Release:
+    """What the aggregators share: the noise, the contributions' interval width ``spread`` and
+    the ``count`` the sum is divided by (both from the parameters, on the host and on the
+    device), the event, and the grid's arithmetic.
+
+    A client's message: ``{"value": f32[] | f32[k] its contributions, "weight": like value (how
+    many contributions each value stands for: 0 none, 1 one unit or site mean, or a count of
+    equal units), "center": f32[] the contributions' public interval center (0 where none),
+    "clipped": f32[]}``.
+    """
+
+    noise: Any
+    spread: Spread
+    count: Callable[[ReleaseParams], Any] = one
+    adjacency: ClassVar[Adjacency] = Adjacency.BOUNDED
+    Params: ClassVar[type] = ReleaseParams
+
+    def sensitivity(self, params: ReleaseParams) -> float:
+        """Host: ``spread / count``, the released value's distance between neighbours."""
+        return float(self.spread(params)) / float(self.count(params))
+
+    def event(self, params: ReleaseParams) -> dp_accounting.DpEvent:
+        """The noise's event at ``scale / sensitivity`` (float noise), or the discrete
+        Laplace's on the grid (:meth:`DiscreteLaplaceNoise.release_event`), which states the
+        same eps."""
+        if self.noise.exact:
+            return self.noise.release_event(params.scale, 0.5 * float(self.spread(params)),
+                                            float(self.count(params)))  # fmt: skip
+        return self.noise.event(params.scale / self.sensitivity(params))
+
+    def grid_params(self, params: ReleaseParams) -> DiscreteLaplaceSumParams:
+        """Device: the grid sum's parameters (``f32[]``) of this release."""
+        half_width = 0.5 * jnp.asarray(self.spread(params), jnp.float32)
+        count = jnp.asarray(self.count(params), jnp.float32)
+        return self.noise.grid_params(params.scale, half_width, count)
+
+    def contributions(self, params: ReleaseParams, update: dict, key: jax.Array) -> dict:
+        """ONE client's summed contributions: the float sum ``sum(weight * value)``, or on the
+        grid the integer sum ``sum(weight * rounded)`` and ``sum(weight) * center`` (added back
+        after the noise)."""
+        value, weight = update["value"], update["weight"]
+        if not self.noise.exact:
+            return {"value": jnp.sum(weight * value), "clipped": update["clipped"]}
+        center = update.get("center", jnp.float32(0.0))
+        grid = self.grid_params(params)
+        rounded = self.noise.integers(key, value, center, grid.clip_norm)
+        return {"value": jnp.sum(weight.astype(jnp.int32) * rounded),
+                "offset": jnp.sum(weight) * center, "clipped": update["clipped"]}  # fmt: skip
+
+    def released(self, params: ReleaseParams, summed: dict, key: jax.Array) -> jax.Array:
+        """``f32[]``: the summed contributions plus one draw of the noise (from ``key``),
+        divided by ``count``."""
+        if not self.noise.exact:
+            count = jnp.asarray(self.count(params), jnp.float32)
+            return summed["value"] / count + params.scale * self.noise.draw(key)
+        noised = self.noise.noised(key, summed["value"], self.grid_params(params))
+        return self.finish(params, noised, summed["offset"])
+
+    def finish(self, params: ReleaseParams, noised: jax.Array, offset: jax.Array) -> jax.Array:
+        """On the grid: the noised sum in value units plus the centers' ``offset``, divided by
+        ``count`` (post-processing)."""
+        return (noised + offset) / jnp.asarray(self.count(params), jnp.float32)
 
 
 class _Stateless:
@@ -169,72 +370,82 @@ class _Stateless:
 
 
 @dataclass(frozen=True)
-class LocalNoise(_Stateless):
-    """A local randomizer: each client adds ``scale`` times standard noise to each of its values
-    and sends ``sum(weight * (value + noise))`` (a weight 0 sends nothing: a client outside the
-    release, a padded unit); the server sums what arrives.
+class LocalNoise(Release, _Stateless):
+    """A local randomizer: each client releases each of its values plus its own noise (one
+    contribution each, ``count`` 1), and sends ``sum(weight * released)`` (a weight 0 sends
+    nothing: a client outside the release, a padded unit); the server sums what arrives.
 
-    Message of one client: ``{"value": f32[] | f32[m], "weight": like value, "clipped": f32[]}``
-    (``clipped``: how many of its values were clipped, a diagnostic outside the guarantee).
-    Release: ``{"value": the sum, "weight": the sum of the weights, "clipped": their sum}``.
+    Message of one client: :class:`Release`'s (``weight`` 0 or 1). Release: ``{"value": the
+    sum, "weight": the sum of the weights, "clipped": their sum}`` (``clipped``: how many values
+    were clipped, a diagnostic outside the guarantee).
 
     Attributes:
-      noise: :class:`LaplaceNoise` or :class:`AnalyticGaussianNoise`.
-      sensitivity: the sensitivity of one value (host), e.g. ``2c`` for a value in ``[-c, c]``.
+      noise: :class:`DiscreteLaplaceNoise`, :class:`LaplaceNoise` or
+        :class:`AnalyticGaussianNoise`.
+      spread: the width of a value's interval (host and device), e.g. ``2c`` for ``[-c, c]``.
     """
 
-    noise: Any
-    sensitivity: Sensitivity
-    Params: ClassVar[type] = ReleaseParams
     local: ClassVar[bool] = True
-    adjacency: ClassVar[Adjacency] = Adjacency.BOUNDED
 
     def preprocess(self, params: ReleaseParams, state: tuple, update: dict, key: jax.Array) -> dict:
         del state
         value, weight = update["value"], update["weight"]
-        noised = value + params.scale * noise_draws(self.noise, key, jnp.shape(value))
+        if self.noise.exact:
+            rounding_key, noise_key = jax.random.split(key)
+            center = update.get("center", jnp.float32(0.0))
+            grid = self.grid_params(params)
+            rounded = self.noise.integers(rounding_key, value, center, grid.clip_norm)
+            noised = self.noise.noised(noise_key, rounded, grid) + center
+        else:
+            noised = value + params.scale * noise_draws(self.noise, key, jnp.shape(value))
         return {"value": jnp.sum(weight * noised), "weight": jnp.sum(weight),
                 "clipped": update["clipped"]}  # fmt: skip
 
-    def event(self, params: ReleaseParams) -> dp_accounting.DpEvent:
-        """The noise's event at ``scale / sensitivity`` (one value of one client)."""
-        return self.noise.event(params.scale / self.sensitivity(params))
+
+@dataclass(frozen=True)
+class SiteCurator(Release, _Stateless):
+    """Each site the curator of its own units: it releases the mean of its contributions plus
+    one draw of the noise (:meth:`Release.released` inside the site, from its own key) and
+    sends it times ``present``; the server sums what arrives.
+
+    Message of one site: :class:`Release`'s and ``"present": f32[]`` (1 for a site of the
+    release, 0 for padding). Release: ``{"value": the sum of the sites' releases, "weight": the
+    sites, "clipped": their clipped counts}``."""
+
+    local: ClassVar[bool] = True
+
+    def preprocess(self, params: ReleaseParams, state: tuple, update: dict, key: jax.Array) -> dict:
+        del state
+        rounding_key, noise_key = jax.random.split(key) if self.noise.exact else (key, key)
+        summed = self.contributions(params, update, rounding_key)
+        present = update["present"]
+        return {"value": present * self.released(params, summed, noise_key), "weight": present,
+                "clipped": summed["clipped"]}  # fmt: skip
 
 
 @dataclass(frozen=True)
-class CentralNoise(_Stateless):
-    """A curator's release: the clients' values summed, divided by ``denominator(params)``, plus
-    ``scale`` times one standard draw of the noise (from the round's server key).
+class CentralNoise(Release, _Stateless):
+    """A curator's release: the clients' contributions summed (on the grid: each rounded with
+    the client's key), plus one draw of the noise (from the round's server key), divided by
+    ``count(params)``.
 
-    Message of one client: ``{"value": f32[], "weight": f32[], "clipped": f32[]}`` (it adds
-    ``weight * value``: 0 for a client outside the release). Release: ``(value,
-    {"clipped_count": the summed clipped counts})``.
+    Message of one client: :class:`Release`'s (a weight 0 for a client outside the release).
+    Release: ``(value, {"clipped_count": the summed clipped counts})``.
 
     Attributes:
-      noise: :class:`LaplaceNoise` or :class:`AnalyticGaussianNoise`.
-      sensitivity: the sensitivity of the released mean (host).
-      denominator: what the sum is divided by, from the parameters (on the device).
+      noise: as :class:`LocalNoise`'s.
+      spread: the width of one contribution's interval (host and device).
+      count: what the sum is divided by (host and device).
     """
 
-    noise: Any
-    sensitivity: Sensitivity
-    denominator: Callable[[ReleaseParams], jax.Array]
-    Params: ClassVar[type] = ReleaseParams
-    adjacency: ClassVar[Adjacency] = Adjacency.BOUNDED
-
     def preprocess(self, params: ReleaseParams, state: tuple, update: dict, key: jax.Array) -> dict:
-        del params, state, key
-        return {"value": update["weight"] * update["value"], "clipped": update["clipped"]}
+        del state
+        return self.contributions(params, update, key)
 
     def release(
         self, params: ReleaseParams, state: tuple, summed: dict, key: jax.Array
     ) -> tuple[jax.Array, tuple, dict]:
-        value = summed["value"] / self.denominator(params) + params.scale * self.noise.draw(key)
-        return value, state, {"clipped_count": summed["clipped"]}
-
-    def event(self, params: ReleaseParams) -> dp_accounting.DpEvent:
-        """The noise's event at ``scale / sensitivity``."""
-        return self.noise.event(params.scale / self.sensitivity(params))
+        return self.released(params, summed, key), state, {"clipped_count": summed["clipped"]}
 
 
 class VoteParams(NamedTuple):

@@ -8,6 +8,15 @@ configuration (constants omitted).
 A sweep over sites, units and eps is one compiled program per setting: the program holds the
 largest S (and, where units are drawn one by one, the largest n) of the grid and masks the rest,
 so every grid point is a lane of the same executable.
+
+The noise's arithmetic (``--noise``): by default with Laplace noise, every release is exact, an
+integer sum of contributions rounded to a grid plus discrete Laplace noise
+(:class:`~jfed.algorithms.estimation_aggregators.DiscreteLaplaceNoise`; one grid for a sweep,
+:func:`grid_norm_for`), and the record's ``mechanism_model`` says so; with ``--noise float``
+(and the Gaussian mechanism, which has no grid release here) the noise is float32 and the
+record's notion and ``mechanism_model`` say "ideal real-valued mechanism; floating-point
+sampling not modelled", as DP-FedAvg's float records do. The functional mean's Gaussian
+release is float32 and says the same.
 """
 
 from __future__ import annotations
@@ -21,11 +30,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 import jax
 import numpy as np
 
+from jfed._validation import UsageError
 from jfed.algorithms import estimation, functional
-from jfed.algorithms.estimation_aggregators import LaplaceNoise
+from jfed.algorithms.estimation_aggregators import (
+    GRID_SCALE_TARGET,
+    DiscreteLaplaceNoise,
+    LaplaceNoise,
+)
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_of
 from jfed.privacy import Analytic, Basic, ParallelDpEvent, spent
+from jfed.privacy.discrete_aggregators import LAPLACE_SCALE_BITS
 from jfed.privacy.gaussian import analytic_gaussian_noise
 from jfed.privacy.mechanisms import AnisotropicGaussianMechanism, GaussianMechanism
 
@@ -47,13 +62,73 @@ def setting_of(config: declared.Estimation) -> estimation.Setting:
     return estimation.SETTINGS[config.setting]
 
 
-def program_of(config: declared.Estimation, max_units: int = 1) -> estimation.MeanEstimation:
-    """The static program of ``config``: its setting, noise and data model as objects (units
-    drawn one by one are padded to ``max_units`` where the setting draws them so)."""
+EXACT_MODEL = (
+    "exact: values rounded to an integer grid (randomized rounding, cut to the grid's bound), "
+    "an integer sum, discrete Laplace noise sampled exactly in integer arithmetic"
+)
+"""What an exact release's record says of its arithmetic (``mechanism_model``)."""
+
+INT32_SUM_LIMIT = 2**31
+"""An integer sum on the grid, its noise 40 scales wide included, stays below this."""
+
+
+def grid_norm_for(configs: list[declared.Estimation]) -> int:
+    """Host: the grid of a sweep's exact releases, ``L`` (a contribution interval's half-width
+    in grid units): the largest power of two at most
+    :data:`~jfed.algorithms.estimation_aggregators.DEFAULT_GRID_NORM` such that, for every
+    private configuration (``z = 2 / eps`` of its releases' share of eps):
+
+    - the discrete Laplace's scale ``z L`` is at most 2^20 (the sampler's) and, where ``L >= 2``
+      allows, at most :data:`~jfed.algorithms.estimation_aggregators.GRID_SCALE_TARGET` (so the
+      scale the device rounds to is within 2^-10 of ``z L``);
+    - the integer sum stays exact in int32: ``N L + 40 z L < 2^31``, N the most contributions
+      one release sums (:meth:`~jfed.algorithms.estimation.Setting.largest_sum`).
+
+    :class:`~jfed._validation.UsageError` naming the flags if no grid holds them."""
+    grid_norm = DiscreteLaplaceNoise.grid_norm
+    for config in configs:
+        setting = setting_of(config)
+        if not setting.private:
+            continue
+        z = 2.0 / (config.epsilon * setting.release_share)
+        largest = setting.largest_sum(config.sites, config.units)
+        while grid_norm >= 1 and not _grid_holds(grid_norm, z, largest):
+            grid_norm //= 2
+        if grid_norm < 1:
+            raise UsageError(
+                f"--noise discrete: no integer grid holds the exact int32 sum of {largest} "
+                f"contributions at --epsilon={config.epsilon:g} (--setting {config.setting}, "
+                f"--sites {config.sites}, --units {config.units}): use fewer units or sites, "
+                "or --noise float"
+            )
+    return grid_norm
+
+
+def _grid_holds(grid_norm: int, z: float, largest: int) -> bool:
+    scale = z * grid_norm * (1 + 2.0**-16)
+    fine = z * grid_norm <= GRID_SCALE_TARGET or grid_norm == 1
+    exact_sum = largest * grid_norm + 40.0 * scale < INT32_SUM_LIMIT
+    return fine and scale <= 2.0**LAPLACE_SCALE_BITS and exact_sum
+
+
+def noise_of(config: declared.Estimation, grid_norm: int | None = None) -> Any:
+    """The noise object of ``config``: the exact noise on a grid of ``grid_norm`` (default
+    :func:`grid_norm_for` of ``config`` alone) or the float noise ``--mechanism`` names."""
+    if config.exact_noise:
+        grid_norm = grid_norm_for([config]) if grid_norm is None else grid_norm
+        return estimation.EXACT_MECHANISMS[config.mechanism](grid_norm)
+    return estimation.MECHANISMS[config.mechanism]
+
+
+def program_of(
+    config: declared.Estimation, max_units: int = 1, grid_norm: int | None = None
+) -> estimation.MeanEstimation:
+    """The static program of ``config``: its setting, noise (on a grid of ``grid_norm``, see
+    :func:`noise_of`) and data model as objects (units drawn one by one are padded to
+    ``max_units`` where the setting draws them so)."""
     program = estimation.MeanEstimation(
-        setting_of(config), estimation.MECHANISMS[config.mechanism],
-        estimation.DATA_MODELS[config.data], 1,
-    )  # fmt: skip
+        setting_of(config), noise_of(config, grid_norm), estimation.DATA_MODELS[config.data], 1
+    )
     return dataclasses.replace(program, max_units=max_units) if program.per_unit else program
 
 
@@ -119,8 +194,15 @@ def round_event(ledger: Any, hyper: Any, disjoint: bool = False) -> Any:
     return ParallelDpEvent(tuple(events)) if disjoint else dp_accounting.ComposedDpEvent(events)
 
 
+def float_model() -> str:
+    """DP-FedAvg's words for a float mechanism's ``mechanism_model`` (the one statement)."""
+    from jfed.methods.dp_fedavg import IDEAL
+
+    return IDEAL
+
+
 def calibrate_mean(
-    config: declared.Estimation, ledger: Any = None
+    config: declared.Estimation, ledger: Any = None, grid_norm: int | None = None
 ) -> tuple[estimation.Hyperparams, dict]:
     """The setting's noise, clipping and search parameters for ``config``, and its privacy
     fields: every release is calibrated to (eps, delta) of the setting's neighbouring relation
@@ -128,9 +210,10 @@ def calibrate_mean(
     the record certifies what the round's releases state (:func:`round_event`, basic
     composition of the exact releases) at the numbers that ran.
 
-    ``ledger``: the round's releases (default: traced from the program of ``config``)."""
+    ``ledger``: the round's releases (default: traced from the program of ``config``);
+    ``grid_norm``: the exact releases' grid (default: :func:`grid_norm_for` of ``config``)."""
     setting = setting_of(config)
-    noise = estimation.MECHANISMS[config.mechanism]
+    noise = noise_of(config, grid_norm)
     S, n, eps = config.sites, config.units, config.epsilon
     delta = noise.delta(delta_of(config))
     clip = default_clip(config)
@@ -141,11 +224,16 @@ def calibrate_mean(
         second_noise=releases.second_noise, width=releases.width, stages=releases.stages,
         truthful=truthful,
     )  # fmt: skip
-    accountant, notion, certified = "none", setting.notion, math.inf
+    accountant, notion, certified, model = "none", setting.notion, math.inf, None
     if setting.private:
         accountant = noise.accountant + setting.accountant_notes
         notion = notion.replace("eps-DP", noise.guarantee)
-        ledger = ledger if ledger is not None else round_ledger(program_of(config), S)
+        model = EXACT_MODEL if noise.exact else float_model()
+        if not noise.exact:
+            notion += f" ({model})"
+        if ledger is None:
+            ledger = round_ledger(program_of(config, grid_norm=getattr(noise, "grid_norm", None)),
+                                  S)  # fmt: skip
         event = round_event(ledger, hp, setting.disjoint_releases)
         certified = spent(event, delta, accountant=Basic(), adjacency=ledger.adjacency)
     return hp, {
@@ -159,6 +247,8 @@ def calibrate_mean(
         "clip_used": clip,
         "search_stages": releases.stages,
         "noise_variance": setting.estimate_variance(noise, releases, S, n),
+        "mechanism_model": model,
+        "grid_norm": getattr(noise, "grid_norm", None) if setting.private else None,
     }
 
 
@@ -187,7 +277,7 @@ def search_law(config: declared.Estimation) -> dict:
     if not searching or not isinstance(estimation.DATA_MODELS[config.data],
                                        estimation.RademacherData):  # fmt: skip
         raise ValueError("the search's law is computed for local-user-large on rademacher data")
-    if not isinstance(estimation.MECHANISMS[config.mechanism], LaplaceNoise):
+    if not isinstance(noise_of(config), LaplaceNoise | DiscreteLaplaceNoise):
         raise ValueError("the search's law is computed for Laplace noise")
     hp, fields = calibrate_mean(config)
     S, n, mu, eps = config.sites, config.units, config.mean, config.epsilon
@@ -296,12 +386,16 @@ class EstimationExperiment(MonteCarloExperiment):
     def __init__(self, config: declared.Estimation) -> None:
         super().__init__(config)
         self._max_sites, self._max_units = config.sites, config.units
+        self._grid_norm = grid_norm_for([config]) if config.exact_noise else None
         self.disjoint_releases = setting_of(config).disjoint_releases
 
     def prepare(self, configs: list[declared.Estimation]) -> None:
-        """Size the program for the largest S and n of the grid (the rest are masked)."""
+        """Size the program for the largest S and n of the grid (the rest are masked), and
+        choose one integer grid that holds every configuration's exact releases."""
         self._max_sites = max(c.sites for c in configs)
         self._max_units = max(c.units for c in configs)
+        if self._grid_norm is not None:
+            self._grid_norm = grid_norm_for(configs)
 
     @property
     def task(self) -> Task:
@@ -310,13 +404,13 @@ class EstimationExperiment(MonteCarloExperiment):
     @property
     def algorithm(self) -> estimation.MeanEstimation:
         # padded to the grid's largest n only where units are drawn one by one
-        return program_of(self.config, self._max_units)
+        return program_of(self.config, self._max_units, self._grid_norm)
 
     def identity(self) -> dict:
         return {"dataset": f"synthetic {self.config.data}"}
 
     def calibrate(self, config: declared.Estimation):
-        return calibrate_mean(config, self.ledger())
+        return calibrate_mean(config, self.ledger(), self._grid_norm)
 
     def evaluate(self, outputs: dict, config: declared.Estimation) -> dict:
         result = monte_carlo(outputs["error"])
@@ -333,8 +427,10 @@ class EstimationExperiment(MonteCarloExperiment):
 
     @staticmethod
     def summary(record: dict) -> str:
+        grid = " on an integer grid" if record.get("grid_norm") else ""
         return (
-            f"estimation ({record['setting']}, {record['mechanism']}, {record['dataset']} data, "
+            f"estimation ({record['setting']}, {record['mechanism']}{grid}, {record['dataset']} "
+            "data, "
             f"mu={record['mean']:g}): S={record['sites']} sites x n={record['units']} units, "
             f"MSE {record['mse']:.4g} +- {record['mse_se']:.2g} (bias {record['bias']:.2g} +- "
             f"{record['bias_se']:.2g}) over {record['replications']} replications; theory rate "
@@ -477,7 +573,8 @@ def calibrate_functional(config: declared.FunctionalEstimation, terms: int, ledg
             "delta": delta,
             "accountant": shape.accountant + "; disjoint batches, so each function is in one "
             "release",
-            "notion": "user-level (eps, delta)-DP of each server's release",
+            "notion": f"user-level (eps, delta)-DP of each server's release ({float_model()})",
+            "mechanism_model": float_model(),
             "sigma": float(std.max()),
             **shape.extra(sensitivities, std, config.epsilon, delta),
         }

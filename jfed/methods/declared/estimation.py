@@ -18,6 +18,10 @@ ESTIMATION_PAPER = (
     "and Yu 2024; Li, Tian, Feng and Yu 2024; Xue, Lin and Yu 2024)"
 )
 TWO_STAGE = catalog.TWO_STAGE_SETTINGS
+ESTIMATION_NOISES = ("discrete", "float")
+"""``--noise``: the arithmetic of a release's noise (the exact integer grid, or float32)."""
+EXACT_MECHANISMS = ("laplace",)
+"""The ``--mechanism`` values that have an exact release on the grid."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,16 @@ class Estimation(Config):
     mechanism: str = param("laplace", "noise: laplace (pure eps) or gaussian (analytic "
                            "calibration, (eps, delta))", choices=catalog.ESTIMATION_MECHANISMS,
                            group="privacy")  # fmt: skip
+    noise: str | None = param(
+        None, "the noise's arithmetic: discrete (values rounded to an integer grid, an integer "
+        "sum, exact discrete Laplace noise: the guarantee holds for the program as it runs) or "
+        "float (float32 noise: the ideal real-valued mechanism, floating-point sampling not "
+        "modelled)", kind=str, choices=ESTIMATION_NOISES, group="privacy",
+        default_text="discrete with --mechanism laplace, float with --mechanism gaussian",
+        requires=(lambda c: c.noise != "discrete" or c.mechanism in EXACT_MECHANISMS,
+                  "as discrete only with --mechanism laplace (the Gaussian release is float32 "
+                  "only)"),
+    )  # fmt: skip
     delta: float | None = param(None, "delta of each release", kind=float, range=OPEN_UNIT,
                                 group="privacy", default_text="1e-5",
                                 requires=(lambda c: c.mechanism == "gaussian",
@@ -55,6 +69,13 @@ class Estimation(Config):
         "1 + 3 / sqrt(n) per site mean",
     )  # fmt: skip
     replications: int = replications(400)
+
+    @property
+    def exact_noise(self) -> bool:
+        """Whether the releases run on the integer grid (``--noise``, or its default)."""
+        if self.noise is None:
+            return self.mechanism in EXACT_MECHANISMS
+        return self.noise == "discrete"
 
     def check(self) -> Self:
         super().check()
