@@ -25,6 +25,7 @@ SOURCES = {
     "docs/papers/last_iterate.md": ["sims/reference/last_iterate_figure2*"],
     "docs/papers/dp_ftrl.md": ["sims/reference/dp_ftrl_study*"],
     "docs/guide/dp_fedavg.md": ["sims/reference/dp_fedavg_population*", "bench/results/*"],
+    "docs/guide/distributed_dp.md": ["sims/reference/dp_fedavg_distributed*"],
     "docs/concepts/engine.md": ["bench/results/*"],
     "docs/guide/own_algorithm.md": ["bench/results/*"],
     "docs/guide/sweeps.md": ["bench/results/*"],

@@ -46,8 +46,9 @@ def test_one_name_means_one_thing_across_methods():
         return {name: m for name, m in seen.items() if len(m) > 1}
 
     # eps and delta of a silo are per silo, of a local-DP run per client run: worded apart; an
-    # accountant is one concept whose choices depend on the mechanism, so each family says which
-    allowed = {"epsilon", "delta", "dataset", "rounds", "sampling", "accountant"}
+    # accountant is one concept whose choices depend on the mechanism, so each family says which;
+    # an audit's canaries are what the method protects (clients in DP-FedAvg, a silo's records)
+    allowed = {"epsilon", "delta", "dataset", "rounds", "sampling", "accountant", "audit_canaries"}
     assert set(meanings(METHODS.values())) <= allowed
     names = {f.name for m in METHODS.values() for f in fields_of(m.config)}
     assert "clip" not in names and {"feature_clip", "gradient_clip"} <= names

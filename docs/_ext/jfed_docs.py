@@ -62,7 +62,7 @@ def methods_markdown() -> str:
     return (
         "\n".join(
             "## " + line[5:] if line.startswith("#### ") else line
-            for line in markdown().splitlines()
+            for line in markdown(built_in_only=True).splitlines()
         )
         + "\n"
     )
@@ -199,11 +199,14 @@ def headline_markdown() -> str:
 
 
 def methods_summary_markdown() -> str:
-    """The README's methods table: every registered method, its notion and protected unit."""
+    """The README's methods table: every built-in method, its notion and protected unit (a
+    plug-in or script registered in the same process is not jfed's)."""
     from jfed.methods import METHODS
 
     lines = ["| method | what | privacy | protects |", "|---|---|---|---|"]
     for declared in METHODS.values():
+        if not declared.built_in:
+            continue
         lines.append(
             f"| `{declared.name}` | {declared.summary} | {declared.notion} | {declared.protected} |"
         )

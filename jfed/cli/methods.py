@@ -59,10 +59,13 @@ def _allowed(field: dict) -> str:
     return field["range"] or ""
 
 
-def markdown() -> str:
-    """One table per method (flag, default, allowed values, unit, help)."""
+def markdown(built_in_only: bool = False) -> str:
+    """One table per method (flag, default, allowed values, unit, help); ``built_in_only``:
+    jfed's own methods alone (the documentation's, whatever a process has registered)."""
     parts = []
     for declared in METHODS.values():
+        if built_in_only and not declared.built_in:
+            continue
         info = describe(declared)
         aliases = f" (also `{'`, `'.join(info['aliases'])}`)" if info["aliases"] else ""
         eps = (

@@ -89,6 +89,14 @@ class Method:
         if not self.algorithm:  # the algorithm's name in its source: the method's, if none
             object.__setattr__(self, "algorithm", self.name)
 
+    @property
+    def built_in(self) -> bool:
+        """Whether the method is jfed's own (its experiment lives in the ``jfed`` package), not a
+        plug-in's or a script's."""
+        experiment = self.experiment
+        module = experiment if isinstance(experiment, str) else experiment.__module__
+        return str(module).split(":")[0].split(".")[0] == "jfed"
+
     def load(self) -> Any:
         """The experiment class (imports it, and with it JAX, on first use)."""
         experiment = self.experiment
