@@ -48,7 +48,7 @@ from jfed._random import integers_and_normals, private_normals
 from jfed._validation import check_int_range, check_nonnegative, check_positive
 from jfed.privacy import canaries as canary_lib
 from jfed.privacy.accounting import poisson_sampled, rounds_of, sampled_without_replacement
-from jfed.privacy.canary_aggregator import PARTICIPATION_STREAM, CanaryState
+from jfed.privacy.canary_aggregator import PARTICIPATION_STREAM, CanaryState, CanaryWrapper
 from jfed.privacy.clipping import clip_per_example
 from jfed.privacy.guarantee import Adjacency
 
@@ -434,7 +434,7 @@ class ShuffledMessages(SiloClippedSum):
 
 
 @dataclass(frozen=True)
-class CanaryRecords:
+class CanaryRecords(CanaryWrapper):
     """:class:`SiloGaussian` with M canary RECORDS in one silo, for an empirical audit of the
     run (Steinke, Nasr and Jagielski's one-run lower bound: :mod:`jfed.privacy.canaries`).
 
@@ -492,35 +492,13 @@ class CanaryRecords:
         check_int_range("silo", self.silo, 0, len(self.inner.records) - 1)
 
     @property
-    def Params(self) -> type:  # noqa: N802 (the protocol's name)
-        return self.inner.Params
-
-    def __getattr__(self, name: str) -> Any:
-        # what the engine and the experiment ask of the silo aggregator (``local``,
-        # ``adjacency``, ``sampling``, ``batch``, ``records``, ``releases``) is the inner one's
-        if name.startswith("__") or name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    @property
     def sampling_rate(self) -> float:
         """``K / n_s``: the probability that a record of the canaries' silo is in a minibatch."""
         assert self.inner.records is not None  # __post_init__ refuses a SiloGaussian without
         return min(1.0, self.inner.batch / self.inner.records[self.silo])
 
-    def audit_key(self) -> jax.Array:
-        """The key of the canaries' directions and coins."""
-        return jax.random.key(self.seed)
-
     def read(self, hyper) -> SiloNoiseParams:
         return self.inner.read(hyper)
-
-    def init(self, params, template) -> Any:
-        return CanaryState(
-            inner=self.inner.init(params, template),
-            included=canary_lib.canaries_included(self.audit_key(), self.canaries),
-            scores=canary_lib.init_scores(self.canaries),
-        )
 
     def _canary_rows(self, update: SiloMessage, state, key: jax.Array):
         """``(gradients f32[M, p], weights f32[M])``: every canary's gradient and its weight in

@@ -93,8 +93,9 @@ class Method:
     def built_in(self) -> bool:
         """Whether the method is jfed's own (its experiment lives in the ``jfed`` package), not a
         plug-in's or a script's."""
-        experiment = self.experiment
-        module = experiment if isinstance(experiment, str) else experiment.__module__
+        module = self.experiment
+        if not isinstance(module, str):
+            module = getattr(module, "__module__", "")
         return str(module).split(":")[0].split(".")[0] == "jfed"
 
     def load(self) -> Any:

@@ -67,8 +67,42 @@ class CanaryState(NamedTuple):
     scores: canary_lib.CanaryScores
 
 
+class CanaryWrapper:
+    """What an aggregator with canaries around an ``inner`` one shares (:class:`WithCanaries`,
+    and the silo methods' canary records): the inner aggregator's parameters and attributes, the
+    audit key (``seed``), and the state of ``canaries`` coins and scores beside the inner state.
+    A subclass declares ``inner``, ``canaries`` and ``seed``."""
+
+    inner: Any
+    canaries: int
+    seed: int
+
+    @property
+    def Params(self) -> type:  # noqa: N802 (the protocol's name)
+        return self.inner.Params
+
+    def __getattr__(self, name: str) -> Any:
+        # what the engine and an experiment may ask of an aggregator beyond the protocol
+        # (``local``, ``adjacency``, a silo aggregator's ``sampling`` or ``records``) is the
+        # inner aggregator's
+        if name.startswith("__") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def audit_key(self) -> jax.Array:
+        """The key of the canaries' directions and coins."""
+        return jax.random.key(self.seed)
+
+    def init(self, params: Any, template: PyTree) -> CanaryState:
+        return CanaryState(
+            inner=self.inner.init(params, template),
+            included=canary_lib.canaries_included(self.audit_key(), self.canaries),
+            scores=canary_lib.init_scores(self.canaries),
+        )
+
+
 @dataclass(frozen=True)
-class WithCanaries:
+class WithCanaries(CanaryWrapper):
     """``inner`` with M canary clients in every release (see the module docstring).
 
     Attributes:
@@ -91,28 +125,6 @@ class WithCanaries:
         check_int_range("canaries", self.canaries, 2, 2**31 - 1)
         if not 0.0 < float(self.sampling_rate) <= 1.0:
             raise ValueError(f"expected sampling_rate in (0, 1], got {self.sampling_rate}")
-
-    @property
-    def Params(self) -> type:  # noqa: N802 (the protocol's name)
-        return self.inner.Params
-
-    def __getattr__(self, name: str) -> Any:
-        # what the engine may ask of an aggregator beyond the protocol (``local``,
-        # ``adjacency``) is the inner aggregator's
-        if name.startswith("__") or name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def audit_key(self) -> jax.Array:
-        """The key of the canaries' directions and coins."""
-        return jax.random.key(self.seed)
-
-    def init(self, params: Any, template: PyTree) -> CanaryState:
-        return CanaryState(
-            inner=self.inner.init(params, template),
-            included=canary_lib.canaries_included(self.audit_key(), self.canaries),
-            scores=canary_lib.init_scores(self.canaries),
-        )
 
     def preprocess(self, params: Any, state: CanaryState, update: PyTree, key: jax.Array) -> Any:
         """A real client's record: ``inner``'s."""
@@ -198,6 +210,7 @@ def audit(state: CanaryState, delta: float, confidence: float = 0.95) -> AuditSu
 __all__ = [
     "CANARY_CHUNK",
     "CanaryState",
+    "CanaryWrapper",
     "WithCanaries",
     "audit",
 ]

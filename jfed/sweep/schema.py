@@ -169,10 +169,12 @@ def _same(a, b) -> bool:
 
 def plugin_provenance(method) -> dict:
     """The package and version a plug-in method comes from (``{}`` for jfed's own)."""
+    if method.built_in:
+        return {}
     experiment = method.experiment
     module = experiment if isinstance(experiment, str) else getattr(experiment, "__module__", "")
     top = str(module).split(":")[0].split(".")[0]
-    if not top or top == "jfed":
+    if not top:
         return {}
     from importlib import metadata
 
