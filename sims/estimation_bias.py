@@ -3,7 +3,8 @@ of ``local-user-large`` has few voters a stage (docs/papers/estimation.md).
 
     python sims/estimation_bias.py [--replications 2000]
 
-Prints, for S = 100 sites of n = 10^5 units (Laplace noise), each setting, eps and true mean mu:
+Prints, for S = 100 sites of n = 10^5 units (Laplace noise, the library's default: exact, on the
+integer grid), each setting, eps and true mean mu:
 the bias with its standard error, the MSE and the fraction of estimating sites clipped; then the
 bias of ``local-user-small`` at eps 1, mu 0 over four more seeds (how far a seed's bias strays).
 About two minutes on a laptop CPU.
