@@ -140,8 +140,8 @@ DEFAULT_GRID_NORM = 2**9
 
 GRID_SCALE_TARGET = 2**10
 """The grid chooser keeps the discrete Laplace's scale ``z L`` at most this many grid units
-(where ``L >= 1`` allows): the device's scale ``2^20 / s`` (``s`` an integer) then exceeds ``z L``
-by less than ``2^-10`` of it."""
+(where ``L >= 2`` allows): the device's scale ``2^20 / s`` (``s`` an integer) then exceeds ``z L``
+by at most ``2^-10 + 2^-15`` of it (the 2^-16 margin included)."""
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,9 @@ class DiscreteLaplaceNoise:
     float release's scale ``b`` over the grid's sensitivity), sampled exactly
     (:func:`jfed.privacy.discrete.discrete_laplace`), and only then is ``C / L`` times it scaled
     back and divided by ``count``. In value units the noise's scale is the float release's ``b``
-    (within ``2^-10``: :data:`GRID_SCALE_TARGET`); rounding adds at most ``(C / L)^2 / 4`` of
-    variance per contribution that is not on the grid (none for ±1 data clipped at ``c <= 1``).
+    (within ``2^-10 + 2^-15``: :data:`GRID_SCALE_TARGET`); rounding adds at most ``(C / L)^2 /
+    4`` of variance per contribution that is not on the grid (none for ±1 data clipped at ``c <=
+    1``).
 
     Replacing one contribution moves the integer sum by at most ``2 L`` whatever the rounding
     drew (its law does not depend on the other contributions), so the release is pure ``2 /
@@ -186,7 +187,7 @@ class DiscreteLaplaceNoise:
         return laplace_scale(sensitivity, epsilon)
 
     def variance(self, scale: float) -> float:
-        """``2 b^2``: the Laplace's, which the discrete noise's exceeds by less than ``2^-9``
+        """``2 b^2``: the Laplace's, which the discrete noise's exceeds by about ``2^-9``
         of it (its scale rounded up) and falls short of by ``(C / L)^2 / 6``."""
         return 2.0 * scale**2
 

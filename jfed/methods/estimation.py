@@ -80,7 +80,7 @@ def grid_norm_for(configs: list[declared.Estimation]) -> int:
 
     - the discrete Laplace's scale ``z L`` is at most 2^20 (the sampler's) and, where ``L >= 2``
       allows, at most :data:`~jfed.algorithms.estimation_aggregators.GRID_SCALE_TARGET` (so the
-      scale the device rounds to is within 2^-10 of ``z L``);
+      scale the device rounds to is within 2^-10 + 2^-15 of ``z L``);
     - the integer sum stays exact in int32: ``N L + 40 z L < 2^31``, N the most contributions
       one release sums (:meth:`~jfed.algorithms.estimation.Setting.largest_sum`).
 
