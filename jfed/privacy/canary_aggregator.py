@@ -35,6 +35,7 @@ clipped, would swell a clipped count and a norm sum), plus ``canaries_taking_par
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -50,7 +51,25 @@ PyTree = Any
 
 PARTICIPATION_STREAM = "canary-participation"
 PREPROCESS_STREAM = "canary-preprocess"
-CANARY_CHUNK = 32  # canaries whose updates are drawn and preprocessed at once (memory: 32 * d)
+CANARY_VALUES = 2**22
+"""Values (canaries x parameters) drawn and preprocessed at once: 16 MiB of float32. A chunk of
+canaries is as many as fit, at least one; the chunks are scanned one after another."""
+
+
+def canary_capacity(canaries: int, sampling_rate: float) -> int:
+    """Slots for the canaries taking part in one release: their expected number ``m = M q / 2``
+    (a coin of 1/2 each, then the rate q) plus ``10 sqrt(m) + 16``, at most M. More than that
+    take part with probability below 1e-20 (a Chernoff bound); :meth:`WithCanaries._canary_sum`
+    then processes every canary instead."""
+    expected = canaries * min(1.0, float(sampling_rate)) / 2
+    return min(canaries, math.ceil(expected + 10 * math.sqrt(expected) + 16))
+
+
+def canary_chunk(canaries: int, dimension: int) -> int:
+    """Canaries drawn and preprocessed at once for a model of ``dimension`` parameters: all of
+    them for a small model (one vmapped step, as the real clients), fewer for a large one so that
+    a chunk holds at most :data:`CANARY_VALUES` values."""
+    return max(1, min(canaries, CANARY_VALUES // max(1, dimension)))
 
 
 class CanaryState(NamedTuple):
@@ -134,7 +153,33 @@ class WithCanaries(CanaryWrapper):
         self, params: Any, state: CanaryState, template: PyTree, taking_part: jax.Array,
         key: jax.Array,
     ) -> PyTree:  # fmt: skip
-        """The sum of the records of the canaries taking part, ``CANARY_CHUNK`` at a time."""
+        """The sum of the records of the canaries taking part.
+
+        Only those are drawn and preprocessed (about ``M q / 2`` of the M: the others would be
+        weighted by 0): their ids, gathered into :func:`canary_capacity` slots, are processed
+        :func:`canary_chunk` at a time. In the rare round where more take part than the slots
+        hold, every canary is processed instead; either way the sum is the same records' (each
+        canary's record is drawn from its own key)."""
+        capacity = canary_capacity(self.canaries, self.sampling_rate)
+        every = jnp.arange(self.canaries, dtype=jnp.int32)
+        if capacity >= self.canaries:
+            return self._records_sum(params, state, template, every, taking_part, key)
+        count = jnp.sum(taking_part, dtype=jnp.int32)
+        (gathered,) = jnp.nonzero(taking_part, size=capacity, fill_value=0)
+        slots = jnp.arange(capacity, dtype=jnp.int32) < count
+        return jax.lax.cond(
+            count <= capacity,
+            lambda: self._records_sum(params, state, template, gathered.astype(jnp.int32),
+                                      slots, key),
+            lambda: self._records_sum(params, state, template, every, taking_part, key),
+        )  # fmt: skip
+
+    def _records_sum(
+        self, params: Any, state: CanaryState, template: PyTree, ids: jax.Array,
+        weights: jax.Array, key: jax.Array,
+    ) -> PyTree:  # fmt: skip
+        """``sum_i weights_i record(ids_i)``: the canaries ``ids: i32[n]``'s records (their
+        updates through ``inner.preprocess``), ``weights: bool[n]``, a chunk at a time."""
         audit_key = self.audit_key()
         preprocess_key = jfed_random.named(key, PREPROCESS_STREAM)
 
@@ -144,10 +189,12 @@ class WithCanaries(CanaryWrapper):
                 params, state.inner, update, jax.random.fold_in(preprocess_key, canary_id)
             )
 
-        chunks = -(-self.canaries // CANARY_CHUNK)
-        ids = jnp.arange(chunks * CANARY_CHUNK, dtype=jnp.int32).reshape(chunks, CANARY_CHUNK)
-        padding = chunks * CANARY_CHUNK - self.canaries
-        weights = jnp.pad(taking_part.astype(jnp.float32), (0, padding)).reshape(ids.shape)
+        size = ids.shape[0]
+        chunk = canary_chunk(size, canary_lib.parameter_count(template))
+        chunks = -(-size // chunk)
+        padding = chunks * chunk - size
+        ids = jnp.pad(ids, (0, padding)).reshape(chunks, chunk)
+        weights = jnp.pad(weights.astype(jnp.float32), (0, padding)).reshape(ids.shape)
 
         def add_chunk(total, chunk):
             chunk_ids, chunk_weights = chunk
@@ -208,9 +255,11 @@ def audit(state: CanaryState, delta: float, confidence: float = 0.95) -> AuditSu
 
 
 __all__ = [
-    "CANARY_CHUNK",
+    "CANARY_VALUES",
     "CanaryState",
     "CanaryWrapper",
     "WithCanaries",
     "audit",
+    "canary_capacity",
+    "canary_chunk",
 ]
