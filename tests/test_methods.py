@@ -47,8 +47,11 @@ def test_one_name_means_one_thing_across_methods():
 
     # eps and delta of a silo are per silo, of a local-DP run per client run: worded apart; an
     # accountant is one concept whose choices depend on the mechanism, so each family says which;
-    # an audit's canaries are what the method protects (clients in DP-FedAvg, a silo's records)
-    allowed = {"epsilon", "delta", "dataset", "rounds", "sampling", "accountant", "audit_canaries"}
+    # an audit's canaries are what the method protects (clients in DP-FedAvg, a silo's records);
+    # the noise's arithmetic (discrete or float) is one choice whose other options (distributed
+    # noises) only DP-FedAvg has
+    allowed = {"epsilon", "delta", "dataset", "rounds", "sampling", "accountant", "audit_canaries",
+               "noise"}  # fmt: skip
     assert set(meanings(METHODS.values())) <= allowed
     names = {f.name for m in METHODS.values() for f in fields_of(m.config)}
     assert "clip" not in names and {"feature_clip", "gradient_clip"} <= names
