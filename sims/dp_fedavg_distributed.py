@@ -34,11 +34,11 @@ against bits at each eps).
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 
 import matplotlib
 import numpy as np
+from dp_fedavg_population import atomic_csv  # the scripts' folder is on the path
 
 import jfed
 from jfed.methods import DPFedAvg, FedAvgSampled
@@ -58,15 +58,6 @@ MECHANISMS = (  # (name, DP-FedAvg's fields, its eps grid: None for every eps)
     ("ddgauss 16 bits", dict(noise="ddgauss", bits=16), (2.0, 8.0)),
 )
 QUICK = dict(epsilons=(2.0, 8.0), seeds=2, rounds=20, bits=(12, 20))
-
-
-def atomic_csv(path: str, rows: list[dict]) -> None:
-    temporary = f"{path}.tmp"
-    with open(temporary, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(temporary, path)
 
 
 def sweep(folder: str, config, epsilons, seeds) -> list[dict]:

@@ -12,23 +12,15 @@ the canaries have moved the model).
 
 from __future__ import annotations
 
-import jax
 import pytest
+from compiled import fresh_programs
 
 import jfed
 from jfed.methods import declared
 from jfed.privacy import aggregators
 from jfed.privacy.discrete_aggregators import DiscreteGaussianSum
-from jfed.sweep import runner
 
 AUDITED = dict(clients=1000, rounds=12, cohort_size=100, hidden=32, epsilon=1.0, delta=1e-5)
-
-
-def _fresh_programs() -> None:
-    """Forget every compiled program, so a run traces the release code as it is now."""
-    for cached in (runner._unit_function, runner._program, runner._compiled):
-        cached.cache_clear()
-    jax.clear_caches()
 
 
 @pytest.fixture
@@ -43,9 +35,9 @@ def broken_noise(monkeypatch):
     grid_noise = DiscreteGaussianSum.noise_parameters
     monkeypatch.setattr(DiscreteGaussianSum, "noise_parameters", lambda self, params: grid_noise(
         self, params._replace(noise_multiplier=0.1 * params.noise_multiplier)))  # fmt: skip
-    _fresh_programs()
+    fresh_programs()
     yield
-    _fresh_programs()
+    fresh_programs()
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,13 @@ run audits at 0 there too (said in the audit tutorial).
 
 from __future__ import annotations
 
-import jax
 import pytest
+from compiled import fresh_programs
 
 import jfed
 from jfed._validation import UsageError
 from jfed.algorithms import silo_aggregators
 from jfed.methods import declared
-from jfed.sweep import runner
 
 AUDITED = dict(sampling="poisson", dataset="digits-bylabel")
 
@@ -42,13 +41,6 @@ def test_a_correct_silo_run_audits_below_its_certified_epsilon(runs):
     assert record["audit_silo"] in range(record["n_silos"])
 
 
-def _fresh_programs() -> None:
-    """Forget every compiled program, so a run traces the release code as it is now."""
-    for cached in (runner._unit_function, runner._program, runner._compiled):
-        cached.cache_clear()
-    jax.clear_caches()
-
-
 @pytest.fixture
 def broken_noise(monkeypatch):
     """The silos' Gaussian noise drawn at a tenth of its scale (the record still states the
@@ -56,9 +48,9 @@ def broken_noise(monkeypatch):
     normals = silo_aggregators.private_normals
     monkeypatch.setattr(silo_aggregators, "private_normals",
                         lambda key, shape: 0.1 * normals(key, shape))  # fmt: skip
-    _fresh_programs()
+    fresh_programs()
     yield
-    _fresh_programs()
+    fresh_programs()
 
 
 def test_a_silo_run_with_a_tenth_of_its_noise_audits_above_what_it_claims(broken_noise):
