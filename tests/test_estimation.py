@@ -34,7 +34,7 @@ UNBIASED = {
     # 500 replications: every user's release samples exact discrete Laplace noise (the test's
     # tolerance is 4 standard errors of the replications themselves, whatever their number)
     "local-user-small": dict(sites=512, units=16, epsilon=2.0, replications=500),
-    "local-user-large": dict(sites=400, units=10**6, epsilon=1.0),
+    "local-user-large": dict(sites=400, units=10**6, epsilon=1.0, replications=500),
     "central-user": dict(sites=256, units=16, epsilon=2.0),
 }
 

@@ -203,6 +203,7 @@ def test_noise_scaled_ridge_is_the_spectral_spread_of_the_noise_in_s_hat():
     assert noise_scaled_ridge(sigma, alpha, n, d, scale=0.5) == pytest.approx(level / 2)
 
 
+@pytest.mark.slow  # 18 runs up to 10^6 clients; the small-population ridge tests run by default
 def test_noise_scaled_ridge_holds_as_the_population_grows():
     """At eps = 1 on 10^5, 3 10^5 and 10^6 procedural clients the default (noise-scaled) ridge
     keeps test R^2 near or above 0 on every seed; a fixed lambda = 1 (the old default) leaves
