@@ -159,7 +159,6 @@ def finish(
 ) -> tuple[list[dict], tuple]:
     """Write runs.csv, runs.parquet, tuned.csv and the plots of a finished (or partial) sweep;
     returns the tuned table and the swept names it chose among."""
-    from jfed._io import check_replaceable
     from jfed.report.plots import plot_convergence, plot_utility
     from jfed.report.results import PARQUET, write_parquet
 
@@ -171,29 +170,33 @@ def finish(
     write_parquet(rows, os.path.join(out, PARQUET))
     _write_csv(os.path.join(out, "tuned.csv"), table)
     plot_utility(table, os.path.join(out, "utility"), report, hyper)
-    stale = [os.path.join(out, f"convergence.{e}") for e in ("png", "pdf")]
-    for path in stale:  # a re-run must not leave the curves of an earlier sweep behind
-        check_replaceable(path)  # ... nor remove what is not a file jfed wrote
-        if os.path.exists(path):
-            os.remove(path)
+    # a re-run must not leave the curves of an earlier sweep behind
+    _remove_figure(os.path.join(out, "convergence"))
     plot_convergence(rows, table, hyper, os.path.join(out, "convergence"), f"{report}_per_round")
     _plot_audit(rows, os.path.join(out, "audit"))
     return table, hyper
 
 
-def _plot_audit(rows: list[dict], prefix: str) -> None:
-    """``prefix.png`` / ``.pdf``: audit eps against certified eps, when some run was audited
-    (``--audit-canaries``); an earlier sweep's audit figure is removed when none was."""
+def _remove_figure(prefix: str) -> None:
+    """Remove ``prefix.png`` and ``prefix.pdf`` where an earlier run wrote them (never what is
+    not a regular file jfed could have written)."""
     from jfed._io import check_replaceable
-    from jfed.report.audit_plot import audited_points, plot_audit
 
-    if audited_points(rows):
-        plot_audit(rows, prefix)
-        return
     for path in (f"{prefix}.png", f"{prefix}.pdf"):
         check_replaceable(path)
         if os.path.exists(path):
             os.remove(path)
+
+
+def _plot_audit(rows: list[dict], prefix: str) -> None:
+    """``prefix.png`` / ``.pdf``: audit eps against certified eps, when some run was audited
+    (``--audit-canaries``); an earlier sweep's audit figure is removed when none was."""
+    from jfed.report.audit_plot import audited_points, plot_audit
+
+    if audited_points(rows):
+        plot_audit(rows, prefix)
+    else:
+        _remove_figure(prefix)
 
 
 def _warn_uncertified(rows: list[dict]) -> None:
