@@ -3,6 +3,7 @@ from the module's logits (one label per row, or one per position of a sequence).
 
 from __future__ import annotations
 
+import functools
 from typing import cast
 
 import flax.linen as nn
@@ -10,6 +11,14 @@ import jax
 import jax.numpy as jnp
 
 from jfed.models.base import PyTree, correct_rows, cross_entropy_rows, weighted_mean
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _init_params(model: FlaxClassifier, key: jax.Array) -> PyTree:
+    """The module's parameters at ``key``, as one compiled program: flax's initialisers run
+    eagerly would compile dozens of small programs (seconds) the first time a model is built."""
+    example = jnp.zeros((1, *model.input_shape), model.input_dtype)
+    return model.module().init(key, example)["params"]
 
 
 class FlaxClassifier:
@@ -28,8 +37,7 @@ class FlaxClassifier:
         raise NotImplementedError
 
     def init(self, key: jax.Array) -> PyTree:
-        example = jnp.zeros((1, *self.input_shape), self.input_dtype)
-        return self.module().init(key, example)["params"]
+        return _init_params(self, key)
 
     def logits(self, params: PyTree, X: jax.Array, key: jax.Array | None = None) -> jax.Array:
         """The module's logits for ``X: [b, *input_shape]`` (dropout only with a ``key``)."""
