@@ -54,10 +54,22 @@ def test_parallel_composition_is_the_maximum():
     assert parallel.get_epsilon(1e-5) < sequential.get_epsilon(1e-5)
 
 
-@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+# PLD's search takes seconds a point: one Poisson-sampled and the unsampled setting run by default,
+# the other two sampled ones (the same code path at other rates and lengths) with -m slow
+SLOW_PLD = pytest.mark.slow
+
+
 @pytest.mark.parametrize(
-    "noise, rate, steps", [(0.8, 0.01, 100), (1.1, 0.01, 1000), (2.0, 0.1, 50), (1.5, 1.0, 10)]
-)
+    "accountant, noise, rate, steps",
+    [
+        *[("rdp", *point) for point in [(0.8, 0.01, 100), (1.1, 0.01, 1000), (2.0, 0.1, 50),
+                                         (1.5, 1.0, 10)]],
+        pytest.param("pld", 0.8, 0.01, 100, marks=SLOW_PLD),
+        pytest.param("pld", 1.1, 0.01, 1000, marks=SLOW_PLD),
+        ("pld", 2.0, 0.1, 50),
+        ("pld", 1.5, 1.0, 10),
+    ],
+)  # fmt: skip
 def test_calibration_inverts_dp_accounting(accountant, noise, rate, steps):
     """On a grid: eps from dp-accounting directly, then our calibration must return the noise."""
     event = dp_accounting.SelfComposedDpEvent(
