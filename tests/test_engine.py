@@ -1,12 +1,14 @@
 """Engine: block-size invariance (bit-identical), determinism, 8-device sharding, one compile."""
 
+from dataclasses import dataclass
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jfed.algorithms import modulated
-from jfed.algorithms.linear import second_moments
 from jfed.data import ArrayClients, SyntheticLinear
 from jfed.engine import ExecutionPlan, aggregate, client_mesh, run_rounds, simulate
 from jfed.engine.loop import _simulate
@@ -19,104 +21,108 @@ def population():
     return SyntheticLinear.create(jax.random.key(0), N_CLIENTS, DIM)
 
 
-def _run(population, plan, seed=1, rounds=3):
-    hp = modulated.hyperparams(noise_std=2.0, directions=None)
-    algorithm = modulated.Iterative(DIM, directions=2)
-    return simulate(algorithm, population, hp, jax.random.key(seed), rounds, plan)
+# ExecutionPlan.fitted keeps whole chunks of 256 over the 10,007 clients (40 chunks, the last
+# one padded): 1 chunk a block, 4 a block (10 blocks) and all 40 in one block
+REFERENCE = ExecutionPlan(block_size=256, chunk_size=256)
+PLAN = ExecutionPlan(block_size=1024, chunk_size=256)
+ONE_BLOCK = ExecutionPlan(block_size=16_384, chunk_size=256)
+
+
+@dataclass(frozen=True)
+class WithMoments(modulated.Iterative):
+    """The iterative modulated estimator, its rounds' diagnostics extended by the summed second
+    moments the server received (what the 8-device test bounds)."""
+
+    def round(self, state, hp, key, clients):
+        broadcast = modulated._broadcast(hp, key, self.dim, self.directions)
+        stats = modulated._release(self.directions, hp, broadcast, key, clients)
+        new_state, info = self.server_step(state, hp, broadcast, stats)
+        return new_state, (info, stats)
+
+
+def _run(population, plan, seed=1, noise_std=2.0, **kwargs):
+    """Three rounds of the iterative modulated estimator: one compiled program per plan (and per
+    population type), which every test that runs the same plan shares."""
+    hp = modulated.hyperparams(noise_std=noise_std, directions=None)
+    algorithm = WithMoments(DIM, directions=2)
+    return simulate(algorithm, population, hp, jax.random.key(seed), 3, plan, **kwargs)
 
 
 def _leaves_equal(a, b) -> bool:
+    """Every leaf the same bits (compared on the host: no program compiled per leaf shape)."""
     return all(
-        bool(jnp.array_equal(x, y))
+        np.array_equal(np.asarray(x), np.asarray(y))
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
     )
 
 
 def test_block_size_invariance_is_bit_identical(population):
-    reference = _run(population, ExecutionPlan(block_size=256, chunk_size=256))
-    for block in (512, 1024, 768, 4096, 16_384):
-        result = _run(population, ExecutionPlan(block_size=block, chunk_size=256))
-        assert _leaves_equal(result, reference), f"block_size={block} changed the result"
+    """Blocks of 1, 4 and all 40 chunks (a block's chunks are a sequential loop, so these are
+    the cases: one chunk, several blocks of several, one block of every chunk)."""
+    reference = _run(population, REFERENCE)
+    for plan in (PLAN, ONE_BLOCK):
+        result = _run(population, plan)
+        assert _leaves_equal(result, reference), f"block_size={plan.block_size} changed the result"
 
 
 def test_chunk_size_changes_only_rounding(population):
-    a = _run(population, ExecutionPlan(block_size=1024, chunk_size=256))[0].theta
+    a = _run(population, PLAN)[0].theta
     b = _run(population, ExecutionPlan(block_size=1024, chunk_size=512))[0].theta
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_deterministic_for_a_seed_and_different_across_seeds(population):
-    plan = ExecutionPlan(block_size=1024, chunk_size=256)
-    assert _leaves_equal(_run(population, plan, seed=5), _run(population, plan, seed=5))
-    assert not _leaves_equal(_run(population, plan, seed=5), _run(population, plan, seed=6))
+    assert _leaves_equal(_run(population, PLAN, seed=5), _run(population, PLAN, seed=5))
+    assert not _leaves_equal(_run(population, PLAN, seed=5), _run(population, PLAN, seed=6))
 
 
 def test_array_clients_are_block_invariant_too():
+    """1,001 clients in 8 chunks of 128 (the last padded): a block of one chunk against one
+    block of all 8."""
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(1_001, DIM)), rng.normal(size=1_001)
     population = ArrayClients.from_numpy(X, y)
-    results = [
-        _run(population, ExecutionPlan(block_size=b, chunk_size=128)) for b in (128, 384, 1024)
-    ]
-    assert _leaves_equal(results[0], results[1]) and _leaves_equal(results[0], results[2])
+    one_chunk, every_chunk = (
+        _run(population, ExecutionPlan(block_size=b, chunk_size=128)) for b in (128, 1024)
+    )
+    assert _leaves_equal(one_chunk, every_chunk)
 
 
 def test_eight_device_sharding_matches_one_device(population):
     assert len(jax.devices("cpu")) >= 8, "conftest forces 8 CPU devices"
-    one = ExecutionPlan(block_size=256, chunk_size=256)
     eight = ExecutionPlan(block_size=256, chunk_size=256, mesh=client_mesh(8, backend="cpu"))
-    hp = modulated.hyperparams(noise_std=2.0)
-    V = modulated.random_directions(jax.random.key(9), DIM, 2)
-    broadcast = modulated.Broadcast(V, hp.alpha, hp.beta, hp.omega, hp.noise_std, hp.clip_norm)
-
-    def stats(plan):
-        fn = jax.jit(
-            lambda key: aggregate(
-                modulated.client_message, broadcast, population, key, plan, second_moments
-            )
-        )
-        return fn(jax.random.key(4))
-
-    s1, s8 = stats(one), stats(eight)
-    assert float(s1.count) == float(s8.count) == N_CLIENTS
-    # Both runs add the same per-chunk sums in float32, in a different grouping. Recursive
-    # summation of m terms errs by at most (m - 1) u sum|terms| (u = 2^-24), so the two differ
-    # by at most 2 (m - 1) u sum|terms|, with m the number of chunks.
+    (state1, (_, s1)), (state8, (_, s8)) = _run(population, REFERENCE), _run(population, eight)
+    np.testing.assert_array_equal(s1.count, N_CLIENTS)
+    np.testing.assert_array_equal(s8.count, N_CLIENTS)
+    # Every round's release: both runs add the same per-chunk sums in float32 (the messages do
+    # not depend on the estimate, only on the round's directions), in a different grouping.
+    # Recursive summation of m terms errs by at most (m - 1) u sum|terms| (u = 2^-24), so the
+    # two differ by at most 2 (m - 1) u sum|terms|, with m the number of chunks.
     chunks = -(-N_CLIENTS // 256)
     u = np.finfo(np.float32).eps / 2
-    bound = 2 * (chunks - 1) * u * np.abs(np.asarray(s1.zz)).sum() + 1e-6
-    assert np.abs(np.asarray(s1.zz) - np.asarray(s8.zz)).max() <= bound
-    assert not np.array_equal(np.asarray(s1.zz), np.zeros_like(s1.zz))
+    zz1, zz8 = np.asarray(s1.zz), np.asarray(s8.zz)  # f32[rounds, ...]
+    for t in range(len(zz1)):
+        bound = 2 * (chunks - 1) * u * np.abs(zz1[t]).sum() + 1e-6
+        assert np.abs(zz1[t] - zz8[t]).max() <= bound, t
+    assert not np.array_equal(zz1, np.zeros_like(zz1))
     # The whole run: the rounding-level differences propagate through 3 well-conditioned rounds.
-    theta1 = _run(population, one)[0].theta
-    theta8 = _run(population, eight)[0].theta
-    np.testing.assert_allclose(theta1, theta8, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(state1.theta, state8.theta, rtol=1e-4, atol=1e-5)
 
 
 def test_one_compile_serves_many_noise_scales(population):
-    plan = ExecutionPlan(block_size=1024, chunk_size=256)
-    algorithm = modulated.Iterative(DIM)
-    simulate(
-        algorithm, population, modulated.hyperparams(noise_std=1.0), jax.random.key(0), 2, plan
-    )
+    first = _run(population, PLAN, noise_std=1.0)
     before = _simulate._cache_size()
-    for sigma in (0.5, 2.0, 8.0):
-        simulate(
-            algorithm,
-            population,
-            modulated.hyperparams(noise_std=sigma),
-            jax.random.key(0),
-            2,
-            plan,
-        )
+    results = [_run(population, PLAN, noise_std=sigma) for sigma in (0.5, 2.0, 8.0)]
     assert _simulate._cache_size() == before
+    # the scales did reach the program: every run differs from the first
+    assert not any(_leaves_equal(first, result) for result in results)
 
 
 def test_procedural_population_holds_no_per_client_array():
     huge = SyntheticLinear.create(jax.random.key(0), 10**8, DIM)
     sizes = [np.size(leaf) for leaf in jax.tree.leaves(huge)]
     assert max(sizes) <= DIM
-    X, y = huge.records(jnp.array([0, 99_999_999]))
+    X, y = jax.jit(huge.records)(jnp.array([0, 99_999_999]))
     assert X.shape == (2, DIM) and y.shape == (2,) and np.all(np.isfinite(np.asarray(X)))
 
 
@@ -153,21 +159,44 @@ def test_default_plan_is_sized_for_the_backend():
     assert ExecutionPlan.for_backend() == ExecutionPlan.for_backend(jax.default_backend())
 
 
-def test_timed_simulation_separates_compile_from_run_and_changes_nothing(population):
-    """``timings`` compiles ahead of time and runs the compiled program: same result, bit for
-    bit, as the plain call; the record fields say how long each part took."""
+def test_timed_simulation_separates_compile_from_run_and_changes_nothing(population, monkeypatch):
+    """``timings`` compiles ahead of time and runs the compiled program: the same result, bit
+    for bit, as the plain call. The clock is read around the compilation and around the run, in
+    that order: with a clock that ticks once a reading, each field is one tick, and XLA's
+    compilation (or its load from a persistent cache) lies between the first two readings, none
+    between the last two. (A plan no other test runs, so the program is compiled here; the
+    plain call then finds it in JAX's cache.) A method's run record carries both fields."""
+    from jfed.engine import loop
     from jfed.methods import ModulatedIterative
     from jfed.sweep import run
 
-    hp = modulated.hyperparams(noise_std=1.0)
-    algorithm = modulated.OneShot(DIM)
-    plain = simulate(algorithm, population, hp, jax.random.key(3), 1)
+    events: list[str] = []
+
+    def tick() -> float:
+        events.append("clock")
+        return float(events.count("clock"))
+
+    def on_compile(event: str, duration: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            events.append("compile")
+
+    plan = ExecutionPlan(block_size=2048, chunk_size=256)  # 5 blocks of 8 chunks
     timings: dict = {}
-    timed = simulate(algorithm, population, hp, jax.random.key(3), 1, timings=timings)
-    assert _leaves_equal(plain, timed)
-    assert timings["compile_seconds"] > 0 and timings["run_seconds"] > 0
+    with monkeypatch.context() as patched:
+        patched.setattr(loop, "time", SimpleNamespace(perf_counter=tick))
+        jax.monitoring.register_event_duration_secs_listener(on_compile)
+        try:
+            timed = _run(population, plan, timings=timings)
+        finally:
+            jax.monitoring.unregister_event_duration_listener(on_compile)
+    assert timings == {"compile_seconds": 1.0, "run_seconds": 1.0}
+    assert events == ["clock", "compile", "clock", "clock", "clock"], events
+    assert _leaves_equal(_run(population, plan), timed)
     record = run(ModulatedIterative(dataset="modechoice", epsilon=2.0, rounds=2))
-    assert record["run_seconds"] > 0 and record["compile_seconds"] > 0
+    assert all(
+        isinstance(record[field], float) and 0 <= record[field] < float("inf")
+        for field in ("run_seconds", "compile_seconds")
+    )
     assert record["plan"]["chunk_size"] == 504
     assert record["device"].startswith(jax.devices()[0].platform)
 
@@ -186,28 +215,38 @@ def test_stacked_messages_are_every_client_in_order_for_every_plan():
         return {"x": x * broadcast, "noise": jax.random.normal(key, (2,))}
 
     key = jax.random.key(9)
-    plans = [
-        ExecutionPlan(block_size=64, chunk_size=32),
-        ExecutionPlan(block_size=256, chunk_size=32),
-        ExecutionPlan(block_size=32, chunk_size=32, mesh=client_mesh(8, backend="cpu")),
-    ]
-    stacks = [
-        jax.jit(lambda b, plan=plan: stack(client, b, population, key, plan.fitted(1_000)))(
-            jnp.float32(2.0)
+    # 32 chunks of 32: blocks of 2 chunks on one device, of 1 chunk on each of 8 devices
+    blocks = ExecutionPlan(block_size=64, chunk_size=32).fitted(1_000)
+    mesh = ExecutionPlan(block_size=32, chunk_size=32, mesh=client_mesh(8, backend="cpu"))
+
+    @jax.jit
+    def stacked_and_summed(b):
+        return stack(client, b, population, key, blocks), aggregate(
+            client, b, population, key, blocks
         )
-        for plan in plans
-    ]  # fmt: skip
-    X, _ = population.records(jnp.arange(1_000))
-    np.testing.assert_array_equal(np.asarray(stacks[0]["x"]), np.asarray(2.0 * X))
-    for other in stacks[1:]:
-        for name in ("x", "noise"):
-            np.testing.assert_array_equal(np.asarray(other[name]), np.asarray(stacks[0][name]))
-    summed = aggregate(client, jnp.float32(2.0), population, key, plans[0].fitted(1_000))
-    assert summed["x"].shape == (4,) and stacks[0]["x"].shape == (1_000, 4)
-    np.testing.assert_allclose(np.asarray(stacks[0]["x"]).sum(0), summed["x"], rtol=1e-4)
+
+    stacked, summed = stacked_and_summed(jnp.float32(2.0))
+    on_mesh = jax.jit(lambda b: stack(client, b, population, key, mesh.fitted(1_000)))(
+        jnp.float32(2.0)
+    )
+    X, _ = jax.jit(population.records)(jnp.arange(1_000))
+    np.testing.assert_array_equal(np.asarray(stacked["x"]), np.asarray(2.0 * X))
+    for name in ("x", "noise"):
+        np.testing.assert_array_equal(np.asarray(on_mesh[name]), np.asarray(stacked[name]))
+    assert summed["x"].shape == (4,) and stacked["x"].shape == (1_000, 4)
+    np.testing.assert_allclose(np.asarray(stacked["x"]).sum(0), summed["x"], rtol=1e-4)
 
 
-def test_only_the_chunks_past_the_end_are_masked():
+@pytest.mark.parametrize(
+    "block",
+    [
+        128,  # two blocks of two chunks: full chunks before and beside the padded one
+        # the same conditional per chunk, with one chunk a block and with one block:
+        pytest.param(64, marks=pytest.mark.slow),
+        pytest.param(256, marks=pytest.mark.slow),
+    ],
+)
+def test_only_the_chunks_past_the_end_are_masked(block):
     """On CPU a full chunk skips the masking of padded clients (a conditional per chunk): every
     real client is still counted once and no padded one, and a chunk statistic equals the
     masked one (the same messages, weights 1)."""
@@ -222,16 +261,15 @@ def test_only_the_chunks_past_the_end_are_masked():
         return {**jax.tree.map(lambda m: jnp.sum(m, axis=0), messages), "weight": jnp.sum(weights)}
 
     key = jax.random.key(4)
-    for block in (64, 128, 256):
-        plan = ExecutionPlan(block_size=block, chunk_size=chunk)
-        total = jax.jit(
-            lambda b, plan=plan: aggregate(client, b, population, key, plan, statistic)
-        )(jnp.float32(2.0))
-        assert float(total["count"]) == n and float(total["weight"]) == n
-        X, y = population.records(jnp.arange(n))
-        np.testing.assert_allclose(float(total["y"]), float(np.sum(np.asarray(y, np.float64))),
-                                   rtol=1e-5)  # fmt: skip
-        np.testing.assert_allclose(float(total["first"]), 2.0 * float(np.sum(X[:, 0])), rtol=1e-4)
+    plan = ExecutionPlan(block_size=block, chunk_size=chunk)
+    total = jax.jit(lambda b: aggregate(client, b, population, key, plan, statistic))(
+        jnp.float32(2.0)
+    )
+    assert float(total["count"]) == n and float(total["weight"]) == n
+    X, y = jax.jit(population.records)(jnp.arange(n))
+    np.testing.assert_allclose(float(total["y"]), float(np.sum(np.asarray(y, np.float64))),
+                               rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(float(total["first"]), 2.0 * float(np.sum(X[:, 0])), rtol=1e-4)
 
 
 @pytest.mark.parametrize("workload", ["modulated", "W"])
@@ -256,12 +294,13 @@ def test_a_round_is_the_same_with_every_backends_branches(both_branches, workloa
             jnp.asarray(rng.standard_normal(n, np.float32)),
         )
 
-    def rounds(key):
-        return jax.jit(lambda k: run_rounds(algorithm, population, hp, k, 2, plan)[0])(key)
-
-    on_cpu, elsewhere = both_branches(lambda: rounds(jax.random.key(3)))
+    rounds = jax.jit(lambda k: run_rounds(algorithm, population, hp, k, 2, plan)[0])
+    # each way compiled once: the run of key 3, and of key 4 for the negative control
+    on_cpu, elsewhere = both_branches(
+        lambda: (rounds(jax.random.key(3)), rounds(jax.random.key(4)))
+    )
     for x, y in zip(jax.tree.leaves(on_cpu), jax.tree.leaves(elsewhere), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
     # negative control: another key's round (other draws) lies far outside that tolerance
-    other = rounds(jax.random.key(4))
-    assert not np.allclose(np.asarray(other.theta), on_cpu.theta, rtol=1e-3, atol=1e-3)
+    three, other = on_cpu
+    assert not np.allclose(other.theta, three.theta, rtol=1e-3, atol=1e-3)
