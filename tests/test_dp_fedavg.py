@@ -5,6 +5,7 @@ adaptive clipping's noise split, the overflow term, and runs through the method 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import dp_accounting
@@ -69,9 +70,11 @@ def program(private: bool = True, per_layer: bool = False, adaptive: bool = Fals
                        **changes})  # fmt: skip
 
 
+@functools.partial(jax.jit, static_argnames=("algorithm", "cohort", "chunk"))
 def messages(algorithm, population, cohort, h, chunk=8):
     """Every cohort client's contribution (its update as the aggregator preprocessed it: clipped
-    under DP-FedAvg), stacked in cohort order, and the cohort's ids."""
+    under DP-FedAvg), stacked in cohort order, and the cohort's ids: one compiled program per
+    (algorithm, cohort, chunk), shared by the tests that ask for the same one."""
     state = algorithm.init(h, jax.random.key(0))
     broadcast = (state.params, h.client_learning_rate)
     plan = ExecutionPlan(block_size=chunk, chunk_size=chunk)
@@ -82,22 +85,20 @@ def messages(algorithm, population, cohort, h, chunk=8):
 
     view = Clients(population, jax.random.key(3), plan, jnp.int32(0)).sample(cohort)
     stacked = view.stack(contribution, broadcast)
-    return {"update": stacked["value"], "clipped": stacked.get("clipped")}, np.asarray(
-        view.info.ids
-    )
+    return {"update": stacked["value"], "clipped": stacked.get("clipped")}, view.info.ids
 
 
-@pytest.mark.parametrize("per_layer, hidden", [(False, 0), (True, 8)])
-def test_clipping_bounds_every_clients_update(population, per_layer, hidden):
+@pytest.mark.parametrize("per_layer", [False, True])
+def test_clipping_bounds_every_clients_update(population, per_layer):
+    """Flat clipping (the update to C) and per-layer clipping (each of the model's two tensors
+    to C / sqrt(2)) of the same clients: every update within C, the bound binding for most."""
     h = hyper(clip=0.05)
-    algorithm = program(per_layer=per_layer, hidden=hidden)
-    stacked, _ = messages(algorithm, population, Uniform(40), h)
+    stacked, _ = messages(program(per_layer=per_layer), population, Uniform(40), h)
     norms = np.asarray(jax.vmap(tree_norm)(stacked["update"]))
     assert norms.max() <= 0.05 * (1 + 1e-5)
     assert np.asarray(stacked["clipped"]).mean() > 0.5  # the bound was binding
     # negative control: without the clip the same updates exceed it
-    plain = program(private=False, hidden=hidden)
-    raw, _ = messages(plain, population, Uniform(40), hyper(private=False, clip=0.05))
+    raw, _ = messages(program(private=False), population, Uniform(40), hyper(private=False))
     assert np.asarray(jax.vmap(tree_norm)(raw["update"])).max() > 0.05 * 2
 
 
@@ -129,15 +130,16 @@ def test_the_grid_rounds_every_clients_update_within_its_exact_bound(population)
 
 
 def test_a_clients_update_does_not_depend_on_its_cohort_or_chunk(population):
-    h = hyper()
-    small, ids_small = messages(program(), population, Uniform(10), h, chunk=8)
-    large, ids_large = messages(program(), population, Uniform(60), h, chunk=16)
-    assert np.array_equal(ids_small, ids_large[:10])  # nested cohorts: same clients
-    for name in ("update",):
-        a = jax.tree.map(lambda x: np.asarray(x)[:10], small[name])
-        b = jax.tree.map(lambda x: np.asarray(x)[:10], large[name])
-        # the vmap width differs (8 vs 16): equal up to float rounding of the vectorised ops
-        jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7), a, b)
+    """The first 10 clients of a cohort of 40 in chunks of 8 (the clipping test's program) send
+    what they send in a cohort of 10 in one chunk of 16."""
+    h = hyper(clip=0.05)
+    small, ids_small = messages(program(), population, Uniform(10), h, chunk=16)
+    large, ids_large = messages(program(), population, Uniform(40), h, chunk=8)
+    assert np.array_equal(np.asarray(ids_small), np.asarray(ids_large)[:10])  # nested cohorts
+    a = jax.tree.map(lambda x: np.asarray(x)[:10], small["update"])
+    b = jax.tree.map(lambda x: np.asarray(x)[:10], large["update"])
+    # the vmap width differs (16 vs 8): equal up to float rounding of the vectorised ops
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7), a, b)
     # negative control: another client's update is not this one's
     other = jax.tree.map(lambda x: np.asarray(x)[1], large["update"])
     first = jax.tree.map(lambda x: np.asarray(x)[0], small["update"])
@@ -166,7 +168,7 @@ def test_adaptive_clipping_moves_the_clip_towards_the_quantile(population):
     np.testing.assert_allclose(clip[1] / clip[0], math.exp(0.2 * 0.5), rtol=0.05)
     # negative control: with everything unclipped (huge C) the clip shrinks
     _, infos = simulate(program(adaptive=True), population,
-                        hyper(True, clip=1e3, count_noise=0.1), jax.random.key(2), 3)  # fmt: skip
+                        hyper(True, clip=1e3, count_noise=0.1), jax.random.key(2), 6)  # fmt: skip
     assert np.all(np.diff(np.asarray(infos["clip"])) < 0)
 
 
@@ -287,10 +289,12 @@ def test_float_noise_states_its_bounded_reach_in_delta():
     client moves the sum by 1 / z of them, so outputs beyond the other input's reach add
     R q Q(9 - 1 / z) to delta (computed here from the normal tail); it exceeds the share kept
     for it, so z is searched again at what is left, and the parts add up to the target. The
-    exact grid adds no such term."""
+    exact grid adds no such term. (Under RDP: the terms are the accountant's alike, and PLD's
+    search near z = 0.2 takes about ten times as long.)"""
     from scipy import stats
 
-    config = declared.DPFedAvg(**small(), epsilon=45.0, delta=1e-4, noise="float")
+    config = declared.DPFedAvg(**small(), epsilon=45.0, delta=1e-4, noise="float",
+                               accountant="rdp")  # fmt: skip
     _, fields = experiment(config).calibrated(config)
     z = fields["noise_multiplier"]
     rate = config.cohort_size / config.clients
@@ -360,15 +364,24 @@ def test_bad_combinations_are_refused():
     declared.DPFedAvg(**small(), clipping="per-layer").check()  # the grid clips per layer too
 
 
-def test_runs_learn_and_privacy_costs_accuracy():
-    """Through jfed.run_grid: the non-private baseline learns the shared model, DP-FedAvg at a
-    large eps is close to it, and at a small eps it is worse."""
-    common = small(rounds=20, cohort_size=60)
-    baseline = jfed.run(declared.FedAvgSampled(**common))
+LEARNING = small(rounds=20, cohort_size=60)
+
+
+@pytest.fixture(scope="module")
+def learning():
+    """The non-private baseline's record and DP-FedAvg's rows at eps 0.5 and 50 (one program),
+    through jfed.run and jfed.run_grid: run once, read by the tests below."""
+    baseline = jfed.run(declared.FedAvgSampled(**LEARNING))
+    config = declared.DPFedAvg(**LEARNING, update_clip=1.0, delta=1e-4)
+    return baseline, config, jfed.run_grid(config, [0.5, 50.0], seeds=1)
+
+
+def test_runs_learn_and_privacy_costs_accuracy(learning):
+    """The non-private baseline learns the shared model, DP-FedAvg at a large eps is close to
+    it, and at a small eps it is worse."""
+    baseline, _, rows = learning
     assert baseline["epsilon_certified"] == math.inf
     assert baseline["test_accuracy"] > 0.45  # majority class: about 0.2
-    rows = jfed.run_grid(declared.DPFedAvg(**common, update_clip=1.0, delta=1e-4), [0.5, 50.0],
-                         seeds=1)  # fmt: skip
     by_eps = {row["epsilon"]: row for row in rows}
     assert by_eps[50.0]["test_accuracy"] > baseline["test_accuracy"] - 0.1
     assert by_eps[0.5]["test_accuracy"] < by_eps[50.0]["test_accuracy"]
@@ -489,14 +502,15 @@ def _classify(record: dict, config) -> None:
     assert OUTSIDE & set(record) <= labelled <= OUTSIDE, (OUTSIDE & set(record)) ^ labelled
 
 
-def test_every_field_of_a_record_is_inside_public_or_labelled_outside():
-    """A private record (the default grid noise) holds only fields classified here: inside the
-    guarantee, a public setting, or outside it and listed in its own ``not_private_fields``
-    (the clip counts, the norms before clipping, the realised cohort sizes, the training
-    accuracy, the grid's rounding fallbacks, the wall-clock time). Negative control: a field
-    the classification does not know fails it."""
-    config = declared.DPFedAvg(**small(rounds=2), epsilon=3.0, delta=1e-4)
-    record = jfed.run(config)
+def test_every_field_of_a_record_is_inside_public_or_labelled_outside(learning):
+    """A private record (the default grid noise; a row of the learning sweep) holds only fields
+    classified here: inside the guarantee, a public setting, or outside it and listed in its own
+    ``not_private_fields`` (the clip counts, the norms before clipping, the realised cohort
+    sizes, the training accuracy, the grid's rounding fallbacks, the wall-clock time). Negative
+    control: a field the classification does not know fails it."""
+    _, config, rows = learning
+    record = rows[0]
+    assert record["noise"] == "discrete" and record["epsilon_certified"] <= record["epsilon"]
     _classify(record, config)
     assert {"mean_update_norm", "train_accuracy", "clipped_fraction"} <= set(
         record["not_private_fields"]
