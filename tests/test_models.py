@@ -109,9 +109,15 @@ def test_max_pool_and_its_gradient_equal_flax():
     np.testing.assert_array_equal(ours, jax.grad(lambda v: jnp.sum(weights * pool(v)))(x))
 
 
-def test_rows_of_weight_zero_do_not_change_the_loss():
+@pytest.fixture(scope="module")
+def small_cnn():
+    """``(model, params)``: a CIFAR CNN on 8x8 images, 3 classes (one init for the tests)."""
     model = CifarCNN(side=8, classes=3)
-    params = model.init(KEY)
+    return model, model.init(KEY)
+
+
+def test_rows_of_weight_zero_do_not_change_the_loss(small_cnn):
+    model, params = small_cnn
     X = jax.random.normal(KEY, (5, 8, 8, 3))
     y = jnp.array([0, 1, 2, 0, 1])
     w = jnp.array([1.0, 1.0, 1.0, 0.0, 0.0])
@@ -124,9 +130,8 @@ def test_rows_of_weight_zero_do_not_change_the_loss():
     assert float(loss(params, X, y, jnp.zeros(5))) == 0.0
 
 
-def test_dropout_runs_only_with_a_key():
-    model = CifarCNN(side=8, classes=3)
-    params = model.init(KEY)
+def test_dropout_runs_only_with_a_key(small_cnn):
+    model, params = small_cnn
     X, y, w = jax.random.normal(KEY, (4, 8, 8, 3)), jnp.array([0, 1, 2, 0]), jnp.ones(4)
     loss = jax.jit(model.loss)
     dropped = loss(params, X, y, w, jax.random.key(3))
@@ -147,7 +152,7 @@ def test_the_transformer_is_causal():
 
 
 def test_sequence_targets_leave_out_padding_and_one_label_scores_the_last_position():
-    model = CharLSTM(vocabulary=12, sequence=5, hidden=8, pad_label=11)
+    model = CharLSTM(vocabulary=12, sequence=5, hidden=8, layers=1, pad_label=11)
     params = model.init(KEY)
     X = jax.random.randint(KEY, (2, 5), 0, 11)
     correct, loss = jax.jit(model.correct), jax.jit(model.loss)
@@ -172,7 +177,7 @@ def test_sequence_targets_leave_out_padding_and_one_label_scores_the_last_positi
 
 
 def test_a_model_vmaps_over_clients():
-    model = CharLSTM(vocabulary=10, sequence=4, hidden=8)
+    model = CharLSTM(vocabulary=10, sequence=4, hidden=8, layers=1)
     params = model.init(KEY)
     X = jax.random.randint(KEY, (3, 2, 4), 0, 10)  # 3 clients, a minibatch of 2 each
     y = jax.random.randint(KEY, (3, 2), 0, 10)
