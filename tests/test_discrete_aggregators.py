@@ -72,6 +72,13 @@ def _program(aggregator):
     return jax.jit(jax.vmap(once, in_axes=(None, None, 0)))
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _preprocessed(aggregator, params, updates, keys):
+    """Every client's record (``aggregator.preprocess`` vmapped over the clients' updates and
+    keys), one compiled program per aggregator."""
+    return jax.vmap(lambda u, k: aggregator.preprocess(params, (), u, k))(updates, keys)
+
+
 def _rounds(aggregator, params, updates, keys):
     return _program(aggregator)(params, updates, keys)
 
@@ -178,15 +185,23 @@ def test_discrete_laplace_sum_is_pure_eps_and_its_scale_covers_the_claim():
     assert abs(float(np.mean(value["b"])) - target) < 5 * standard_error
 
 
+@jax.jit
+def _rotated(x, rotation):
+    """``x: f32[64]`` through the transform twice, rotated and back, rotated; and a spike
+    rotated (one compiled program: the butterflies' shapes change at every width)."""
+    spike = jnp.zeros(64).at[5].set(8.0)
+    rotated = rotate(x, rotation)
+    return hadamard(hadamard(x)), unrotate(rotated, rotation), rotated, rotate(spike, rotation)
+
+
 def test_hadamard_rotation_is_orthonormal_and_inverted():
     x = jnp.asarray(np.random.default_rng(2).normal(size=64), jnp.float32)
-    np.testing.assert_allclose(hadamard(hadamard(x)), x, atol=1e-5)
     rotation = jax.random.key_data(jax.random.key(3))
-    np.testing.assert_allclose(unrotate(rotate(x, rotation), rotation), x, atol=1e-5)
-    assert float(jnp.linalg.norm(rotate(x, rotation))) == pytest.approx(float(jnp.linalg.norm(x)),
-                                                                       rel=1e-5)  # fmt: skip
-    spike = jnp.zeros(64).at[5].set(8.0)
-    assert float(jnp.max(jnp.abs(rotate(spike, rotation)))) == pytest.approx(1.0, rel=1e-5)
+    twice, back, rotated, spike = _rotated(x, rotation)
+    np.testing.assert_allclose(twice, x, atol=1e-5)
+    np.testing.assert_allclose(back, x, atol=1e-5)
+    assert float(jnp.linalg.norm(rotated)) == pytest.approx(float(jnp.linalg.norm(x)), rel=1e-5)
+    assert float(jnp.max(jnp.abs(spike))) == pytest.approx(1.0, rel=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -301,12 +316,12 @@ def test_per_layer_clipping_on_the_grid_bounds_every_record():
     updates = _updates(6, seed=3)
     updates["b"] = updates["b"].at[1].set(0.01)  # client 1's small leaf
     keys = jax.random.split(jax.random.key(2), CLIENTS)
-    records = jax.vmap(lambda u, k: layered.preprocess(params, (), u, k))(updates, keys)
+    records = _preprocessed(layered, params, updates, keys)
     squares = _flat(records["value"]).astype(np.int64) ** 2
     assert np.all(squares.sum(axis=1) <= layered.squared_bound)
     w_norms = np.linalg.norm(np.asarray(records["value"]["w"], np.float64), axis=1) / 2**10 * 1.5
     assert np.all(w_norms <= 1.5 / math.sqrt(2) * 1.01)  # each leaf within C / sqrt(2)
-    plain = jax.vmap(lambda u, k: flat.preprocess(params, (), u, k))(updates, keys)
+    plain = _preprocessed(flat, params, updates, keys)
     plain_w = np.linalg.norm(np.asarray(plain["value"]["w"], np.float64), axis=1) / 2**10 * 1.5
     assert np.any(plain_w > 1.5 / math.sqrt(2) * 1.05)
     assert int(records["value"]["b"][1]) == pytest.approx(0.01 / 1.5 * 2**10, abs=1)
