@@ -51,7 +51,7 @@ CASES = [
     declared.DPFedAvg(**FLOAT, epsilon=3.0, delta=1e-4),
     declared.DPFedAvg(**FLOAT, epsilon=3.0, delta=1e-4, cohort="uniform"),
     declared.DPFedAvg(**FLOAT, epsilon=3.0, delta=1e-4, adaptive_clip=True),
-    declared.DPFedAvg(**FLOAT, epsilon=8.0, delta=1e-4, clipping="per-layer", hidden=4),
+    declared.DPFedAvg(**FLOAT, epsilon=3.0, delta=1e-4, clipping="per-layer", hidden=4),
 ]
 
 
