@@ -44,16 +44,29 @@ def test_a_client_stream_is_the_threefry_blocks_of_its_id():
     counters = jnp.array([client + 1] * 5 + [0, 1, 2, 3, 4], jnp.uint32)
     reference = np.asarray(threefry_2x32(key_words, counters))
     first, second = reference[:5], reference[5:]
-    key = client_key(root, client)
-    assert jax.random.key_impl(key) == COUNTER
-    assert np.array_equal(random_words(key, 5), first)
-    assert np.array_equal(jax.random.bits(key, (5,), jnp.uint32), first)
-    high, low = bernoulli_words(key, (5,))
+    assert jax.random.key_impl(client_key(root, client)) == COUNTER
+
+    @jax.jit
+    def words(root):
+        key = client_key(root, client)
+        return {
+            "words": random_words(key, 5),
+            "bits": jax.random.bits(key, (5,), jnp.uint32),
+            "bernoulli": bernoulli_words(key, (5,)),
+            "stream key": random_words(stream_key(root, client), 5),
+            "neighbour": random_words(client_key(root, client + 1), 5),
+            "fold_in": random_words(jax.random.fold_in(root, client), 5),
+        }
+
+    drawn = jax.tree.map(np.asarray, words(root))
+    assert np.array_equal(drawn["words"], first)
+    assert np.array_equal(drawn["bits"], first)
+    high, low = drawn["bernoulli"]
     assert np.array_equal(high, first) and np.array_equal(low, second)
-    assert np.array_equal(random_words(key, 5), random_words(stream_key(root, client), 5))
+    assert np.array_equal(drawn["stream key"], first)
     # negative control: a neighbour's stream and the root's own fold_in are other words
-    assert not np.array_equal(random_words(client_key(root, client + 1), 5), first)
-    assert not np.array_equal(random_words(jax.random.fold_in(root, client), 5), first)
+    assert not np.array_equal(drawn["neighbour"], first)
+    assert not np.array_equal(drawn["fold_in"], first)
 
 
 def test_the_fused_hash_is_threefry():
@@ -68,19 +81,28 @@ def test_the_fused_hash_is_threefry():
 
 
 def test_jax_random_accepts_stream_keys_and_derived_keys_open_new_streams():
-    key = client_key(_round_key(), 5)
-    normals = jax.random.normal(key, (4,))
-    assert normals.shape == (4,) and np.all(np.isfinite(normals))
-    assert jax.random.uniform(key, (3,)).shape == (3,)
-    assert jax.random.randint(key, (3,), 0, 10).shape == (3,)
-    first, second = jax.random.split(key)
-    folded = jax.random.fold_in(key, 7)
-    words = {tuple(np.asarray(random_words(k, 8))) for k in (key, first, second, folded)}
-    assert len(words) == 4
+    @jax.jit
+    def draws(root):
+        key = client_key(root, 5)
+        first, second = jax.random.split(key)
+        return {
+            "normal": jax.random.normal(key, (4,)),
+            "uniform": jax.random.uniform(key, (3,)),
+            "randint": jax.random.randint(key, (3,), 0, 10),
+            "words": [random_words(k, 8) for k in (key, first, second, jax.random.fold_in(key, 7))],
+            "fold_in 1": random_words(jax.random.fold_in(key, 1), 8),
+            "split again": random_words(jax.random.split(key)[1], 8),
+        }
+
+    drawn = jax.tree.map(np.asarray, draws(_round_key()))
+    assert drawn["normal"].shape == (4,) and np.all(np.isfinite(drawn["normal"]))
+    assert drawn["uniform"].shape == (3,) and drawn["randint"].shape == (3,)
+    assert len({tuple(words) for words in drawn["words"]}) == 4
+    second = drawn["words"][2]
     # as jax's partitionable threefry: split(key)[i] is fold_in(key, i)
-    assert np.array_equal(random_words(jax.random.fold_in(key, 1), 8), random_words(second, 8))
+    assert np.array_equal(drawn["fold_in 1"], second)
     # deterministic: the same address gives the same derived key
-    assert np.array_equal(random_words(jax.random.split(key)[1], 8), random_words(second, 8))
+    assert np.array_equal(drawn["split again"], second)
 
 
 def test_stream_key_of_another_impl_falls_back_to_fold_in():
@@ -94,8 +116,9 @@ def test_stream_key_of_another_impl_falls_back_to_fold_in():
 def test_client_streams_are_standard_normal_and_independent():
     root = _round_key()
     size = 100_000
-    keys = jax.vmap(lambda i: client_key(root, i))(jnp.arange(size, dtype=jnp.int32))
-    normals, _ = jax.vmap(lambda k: normals_and_uniforms(k, 2, 0))(keys)
+    normals, _ = jax.jit(jax.vmap(lambda i: normals_and_uniforms(client_key(root, i), 2, 0)))(
+        jnp.arange(size, dtype=jnp.int32)
+    )
     normals = np.asarray(normals, np.float64)
     pooled = normals.reshape(-1)
     assert stats.kstest(pooled, "norm").pvalue > LEVEL
@@ -113,14 +136,20 @@ def test_client_streams_are_standard_normal_and_independent():
 def test_gaussian_noise_draws_the_private_normals(shape):
     """Private releases draw tailed normals (two words each): GaussianNoise adds exactly
     ``scale * private_normals``, which equal private_normals_and_uniforms' normals."""
-    key = client_key(_round_key(), 2)
     size = int(np.prod(shape))
-    expected, _ = private_normals_and_uniforms(key, size, 0)
-    assert np.array_equal(private_normals(key, shape).reshape(-1), expected)
-    x = jnp.ones(shape)
-    np.testing.assert_allclose(
-        GaussianNoise().perturb(key, x, 2.0), 1.0 + 2.0 * np.asarray(expected).reshape(shape)
-    )
+
+    @jax.jit
+    def draws(root):
+        key = client_key(root, 2)
+        return (
+            private_normals_and_uniforms(key, size, 0)[0],
+            private_normals(key, shape),
+            GaussianNoise().perturb(key, jnp.ones(shape), 2.0),
+        )
+
+    expected, normals, perturbed = map(np.asarray, draws(_round_key()))
+    assert np.array_equal(normals.reshape(-1), expected)
+    np.testing.assert_allclose(perturbed, 1.0 + 2.0 * expected.reshape(shape))
 
 
 # ------------------------------------------------------------------ draws of a vmapped chunk
@@ -131,16 +160,15 @@ CHUNK_IDS = jnp.arange(0, 7 * 1001, 7, dtype=jnp.int32)  # 1,001 clients: not a 
 
 
 def _one_by_one(draw, make_key, ids):
-    """Each client's draws computed alone (no vmap, the plain layout), stacked."""
-    alone = jax.jit(lambda i: draw(make_key(i)))
-    drawn = [alone(i) for i in ids]
-    return jax.tree.map(lambda *leaves: np.stack(leaves), *drawn)
+    """Each client's draws computed alone (traceable: a loop over the clients, each traced
+    without vmap, in the plain layout), stacked."""
+    return jax.lax.map(lambda i: draw(make_key(i)), ids)
 
 
 def _assert_same(batched, alone):
     for got, expected in zip(jax.tree.leaves(batched), jax.tree.leaves(alone), strict=True):
         assert got.shape == expected.shape
-        assert np.array_equal(np.asarray(got), expected)
+        assert np.array_equal(np.asarray(got), np.asarray(expected))
 
 
 @pytest.mark.parametrize(
@@ -162,13 +190,24 @@ def _assert_same(batched, alone):
 def test_a_vmapped_chunk_of_streams_draws_what_each_client_draws_alone(draw):
     root = _round_key()
     ids = CHUNK_IDS[:40]  # the reference runs one client at a time
-    batched = jax.jit(jax.vmap(lambda i: draw(client_key(root, i))))(ids)
-    _assert_same(batched, _one_by_one(draw, partial(client_key, root), ids))
-    # nested vmap (a sweep over a chunk): the same numbers again
-    nested = jax.jit(jax.vmap(jax.vmap(lambda i: draw(client_key(root, i)))))(ids.reshape(5, 8))
+
+    @jax.jit
+    def draws(ids):
+        def of(i):
+            return draw(client_key(root, i))
+
+        return (
+            jax.vmap(of)(ids),
+            _one_by_one(draw, partial(client_key, root), ids),
+            jax.vmap(jax.vmap(of))(ids.reshape(5, 8)),  # a sweep over a chunk
+            jax.vmap(lambda i: of(i + 1))(ids),
+        )
+
+    batched, alone, nested, shifted = draws(ids)
+    _assert_same(batched, alone)
+    # nested vmap: the same numbers again
     _assert_same(jax.tree.map(lambda x: x.reshape(40, *x.shape[2:]), nested), batched)
     # negative control: the chunk's neighbours' draws are not these
-    shifted = jax.jit(jax.vmap(lambda i: draw(client_key(root, i + 1))))(ids)
     assert not np.array_equal(jax.tree.leaves(shifted)[0], jax.tree.leaves(batched)[0])
 
 
@@ -199,21 +238,28 @@ def test_a_vmapped_chunk_of_streams_from_different_roots_draws_each_clients_own(
     one root word would send the last two cases there and fail here.)"""
     root = _round_key()
     ids = CHUNK_IDS[:24]
-    batched = jax.jit(jax.vmap(lambda i: draw(make_key(root, i))))(ids)
-    _assert_same(batched, _one_by_one(draw, partial(make_key, root), ids))
-    # negative control: the same ids under the shared root draw other numbers
-    shared = jax.jit(jax.vmap(lambda i: draw(client_key(root, i))))(ids)
-    assert not np.array_equal(jax.tree.leaves(shared)[0], jax.tree.leaves(batched)[0])
-    # a sweep of a chunk that shares its root beside one that does not: each keeps its draws
-    # (both take the branch for any roots; a test of any chunk instead of every one would not)
-    mixed = jnp.array([False, True])
-    swept = jax.jit(
-        jax.vmap(
+
+    @jax.jit
+    def draws(ids):
+        # a sweep of a chunk that shares its root beside one that does not
+        swept = jax.vmap(
             lambda is_mixed: jax.vmap(
                 lambda i: draw(jax.lax.cond(is_mixed, make_key, client_key, root, i))
             )(ids)
+        )(jnp.array([False, True]))
+        return (
+            jax.vmap(lambda i: draw(make_key(root, i)))(ids),
+            _one_by_one(draw, partial(make_key, root), ids),
+            jax.vmap(lambda i: draw(client_key(root, i)))(ids),
+            swept,
         )
-    )(mixed)
+
+    batched, alone, shared, swept = draws(ids)
+    _assert_same(batched, alone)
+    # negative control: the same ids under the shared root draw other numbers
+    assert not np.array_equal(jax.tree.leaves(shared)[0], jax.tree.leaves(batched)[0])
+    # in the sweep each chunk keeps its draws (both take the branch for any roots; a test of any
+    # chunk instead of every one would not)
     _assert_same(jax.tree.map(lambda x: x[0], swept), shared)
     _assert_same(jax.tree.map(lambda x: x[1], swept), batched)
 
@@ -228,10 +274,14 @@ def test_a_sweep_over_roots_of_vmapped_chunks_draws_each_clients_own():
     def draw(key):
         return normals_and_uniforms(key, 10, 1)
 
-    swept = jax.jit(jax.vmap(lambda r: jax.vmap(lambda i: draw(client_key(r, i)))(ids)))(roots)
+    swept, alone = jax.jit(
+        lambda roots: (
+            jax.vmap(lambda r: jax.vmap(lambda i: draw(client_key(r, i)))(ids))(roots),
+            [_one_by_one(draw, partial(client_key, roots[run]), ids) for run in range(3)],
+        )
+    )(roots)
     for run in range(3):
-        alone = _one_by_one(draw, partial(client_key, roots[run]), ids)
-        _assert_same(jax.tree.map(lambda x, run=run: x[run], swept), alone)
+        _assert_same(jax.tree.map(lambda x, run=run: x[run], swept), alone[run])
     assert not np.array_equal(np.asarray(swept[0][1]), np.asarray(swept[0][0]))
 
 
@@ -242,23 +292,31 @@ def test_a_vmapped_chunk_of_threefry_keys_draws_jax_threefry_words(n_normal, n_u
     its counters), transformed as ``jax.random.normal`` and ``uniform`` do."""
     root = _round_key()
     ids = CHUNK_IDS[:24]
-    normals, uniforms = jax.jit(
-        jax.vmap(lambda i: normals_and_uniforms(jax.random.fold_in(root, i), n_normal, n_uniform))
-    )(ids)
     n = n_normal + n_uniform
-    for row, i in enumerate(np.asarray(ids)):
+
+    def reference(i):
+        """jax's words for client ``i`` alone, transformed as jax.random does."""
         words = threefry_2x32(
-            tuple(jax.random.key_data(jax.random.fold_in(root, int(i)))),
+            tuple(jax.random.key_data(jax.random.fold_in(root, i))),
             jnp.arange(n, dtype=jnp.uint32),
         )
         unit = jax.lax.bitcast_convert_type((words >> 9) | 0x3F800000, jnp.float32) - 1.0
-        expected = np.sqrt(np.float32(2.0)) * jax.lax.erf_inv(
+        normal = np.sqrt(np.float32(2.0)) * jax.lax.erf_inv(
             jnp.maximum(np.nextafter(np.float32(-1.0), np.float32(0.0)), 2.0 * unit - 1.0)
         )
-        assert np.array_equal(normals[row], np.asarray(expected[:n_normal], np.float32))
-        assert np.array_equal(uniforms[row], np.asarray(unit[n_normal:]))
-    # negative control: the words of the client's neighbour
-    other = normals_and_uniforms(jax.random.fold_in(root, int(ids[0]) + 1), n_normal, n_uniform)
+        return normal[:n_normal], unit[n_normal:]
+
+    @jax.jit
+    def draws(ids):
+        batched = jax.vmap(
+            lambda i: normals_and_uniforms(jax.random.fold_in(root, i), n_normal, n_uniform)
+        )(ids)
+        # negative control: the words of the first client's neighbour
+        neighbour = normals_and_uniforms(jax.random.fold_in(root, ids[0] + 1), n_normal, n_uniform)
+        return batched, jax.lax.map(reference, ids), neighbour
+
+    (normals, uniforms), (expected_normals, expected_uniforms), other = draws(ids)
+    assert np.array_equal(normals, expected_normals) and np.array_equal(uniforms, expected_uniforms)
     assert not np.array_equal(np.asarray(other[0]), np.asarray(normals[0]))
 
 
@@ -284,46 +342,63 @@ def _client_with_an_extreme_cell(root, n_normal):
     raise AssertionError("no extreme cell in 2^26 clients")
 
 
-def test_a_vmapped_chunk_with_an_extreme_cell_draws_its_tail():
+@pytest.fixture(scope="module")
+def extreme():
+    """The first client of the round key whose 10 private normals' words hold an extreme cell."""
+    return _client_with_an_extreme_cell(_round_key(), 10)
+
+
+def test_a_vmapped_chunk_with_an_extreme_cell_draws_its_tail(extreme):
     """The tail branch of a chunk's private normals (taken when any word of the chunk lies in an
     extreme cell): every client's draws are still its own, and the extreme one lies beyond the
     bulk transform's reach (5.17 standard deviations) or on its edge's refined side."""
     root = _round_key()
-    extreme = _client_with_an_extreme_cell(root, 10)
-    ids = extreme - 3 + jnp.arange(8, dtype=jnp.int32)
+    # the extreme client's chunk, and a chunk beside it that drew no extreme cell
+    chunks = jnp.stack(
+        [extreme - 3 + jnp.arange(8, dtype=jnp.int32), jnp.arange(8, dtype=jnp.int32)]
+    )
 
     def draw(key):
         return private_normals_and_uniforms(key, 10, 1)
 
-    batched = jax.jit(jax.vmap(lambda i: draw(client_key(root, i))))(ids)
-    _assert_same(batched, _one_by_one(draw, partial(client_key, root), ids))
-    tailed = np.asarray(batched[0][3])
-    plain, _ = normals_and_uniforms(client_key(root, extreme), 10, 0)
-    differs = tailed != np.asarray(plain)  # the refined words, and only those
+    @jax.jit
+    def draws(chunks):
+        def alone(ids):
+            return _one_by_one(draw, partial(client_key, root), ids)
+
+        return (
+            jax.vmap(lambda i: draw(client_key(root, i)))(chunks[0]),
+            alone(chunks[0]),
+            alone(chunks[1]),
+            jax.vmap(jax.vmap(lambda i: draw(client_key(root, i))))(chunks),
+            normals_and_uniforms(client_key(root, extreme), 10, 0)[0],
+        )
+
+    batched, alone, alone_beside, swept, plain = jax.tree.map(np.asarray, draws(chunks))
+    _assert_same(batched, alone)
+    tailed = batched[0][3]
+    differs = tailed != plain  # the refined words, and only those
     assert differs.sum() >= 1 and np.all(np.abs(tailed[differs]) > 5.0)
-    assert np.array_equal(tailed[~differs], np.asarray(plain)[~differs])
-    # a sweep of two chunks, only one of which drew an extreme cell: each keeps its own draws
+    assert np.array_equal(tailed[~differs], plain[~differs])
+    # a sweep of the two chunks, only one of which drew an extreme cell: each keeps its own draws
     # (the tail branch runs for both; a test of every chunk instead of any would send the
     # extreme chunk down the bulk branch)
-    chunks = jnp.stack([ids, jnp.arange(8, dtype=jnp.int32)])
-    swept = jax.jit(jax.vmap(jax.vmap(lambda i: draw(client_key(root, i)))))(chunks)
     _assert_same(jax.tree.map(lambda x: x[0], swept), batched)
-    _assert_same(
-        jax.tree.map(lambda x: x[1], swept), _one_by_one(draw, partial(client_key, root), chunks[1])
-    )
+    _assert_same(jax.tree.map(lambda x: x[1], swept), alone_beside)
 
 
-def test_private_normals_are_the_same_on_every_backend(both_branches):
+def test_private_normals_are_the_same_on_every_backend(both_branches, extreme):
     """The branches other backends than the CPU lower (no draws held in memory by a conditional),
     forced here: a chunk with an extreme cell (its tail computed) and the chunk beside it, vmapped
     and swept, draw the same words."""
     root = _round_key()
-    extreme = _client_with_an_extreme_cell(root, 10)
     ids = jnp.stack([extreme - 3 + jnp.arange(8, dtype=jnp.int32), jnp.arange(8, dtype=jnp.int32)])
 
+    draw = jax.vmap(lambda i: private_normals_and_uniforms(client_key(root, i), 10, 1))
+    swept_and_one = jax.jit(lambda ids: (jax.vmap(draw)(ids), draw(ids[0])))
+
     def compute():
-        draw = jax.vmap(lambda i: private_normals_and_uniforms(client_key(root, i), 10, 1))
-        return jax.jit(jax.vmap(draw))(ids), jax.jit(draw)(ids[0])
+        return swept_and_one(ids)
 
     on_cpu, elsewhere = both_branches(compute)
     _assert_same(elsewhere, on_cpu)
