@@ -17,8 +17,10 @@ RUN = ["run", "modulated", "--synthetic", "--clients", "50000"]
 
 
 def _launch(argv: list[str]) -> subprocess.CompletedProcess:
-    # one CPU device per process: the two processes hold the mesh's two devices
-    env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu", JFED_COMPILATION_CACHE="off")
+    # one CPU device per process: the two processes hold the mesh's two devices, compiled as
+    # this process compiles its reference
+    flags = os.environ["XLA_FLAGS"].replace("--xla_force_host_platform_device_count=8", "")
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", JFED_COMPILATION_CACHE="off")
     return subprocess.run(
         [sys.executable, "-m", "jfed", "launch", "--processes", "2", "--", *argv],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False,
