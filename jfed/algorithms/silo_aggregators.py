@@ -202,15 +202,12 @@ class SiloMessage(NamedTuple):
       weights: ``f32[b]``, their weights in the minibatch (1/K each, 0 for records not drawn).
       available: ``f32[]``, 1 if the silo talks to the server this round (else its message is 0).
       silo_id: ``i32[]``, the silo.
-      canary: ``bool[b]``, the rows that are an audit's canary records (:class:`CanaryRecords`):
-        clipped and noised as the others, left out of the clipped fraction; ``None``: none.
     """
 
     gradients: jax.Array
     weights: jax.Array
     available: jax.Array
     silo_id: jax.Array
-    canary: jax.Array | None = None
 
 
 class ClipParams(NamedTuple):
@@ -240,15 +237,10 @@ class SiloNoiseParams(NamedTuple):
     noise_std: Any
 
 
-def _weighted_clipped_sum(
-    gradients, weights, clip_norm, canary=None
-) -> tuple[jax.Array, jax.Array]:
-    """``sum_j weights_j clip(gradients_j)`` and the fraction of the used examples clipped (the
-    real ones: ``canary`` rows, always clipped, are not counted)."""
+def _weighted_clipped_sum(gradients, weights, clip_norm) -> tuple[jax.Array, jax.Array]:
+    """``sum_j weights_j clip(gradients_j)`` and the fraction of the used examples clipped."""
     clipped_gradients, clipped = clip_per_example(gradients, clip_norm)
     used = weights > 0
-    if canary is not None:
-        used = used & ~canary
     clipped_fraction = jnp.sum(clipped * used) / jnp.maximum(jnp.sum(used), 1)
     # float32 on every backend: the noise is calibrated to the clipped gradients' norms, which a
     # GPU's default product (tf32 operands) could raise by up to 2^-11
@@ -276,8 +268,7 @@ class SiloClippedSum:
         """ONE silo's minibatch gradient as it leaves the silo (``f32[p]``) and the fraction of
         its used examples that were clipped."""
         del key
-        return _weighted_clipped_sum(message.gradients, message.weights, params.clip_norm,
-                                     message.canary)  # fmt: skip
+        return _weighted_clipped_sum(message.gradients, message.weights, params.clip_norm)
 
     def preprocess(self, params, state, update: SiloMessage, key: jax.Array) -> dict:
         """``{"value": the silo's message (0 when unavailable), "available", "clipped"}``."""
@@ -449,8 +440,8 @@ class CanaryRecords(CanaryWrapper):
       silo's n_s records is under Poisson sampling (drawn per round and canary from a named
       stream of the silo's privacy key, which the inner aggregator does not read);
     - a canary in the minibatch is one more row of the silo's message, weight ``1 / K``, clipped
-      with the real rows and noised with them by the inner aggregator's ``privatize`` (one draw
-      of the silo's noise, the same draw as without canaries);
+      to L as the real rows are and summed with them under the silo's one noise draw (the same
+      draw as without canaries; the rows are added at the server, once: :meth:`preprocess`);
     - the silo's released noisy gradient (what leaves the silo; 0 when it is unavailable) is
       the observation: each canary's score is updated with its cosine with it
       (:func:`~jfed.privacy.canaries.update_scores`).
@@ -500,45 +491,52 @@ class CanaryRecords(CanaryWrapper):
     def read(self, hyper) -> SiloNoiseParams:
         return self.inner.read(hyper)
 
-    def _canary_rows(self, update: SiloMessage, state, key: jax.Array):
-        """``(gradients f32[M, p], weights f32[M])``: every canary's gradient and its weight in
-        this silo's minibatch (``1 / K`` if it is in it, else 0)."""
-        template = jax.ShapeDtypeStruct(update.gradients.shape[-1:], update.gradients.dtype)
+    def _canary_weights(self, update: SiloMessage, state, key: jax.Array) -> jax.Array:
+        """``f32[M]``: each canary's weight in THIS silo's minibatch (``1 / K`` if it is in it,
+        else 0; 0 in every silo but the canaries')."""
         ids = jnp.arange(self.canaries, dtype=jnp.int32)
-        gradients = jax.vmap(lambda i: canary_lib.canary_update(
-            self.audit_key(), i, template, self.canary_scale))(ids)  # fmt: skip
         stream = jfed_random.named(key, PARTICIPATION_STREAM)
         sampled = jax.vmap(lambda i: jfed_random.uniform(jax.random.fold_in(stream, i)))(ids)
         in_batch = state.included & (sampled < self.sampling_rate)
         in_batch = in_batch & (update.silo_id == self.silo) & (update.available > 0)
-        return gradients, in_batch.astype(update.weights.dtype) / self.inner.batch
+        return in_batch.astype(update.weights.dtype) / self.inner.batch
+
+    def _canary_sum(self, params, weights: jax.Array, template: jax.Array) -> jax.Array:
+        """``f32[p]``: the canaries' weighted clipped gradients, summed (``weights: f32[M]``)."""
+        shape = jax.ShapeDtypeStruct(template.shape, template.dtype)
+        ids = jnp.arange(self.canaries, dtype=jnp.int32)
+        gradients = jax.vmap(lambda i: canary_lib.canary_update(
+            self.audit_key(), i, shape, self.canary_scale))(ids)  # fmt: skip
+        weighted, _ = _weighted_clipped_sum(gradients, weights, params.clip_norm)
+        return weighted.astype(template.dtype)
 
     def preprocess(self, params, state, update: SiloMessage, key: jax.Array) -> dict:
-        """ONE silo's record (the inner aggregator's, its minibatch holding the canaries that
-        are in it), plus ``canary_release``: its released value where it is the canaries'
-        silo (else 0), and ``canaries_taking_part``."""
-        gradients, weights = self._canary_rows(update, state, key)
-        real = jnp.zeros(update.weights.shape, bool)
-        message = SiloMessage(
-            jnp.concatenate([update.gradients, gradients.astype(update.gradients.dtype)]),
-            jnp.concatenate([update.weights, weights]), update.available, update.silo_id,
-            jnp.concatenate([real if update.canary is None else update.canary,
-                             jnp.ones(weights.shape, bool)]),
-        )  # fmt: skip
-        record = self.inner.preprocess(params, state.inner, message, key)
+        """ONE silo's record (the inner aggregator's, of its real records), plus
+        ``canary_release``: its released value where it is the canaries' silo (else 0), and
+        ``canary_weights``: the canaries' weights in its minibatch.
+
+        The canaries' rows are added to their silo's message at the server (:meth:`release`),
+        once, rather than in every silo of the vmapped round (all but one of which would hold
+        them with weight 0): a row's clipped value does not depend on the others, and the
+        silo's message is the sum of its rows plus its noise, so the release is the one the
+        silo would have sent with the canaries in its minibatch."""
+        weights = self._canary_weights(update, state, key)
+        record = self.inner.preprocess(params, state.inner, update, key)
         holds = (update.silo_id == self.silo).astype(record["value"].dtype)
-        return dict(record, canary_release=holds * record["value"],
-                    canaries_taking_part=jnp.sum(weights > 0, dtype=jnp.int32))  # fmt: skip
+        return dict(record, canary_release=holds * record["value"], canary_weights=weights)
 
     def release(self, params, state, summed: dict, key: jax.Array):
-        """The inner release of the silos' messages; the canaries scored against their silo's
-        released value."""
+        """The inner release of the silos' messages, the canaries' rows added to their silo's;
+        the canaries scored against their silo's released value."""
         summed = dict(summed)
-        audited = summed.pop("canary_release")
-        taking_part = summed.pop("canaries_taking_part")
+        weights = summed.pop("canary_weights")
+        canaries = self._canary_sum(params, weights, summed["value"])
+        audited = summed.pop("canary_release") + canaries
+        summed["value"] = summed["value"] + canaries
         value, inner_state, diagnostics = self.inner.release(params, state.inner, summed, key)
         ids = jnp.arange(self.canaries, dtype=jnp.int32)
         scores = canary_lib.update_scores(state.scores, self.audit_key(), ids, audited)
+        taking_part = jnp.sum(weights > 0, dtype=jnp.int32)
         diagnostics = dict(diagnostics, canaries_taking_part=taking_part)
         return value, CanaryState(inner_state, state.included, scores), diagnostics
 
