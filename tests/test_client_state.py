@@ -9,6 +9,7 @@ fails the same check.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +42,10 @@ POPULATION = SyntheticLinear.create(jax.random.key(1), N_CLIENTS, 4)
 @dataclass(frozen=True)
 class Visits:
     """Each member counts its visits, keeps the last round it saw and adds its record's first
-    three features; ``reset`` (the negative control) restarts the state at every visit."""
+    three features; with ``hyper["reset"]`` (the negative control: a traced flag, so the same
+    program serves both) it restarts its state at every visit."""
 
     cohort: Any
-    reset: bool = False
 
     def init(self, hyper, key):
         return jnp.zeros((), jnp.float32)
@@ -52,11 +53,11 @@ class Visits:
     def client_state(self, hyper, key):
         return {"visits": jnp.int32(0), "last": jnp.int32(-1), "total": jnp.zeros(3)}
 
-    def client(self, round_index, record, key, state):
+    def client(self, broadcast, record, key, state):
+        round_index, reset = broadcast
         x, _ = record
-        previous = state
-        if self.reset:
-            previous = self.client_state(None, None)
+        previous = jax.tree.map(lambda s, s0: jnp.where(reset, s0, s), state,
+                                self.client_state(None, None))  # fmt: skip
         new = {
             "visits": previous["visits"] + 1,
             "last": round_index,
@@ -66,20 +67,28 @@ class Visits:
 
     def round(self, state, hyper, key, clients):
         cohort = clients.sample(self.cohort)
-        count = cohort.sum(self.client, clients.round_index, client_state=True)
+        broadcast = (clients.round_index, hyper["reset"])
+        count = cohort.sum(self.client, broadcast, client_state=True)
         size = cohort.info.size
         return state + count, {"ids": cohort.info.ids, "size": size, "table": clients.states}
 
 
-def run(algorithm, plan=None, rounds=ROUNDS):
+def run(algorithm, plan=None, rounds=ROUNDS, reset=False):
     plan = plan or ExecutionPlan(block_size=16, chunk_size=8)
-    return simulate(algorithm, POPULATION, {}, jax.random.key(7), rounds, plan)
+    hyper = {"reset": jnp.bool_(reset)}
+    return simulate(algorithm, POPULATION, hyper, jax.random.key(7), rounds, plan)
+
+
+@functools.cache
+def _first_features() -> np.ndarray:
+    """``f32[N_CLIENTS, 3]``: each client's first three features."""
+    return np.asarray(jax.jit(POPULATION.records)(jnp.arange(N_CLIENTS))[0])[:, :3]
 
 
 def state_survives(final: RunState, infos: dict) -> bool:
     """Round by round: a member's row is its previous row after one visit; a row not drawn
     is the same bits as before (the rows of the table kept after every round)."""
-    x = np.stack([np.asarray(POPULATION.record(i)[0])[:3] for i in range(N_CLIENTS)])
+    x = _first_features()
     before = {"visits": np.zeros(N_CLIENTS, np.int32), "last": np.full(N_CLIENTS, -1),
               "total": np.zeros((N_CLIENTS, 3), np.float32)}  # fmt: skip
     for t in range(len(infos["size"])):
@@ -98,7 +107,7 @@ def state_survives(final: RunState, infos: dict) -> bool:
 
 
 @pytest.mark.parametrize(
-    "cohort", [Uniform(7), Poisson(0.1, capacity=12)], ids=["uniform", "poisson"]
+    "cohort", [Uniform(13), Poisson(0.1, capacity=12)], ids=["uniform", "poisson"]
 )
 def test_a_clients_state_survives_between_its_participations_and_is_untouched_otherwise(cohort):
     final, infos = run(Visits(cohort))
@@ -106,7 +115,7 @@ def test_a_clients_state_survives_between_its_participations_and_is_untouched_ot
     assert state_survives(final, infos)
     visits = np.asarray(final.clients["visits"])
     assert visits.max() >= 2  # some client came back: its state had to survive
-    assert not state_survives(*run(Visits(cohort, reset=True)))  # negative control
+    assert not state_survives(*run(Visits(cohort), reset=True))  # negative control
 
 
 def test_padding_writes_nothing_even_where_it_would_alias_the_last_client():
@@ -123,8 +132,11 @@ def test_padding_writes_nothing_even_where_it_would_alias_the_last_client():
 
 @pytest.mark.usefixtures("on_cpu")  # bit for bit against the 8-device mesh: the CPU's claim
 def test_states_are_the_same_bits_for_every_block_and_device_count():
-    one = run(Visits(Uniform(13)), ExecutionPlan(block_size=8, chunk_size=8))
-    wide = run(Visits(Uniform(13)), ExecutionPlan(block_size=32, chunk_size=8))
+    """A cohort of 13 in 2 chunks of 8: one chunk a block (the plan of :func:`run` fitted to
+    the 50 clients, as in the uniform test above), both chunks in one block (blocks of up to 8
+    chunks: the 50 clients' 7 in one block), and on 8 devices."""
+    one = run(Visits(Uniform(13)))
+    wide = run(Visits(Uniform(13)), ExecutionPlan(block_size=64, chunk_size=8))
     eight = run(
         Visits(Uniform(13)),
         ExecutionPlan(block_size=8, chunk_size=8, mesh=client_mesh(8, backend="cpu")),
@@ -140,7 +152,8 @@ def test_every_client_is_the_cohort_all_with_state():
     @dataclass(frozen=True)
     class Everyone(Visits):
         def round(self, state, hyper, key, clients):
-            count = clients.sum(self.client, clients.round_index, client_state=True)
+            broadcast = (clients.round_index, hyper["reset"])
+            count = clients.sum(self.client, broadcast, client_state=True)
             return state + count, {}
 
     final, _ = run(Everyone(None), rounds=3)
@@ -166,8 +179,8 @@ def test_a_schedule_is_drawn_from_the_runs_key_and_keeps_its_partition():
 def test_a_client_function_must_keep_its_states_shape():
     @dataclass(frozen=True)
     class Grows(Visits):
-        def client(self, round_index, record, key, state):
-            message, new = super().client(round_index, record, key, state)
+        def client(self, broadcast, record, key, state):
+            message, new = super().client(broadcast, record, key, state)
             return message, dict(new, total=jnp.zeros(4))
 
     with pytest.raises(ValueError, match="keep the shape and dtype"):
