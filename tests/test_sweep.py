@@ -1,6 +1,12 @@
-"""Sweeps: vmapped equals one-by-one, resume after interruption, validation-only tuning, plots."""
+"""Sweeps: vmapped equals one-by-one, resume after interruption, validation-only tuning, plots.
 
+The sweeps here are sized so that few programs are compiled: every shared-noise one-shot sweep
+runs slices of two units of three eps (``[2, 3]``) or of two eps (``[2, 2]``), so the runner's
+cache of executables serves most of them (the claims do not depend on the slice size)."""
+
+import contextlib
 import dataclasses
+import io
 import json
 
 import jax
@@ -16,6 +22,9 @@ from jfed.sweep import choose, config_key, configurations, read_rows, run_sweep,
 from jfed.sweep.tuning import beyond_edge, edge_choices, sweep_until_interior
 
 ONE_SHOT = ModulatedOneShot(dataset="modechoice")
+ITERATIVE = ModulatedIterative(dataset="modechoice", rounds=3)
+THREE_EPS = [0.5, 2.0, 8.0]
+TWO_RIDGES = {"ridge": [0.5, 1.0]}
 
 
 @pytest.fixture(scope="module")
@@ -24,38 +33,49 @@ def task():
 
 
 @pytest.fixture(scope="module")
-def one_shot(task):
-    return build_experiment(ONE_SHOT, task=task)
+def iterative_sweep(task, tmp_path_factory):
+    """``(experiment, configs, rows(share_noise))``: the iterative estimator over 2 eps x 2 seeds
+    x 2 step scales, each sweep run once for the tests that read it."""
+    experiment = build_experiment(ITERATIVE, task=task)
+    configs = configurations(ITERATIVE, [1.0, 10.0], 2, {"step_scale": [0.5, 1.0]})
+    swept = {}
+
+    def rows(share_noise: bool) -> list[dict]:
+        if share_noise not in swept:
+            path = str(tmp_path_factory.mktemp("iterative") / "runs.jsonl")
+            swept[share_noise] = run_sweep(experiment, configs, path, slice_size=4,
+                                           progress=False, share_noise=share_noise)  # fmt: skip
+        return swept[share_noise]
+
+    return experiment, configs, rows
 
 
 @pytest.mark.parametrize("share_noise", [True, False])
-def test_vmapped_sweep_equals_runs_one_by_one(task, tmp_path, share_noise):
-    base = ModulatedIterative(dataset="modechoice", rounds=3)
-    runner = build_experiment(base, task=task)
-    configs = configurations(base, [1.0, 10.0], 2, {"step_scale": [0.5, 1.0]})
-    path = str(tmp_path / "runs.jsonl")
-    rows = run_sweep(runner, configs, path, progress=False, share_noise=share_noise)
+def test_vmapped_sweep_equals_runs_one_by_one(task, iterative_sweep, share_noise):
+    runner, configs, sweep_rows = iterative_sweep
+    rows = sweep_rows(share_noise)
     assert len(rows) == len(configs)
     assert all(row["shared_noise"] is share_noise for row in rows)
     by_key = {config_key(c): c for c in configs}
     for row in rows:
         config = by_key[row["config_key"]]
         hp, fields = runner.calibrate(config)
-        state, infos = simulate(runner.algorithm, task.train, hp, jax.random.key(row["seed"]), 3)
+        state, infos = simulate(runner.algorithm, task.train, hp, jax.random.key(row["seed"]),
+                                ITERATIVE.rounds)  # fmt: skip
         single = runner.evaluate(jax.device_get(runner.outputs(state, infos)), config)
         assert row["sigma"] == fields["sigma"]
         assert row["test_r2"] == pytest.approx(single["test_r2"], rel=1e-4, abs=1e-5)
         assert row["validation_r2"] == pytest.approx(single["validation_r2"], rel=1e-4, abs=1e-5)
 
 
-@pytest.mark.parametrize("share_noise, rows_per_slice", [(True, 3), (False, 4)])
+@pytest.mark.parametrize("share_noise, rows_per_slice", [(True, 6), (False, 4)])
 def test_resume_after_interruption_loses_and_duplicates_nothing(
     task, tmp_path, share_noise, rows_per_slice
 ):
-    # a slice of 4 runs holds one unit of 3 eps with shared noise, 4 single runs without
+    # a slice of 6 runs holds two units of 3 eps with shared noise; 4 single runs without
     adapter = build_experiment(ONE_SHOT, task=task)
-    configs = configurations(ONE_SHOT, [0.5, 2.0, 8.0], 2, {"ridge": [0.5, 1.0]})  # 12 runs
-    options = dict(slice_size=4, progress=False, share_noise=share_noise)
+    configs = configurations(ONE_SHOT, THREE_EPS, 2, TWO_RIDGES)  # 12 runs
+    options = dict(slice_size=rows_per_slice, progress=False, share_noise=share_noise)
     full = run_sweep(adapter, configs, str(tmp_path / "full.jsonl"), **options)
 
     class InterruptError(Exception):
@@ -91,12 +111,13 @@ def test_rerunning_a_sweep_with_a_new_experiment_does_not_recompile(task, tmp_pa
         unit = runner._unit_function(adapter.shared_noise_algorithm, 1, plan, adapter.outputs, True)
         return runner._program(unit, 1)
 
-    configs = configurations(ONE_SHOT, [0.5, 2.0, 4.0], 2, {"ridge": [0.5, 1.0]})
+    configs = configurations(ONE_SHOT, THREE_EPS, 2, TWO_RIDGES)
     first = build_experiment(ONE_SHOT, task=task)
-    run_sweep(first, configs, str(tmp_path / "first.jsonl"), progress=False)
+    run_sweep(first, configs, str(tmp_path / "first.jsonl"), slice_size=6, progress=False)
     compiled = runner._compiled.cache_info().currsize
     second = build_experiment(ONE_SHOT, task=task)  # as a new script would build it
-    rows = run_sweep(second, configs, str(tmp_path / "second.jsonl"), progress=False)
+    rows = run_sweep(second, configs, str(tmp_path / "second.jsonl"), slice_size=6,
+                     progress=False)  # fmt: skip
     assert program(second) is program(first)
     assert runner._compiled.cache_info().currsize == compiled  # one executable served both
     assert len({row["compile_seconds"] for row in rows}) == 1
@@ -106,12 +127,13 @@ def test_extending_the_eps_grid_runs_only_the_new_eps(task, tmp_path):
     # resumed units hold only the missing eps (shorter units than a fresh sweep's)
     adapter = build_experiment(ONE_SHOT, task=task)
     path = str(tmp_path / "grown.jsonl")
-    run_sweep(adapter, configurations(ONE_SHOT, [0.5, 2.0], 2), path, progress=False)
-    grown = run_sweep(adapter, configurations(ONE_SHOT, [0.5, 2.0, 8.0], 2), path, resume=True,
-                      progress=False)  # fmt: skip
-    fresh = run_sweep(adapter, configurations(ONE_SHOT, [0.5, 2.0, 8.0], 2),
-                      str(tmp_path / "fresh.jsonl"), progress=False)  # fmt: skip
-    assert len(read_rows(path)) == len(grown) == 6
+    options = dict(slice_size=4, progress=False)
+    run_sweep(adapter, configurations(ONE_SHOT, THREE_EPS[:2], 2, TWO_RIDGES), path, **options)
+    grown = run_sweep(adapter, configurations(ONE_SHOT, THREE_EPS, 2, TWO_RIDGES), path,
+                      resume=True, **options)  # fmt: skip
+    fresh = run_sweep(adapter, configurations(ONE_SHOT, THREE_EPS, 2, TWO_RIDGES),
+                      str(tmp_path / "fresh.jsonl"), slice_size=6, progress=False)  # fmt: skip
+    assert len(read_rows(path)) == len(grown) == 12
     by_key = {row["config_key"]: row for row in fresh}
     for row in grown:
         assert row["test_r2"] == pytest.approx(by_key[row["config_key"]]["test_r2"], abs=1e-5)
@@ -138,21 +160,18 @@ def test_poisoning_the_test_split_does_not_change_the_choice(task, tmp_path):
     chosen = []
     for name, which in (("clean", task), ("poisoned", poisoned)):
         adapter = build_experiment(ONE_SHOT, task=which)
-        rows = run_sweep(adapter, configs, str(tmp_path / f"{name}.jsonl"), progress=False)
+        rows = run_sweep(adapter, configs, str(tmp_path / f"{name}.jsonl"), slice_size=4,
+                         progress=False)  # fmt: skip
         chosen.append(choose(rows, ("ridge",), "per-eps"))
     assert chosen[0] == chosen[1]
 
 
-def test_plots_from_a_results_file(task, tmp_path):
-    rows = []
-    for dataset in ("modechoice", "co2"):
-        base = ModulatedIterative(dataset=dataset, rounds=2)
-        rows += run_sweep(
-            build_experiment(base, task=load_regression(dataset)),
-            configurations(base, [1.0, 10.0], 2, {"step_scale": [0.5, 1.0]}),
-            str(tmp_path / f"{dataset}.jsonl"),
-            progress=False,
-        )
+def test_plots_from_a_results_file(iterative_sweep, tmp_path):
+    # two data sets, one panel each: the second is the first's rows under another name (what
+    # is drawn does not depend on where the numbers came from)
+    _, _, sweep_rows = iterative_sweep
+    rows = sweep_rows(True)
+    rows = rows + [dict(row, dataset="co2", config_key=f"co2-{row['config_key']}") for row in rows]
     table = tuned_table(rows, ("step_scale",))
     paths, panels = plot_utility(table, str(tmp_path / "utility"))
     assert panels == 2 and all((tmp_path / p).stat().st_size > 1000 for p in paths)
@@ -164,7 +183,7 @@ def test_sweep_and_plot_commands(tmp_path, capsys):
     out = str(tmp_path / "sweep")
     argv = ["sweep", "modulated-one-shot", "--dataset", "modechoice", "--epsilon", "1,10",
             "--seeds", "2", "--grid", "ridge=0.5,2", "--out", out, "--no-progress",
-            "--extend-edges", "0"]  # fmt: skip
+            "--extend-edges", "0", "--slice-size", "4"]  # fmt: skip
     assert main(argv) == 0
     assert "test R^2" in capsys.readouterr().out
     for name in ("runs.jsonl", "runs.csv", "tuned.csv", "utility.png", "utility.pdf"):
@@ -179,42 +198,76 @@ def test_sweep_and_plot_commands(tmp_path, capsys):
     json.loads((tmp_path / "sweep" / "runs.jsonl").read_text().splitlines()[0])
 
 
-def test_silo_sweep_tunes_on_training_loss_and_reports_test_error(tmp_path, capsys):
-    out = str(tmp_path / "silo")
-    argv = ["sweep", "noisy-mbsgd", "--epsilon", "2,8", "--seeds", "2", "--rounds", "4",
-            "--grid", "step_size=0.5,2", "--set", "batch=5", "--calibration", "theorem",
-            "--out", out, "--no-progress", "--extend-edges", "0"]  # fmt: skip
-    assert main(argv) == 0
-    assert "test error" in capsys.readouterr().out
-    rows = read_rows(out + "/runs.jsonl")
-    assert len(rows) == 8 and {r["selection_metric"] for r in rows} == {"excess_train_risk"}
-    assert all(len(r["test_error_per_round"]) == 4 for r in rows)
-    tuned = (tmp_path / "silo" / "tuned.csv").read_text()
-    assert "fixed on excess_train_risk" in tuned and "test_error_mean" in tuned
-    assert (tmp_path / "silo" / "utility.png").stat().st_size > 1000
-    assert main(["sweep", "noisy-mbsgd", "--set", "bogus=1", "--out", str(tmp_path / "y")]) == 2
+SILO_SWEEP = NoisyMBSGD(rounds=4, batch=5, calibration="theorem")
 
 
-def test_silo_sweep_calibrates_all_eps_of_a_clip_together(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def silo_sweep(tmp_path_factory):
+    """``(status, printed, folder, calls)`` of one ``jfed sweep noisy-mbsgd`` over 2 eps x 2 clips
+    x 2 step sizes x 2 seeds (16 runs), with the eps each calibration call received."""
     from jfed.methods import silo
 
     calls = []
     original = silo.CalibratedExperiment.calibrate_many
 
     def counting(self, config, epsilons, delta):
-        calls.append(tuple(epsilons))
+        calls.append((config.gradient_clip, tuple(epsilons)))
         return original(self, config, epsilons, delta)
 
-    monkeypatch.setattr(silo.CalibratedExperiment, "calibrate_many", counting)
-    base = NoisyMBSGD(rounds=3, batch=5, calibration="theorem")
-    adapter = build_experiment(base)
-    configs = configurations(base, [1.0, 4.0, 16.0], 1,
-                             {"gradient_clip": [0.5, 1.0], "step_size": [1.0]})  # fmt: skip
-    rows = run_sweep(adapter, configs, str(tmp_path / "runs.jsonl"), progress=False)
-    assert sorted(calls) == [(1.0, 4.0, 16.0), (1.0, 4.0, 16.0)]  # one call per clip
-    ((alone, _),) = original(build_experiment(base), base, [4.0], adapter.delta)
-    row = next(r for r in rows if r["epsilon"] == 4.0 and r["gradient_clip"] == 1.0)
+    out = tmp_path_factory.mktemp("silo") / "sweep"
+    argv = ["sweep", "noisy-mbsgd", "--epsilon", "2,8", "--seeds", "2", "--rounds", "4",
+            "--grid", "step_size=0.5,2", "--grid", "gradient_clip=0.5,1", "--set", "batch=5",
+            "--calibration", "theorem", "--out", str(out), "--no-progress",
+            "--extend-edges", "0", "--slice-size", "16"]  # fmt: skip
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+        patch.setattr(silo.CalibratedExperiment, "calibrate_many", counting)
+        status = main(argv)
+    return status, printed.getvalue(), out, calls
+
+
+def test_silo_sweep_tunes_on_training_loss_and_reports_test_error(silo_sweep, tmp_path):
+    status, printed, out, _ = silo_sweep
+    assert status == 0
+    assert "test error" in printed
+    rows = read_rows(str(out / "runs.jsonl"))
+    assert len(rows) == 16 and {r["selection_metric"] for r in rows} == {"excess_train_risk"}
+    assert all(len(r["test_error_per_round"]) == 4 for r in rows)
+    tuned = (out / "tuned.csv").read_text()
+    assert "fixed on excess_train_risk" in tuned and "test_error_mean" in tuned
+    assert (out / "utility.png").stat().st_size > 1000
+    assert main(["sweep", "noisy-mbsgd", "--set", "bogus=1", "--out", str(tmp_path / "y")]) == 2
+
+
+def test_silo_sweep_calibrates_all_eps_of_a_clip_together(silo_sweep):
+    from jfed.methods import silo
+
+    _, _, out, calls = silo_sweep
+    assert sorted(calls) == [(0.5, (2.0, 8.0)), (1.0, (2.0, 8.0))]  # one call per clip
+    experiment = build_experiment(SILO_SWEEP)
+    ((alone, _),) = silo.CalibratedExperiment.calibrate_many(experiment, SILO_SWEEP, [8.0],
+                                                             experiment.delta)  # fmt: skip
+    rows = read_rows(str(out / "runs.jsonl"))
+    row = next(r for r in rows if r["epsilon"] == 8.0 and r["gradient_clip"] == 1.0)
     assert row["sigma"] == pytest.approx(float(np.max(alone)))
+
+
+def test_a_formula_calibration_says_its_eps_is_a_target_not_certified(silo_sweep):
+    """The summary of a formula-calibrated run (a row of the theorem-calibrated sweep above: runs
+    and sweeps write one record schema) labels its eps as the formula's target and puts the
+    accountant's eps of its noise beside it; a record whose eps an accountant certified states
+    that accountant (negative control: no such label)."""
+    from jfed.methods.silo import privacy_text
+
+    _, _, out, _ = silo_sweep
+    record = next(r for r in read_rows(str(out / "runs.jsonl")) if r["epsilon"] == 2.0)
+    line = privacy_text(record)
+    assert line.startswith("target eps=2 (formula, not certified)")
+    assert "PLD with Poisson sampling gives its noise eps = " in line
+    assert "[calibration: seed-theorem-formula]" in line
+    certified = dict(record, epsilon_certified=2.0, accountant="pld-poisson-replace-one")
+    line = privacy_text(certified)
+    assert "not certified" not in line and "[accountant: pld-poisson-replace-one]" in line
 
 
 def _rows(scores: dict, seeds: int = 5, epsilons=(1.0,)) -> list[dict]:
