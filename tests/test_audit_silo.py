@@ -14,25 +14,33 @@ run audits at 0 there too (said in the audit tutorial).
 from __future__ import annotations
 
 import pytest
-from compiled import fresh_programs
 
 import jfed
 from jfed._validation import UsageError
-from jfed.algorithms import silo_aggregators
-from jfed.methods import declared
+from jfed.methods import build_experiment, declared
+from jfed.sweep import run_sweep
 
 AUDITED = dict(sampling="poisson", dataset="digits-bylabel")
+CONFIG = declared.NoisyMBSGD(**AUDITED, audit_canaries=200, seed=0)
+
+
+def _run(experiment) -> dict:
+    """The record of ``CONFIG`` run by ``experiment``, as :func:`jfed.run` runs it (a sweep of
+    one configuration); the experiment keeps its calibration and the runner its program, so a
+    second run of the same experiment calibrates and compiles nothing."""
+    (record,) = run_sweep(experiment, [CONFIG], None, progress=False, share_noise=False)
+    return record
 
 
 @pytest.fixture(scope="module")
-def runs():
-    plain = jfed.run(declared.NoisyMBSGD(**AUDITED))
-    audited = jfed.run(declared.NoisyMBSGD(**AUDITED, audit_canaries=200))
-    return plain, audited
+def audited():
+    """``(experiment, record)`` of the audited run."""
+    experiment = build_experiment(CONFIG)
+    return experiment, _run(experiment)
 
 
-def test_a_correct_silo_run_audits_below_its_certified_epsilon(runs):
-    _, record = runs
+def test_a_correct_silo_run_audits_below_its_certified_epsilon(audited):
+    _, record = audited
     assert record["audit_canary_count"] == 200
     assert record["audit_estimator"].startswith("one-run") and record["audit_confidence"] == 0.95
     assert 0.0 <= record["audit_epsilon_lower"] <= record["epsilon_certified"] <= 1.0 + 1e-9
@@ -41,30 +49,34 @@ def test_a_correct_silo_run_audits_below_its_certified_epsilon(runs):
     assert record["audit_silo"] in range(record["n_silos"])
 
 
-@pytest.fixture
-def broken_noise(monkeypatch):
-    """The silos' Gaussian noise drawn at a tenth of its scale (the record still states the
-    calibrated one): the bug an audit must catch."""
-    normals = silo_aggregators.private_normals
-    monkeypatch.setattr(silo_aggregators, "private_normals",
-                        lambda key, shape: 0.1 * normals(key, shape))  # fmt: skip
-    fresh_programs()
-    yield
-    fresh_programs()
+def test_a_silo_run_with_a_tenth_of_its_noise_audits_above_what_it_claims(audited, monkeypatch):
+    """The audited run again (same seed, same compiled program, same calibration: the record
+    claims the calibrated eps), but every silo's Gaussian noise is drawn at a tenth of its scale:
+    the bug an audit must catch."""
+    experiment, _ = audited
+    calibrated = experiment.hyperparams
 
+    def a_tenth_of_the_noise(config, noise):
+        return calibrated(config, None if noise is None else 0.1 * noise)
 
-def test_a_silo_run_with_a_tenth_of_its_noise_audits_above_what_it_claims(broken_noise):
-    record = jfed.run(declared.NoisyMBSGD(**AUDITED, audit_canaries=200, seed=0))
+    monkeypatch.setattr(experiment, "hyperparams", a_tenth_of_the_noise)
+    record = _run(experiment)
     claimed = record["epsilon_certified"]
     assert claimed == pytest.approx(1.0, rel=1e-6)  # the broken run still claims eps 1
     assert record["audit_epsilon_lower"] > 1.5 * claimed
 
 
-def test_the_audit_leaves_the_certificate_and_the_calibrated_noise(runs):
-    plain, audited = runs
-    assert not any(name.startswith("audit_epsilon") for name in plain)
-    assert audited["epsilon_certified"] == plain["epsilon_certified"]
-    assert audited["sigma_per_silo"] == plain["sigma_per_silo"]
+def test_the_audit_leaves_the_certificate_and_the_calibrated_noise(audited):
+    """The run without canaries, calibrated on its own, certifies the same eps with the same
+    noise per silo, and its records carry no audit (the fields the audit adds are none)."""
+    _, record = audited
+    plain_config = declared.NoisyMBSGD(**AUDITED, seed=0)
+    plain = build_experiment(plain_config)
+    _, fields = plain.calibrated(plain_config)
+    assert plain.audit_fields({}, plain_config) == {}
+    assert not any(name.startswith("audit") for name in fields)
+    assert record["epsilon_certified"] == fields["epsilon_certified"]
+    assert record["sigma_per_silo"] == fields["sigma_per_silo"]
 
 
 @pytest.mark.parametrize(("changes", "message"), [
