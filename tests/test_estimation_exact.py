@@ -63,7 +63,8 @@ def test_the_default_estimation_release_meets_its_stated_guarantee():
     its n = 50 units of ±1 on the grid, eps 1, "pure" eps-DP): one site's release on site totals
     0 and -2 (one unit changed) has delta 0 at the stated eps, and is no tighter (delta > 0 at
     0.9 eps). Negative control: the float32 Laplace release of ``--noise float`` (scale 0.04)
-    on the same totals has delta >= 0.89 at every eps checked, against the 0 it states."""
+    on the same totals has delta >= 0.89 at eps 5, so at every eps up to 5 (the hockey-stick
+    divergence falls as eps grows), against the 0 it states."""
     config = Estimation()
     hyper, fields, aggregator = _calibrated(config)
     assert isinstance(aggregator, SiteCurator)
@@ -74,10 +75,12 @@ def test_the_default_estimation_release_meets_its_stated_guarantee():
     params = _device(release_params(hyper, hyper.first_noise))
 
     # the site's contributions as the program sums them: ±1 units, counts from the exact law
+    contributions = jax.jit(aggregator.contributions)
+
     def integer_total(plus: int) -> int:
         update = {"value": jnp.array([1.0, -1.0]), "weight": jnp.array([plus, 50.0 - plus]),
                   "clipped": jnp.float32(0)}  # fmt: skip
-        summed = aggregator.contributions(params, update, jax.random.key(0))
+        summed = contributions(params, update, jax.random.key(0))
         return int(summed["value"])
 
     top = aggregator.noise.grid_norm
@@ -95,8 +98,7 @@ def test_the_default_estimation_release_meets_its_stated_guarantee():
     units = jnp.float32(config.units)
     low = er.float_release_law(float(jnp.float32(0.0) / units), noise)
     high = er.float_release_law(float(jnp.float32(-2.0) / units), noise)
-    for epsilon in (1.0, 2.0, 5.0):
-        assert er.hockey_stick(low, high, epsilon) >= 0.89  # the release states delta 0
+    assert er.hockey_stick(low, high, 5.0) >= 0.89  # the release states delta 0
 
 
 def test_a_local_release_that_rounds_meets_its_stated_guarantee():

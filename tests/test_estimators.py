@@ -43,19 +43,25 @@ def test_one_shot_ridge_matches_closed_form(small_problem):
     np.testing.assert_allclose(state.theta, expected, rtol=2e-4, atol=2e-5)
 
 
+# the iterative and DP-SGD tests of one algorithm run as many rounds: one compiled program each
+ITERATIVE_ROUNDS, DPSGD_ROUNDS = 60, 300
+
+
 def test_iterative_without_noise_converges_to_ols(small_problem):
     X, y, population = small_problem
     hp = modulated.hyperparams(noise_std=0.0, beta=0.0, clip_norm=100.0, step_scale=0.9)
-    state, infos = simulate(modulated.Iterative(4), population, hp, jax.random.key(0), 60)
+    state, infos = simulate(modulated.Iterative(4), population, hp, jax.random.key(0),
+                            ITERATIVE_ROUNDS)  # fmt: skip
     np.testing.assert_allclose(state.theta, _ols(X, y), atol=1e-3)
-    assert infos.theta.shape == (60, 4)
+    assert infos.theta.shape == (ITERATIVE_ROUNDS, 4)
     assert np.all(np.asarray(infos.step_size) > 0)
 
 
 def test_iterative_projection_is_enforced(small_problem):
     _, _, population = small_problem
     hp = modulated.hyperparams(noise_std=0.0, beta=0.0, clip_norm=100.0, radius=0.3)
-    state, infos = simulate(modulated.Iterative(4), population, hp, jax.random.key(0), 5)
+    state, infos = simulate(modulated.Iterative(4), population, hp, jax.random.key(0),
+                            ITERATIVE_ROUNDS)  # fmt: skip
     assert np.all(np.linalg.norm(np.asarray(infos.theta), axis=1) <= 0.3 + 1e-6)
     assert float(jnp.linalg.norm(state.theta)) == pytest.approx(0.3, rel=1e-5)
 
@@ -63,24 +69,25 @@ def test_iterative_projection_is_enforced(small_problem):
 def test_dpsgd_without_noise_approaches_ols(small_problem):
     X, y, population = small_problem
     hp = dpsgd.hyperparams(clip_norm=100.0, learning_rate=1.5, noise_std=0.0)
-    state, infos = simulate(dpsgd.FedAvg(4), population, hp, jax.random.key(0), 300)
+    state, infos = simulate(dpsgd.FedAvg(4), population, hp, jax.random.key(0), DPSGD_ROUNDS)
     assert r2_score(state.theta, X, y) == pytest.approx(r2_score(_ols(X, y), X, y), abs=1e-3)
     assert float(infos.clipped_fraction[-1]) == 0.0
 
 
 def test_dpsgd_clips_gradients_to_g():
     record = (jnp.array([3.0, 4.0]), jnp.float32(10.0))
-    hp = dpsgd.hyperparams(clip_norm=0.5, noise_std=0.0)
-    gradient, clipped = dpsgd.client_message((jnp.zeros(2), hp), record, jax.random.key(0))
+    # one compiled program for the noise-free message and the noisy draws (hp is traced)
+    messages = jax.jit(jax.vmap(
+        lambda hp, k: dpsgd.client_message((jnp.zeros(2), hp), record, k), in_axes=(None, 0)
+    ))  # fmt: skip
+    keys = jax.random.split(jax.random.key(1), 20_000)
+    gradients, clipped = messages(dpsgd.hyperparams(clip_norm=0.5, noise_std=0.0), keys)
+    gradient = gradients[0]
     assert float(jnp.linalg.norm(gradient)) == pytest.approx(0.5, rel=1e-6)
-    assert float(clipped) == 1.0
+    assert float(clipped[0]) == 1.0
     # the noise is noise_std per coordinate: multiplier noise_std / 2G (a record moves its
     # clipped gradient by up to 2G)
-    noisy = dpsgd.hyperparams(clip_norm=0.5, noise_std=3.0)
-    keys = jax.random.split(jax.random.key(1), 20_000)
-    draws = jax.jit(jax.vmap(lambda k: dpsgd.client_message((jnp.zeros(2), noisy), record, k)[0]))(
-        keys
-    )
+    draws, _ = messages(dpsgd.hyperparams(clip_norm=0.5, noise_std=3.0), keys)
     spread = float(jnp.std(draws - gradient))
     assert spread == pytest.approx(3.0, rel=4.5 / np.sqrt(2 * 40_000))
     assert abs(spread - 0.5 * 3.0) > 0.5  # negative control: a noise scaled by G
@@ -95,7 +102,9 @@ def test_dpsgd_round_releases_the_clients_noised_gradients_with_their_own_draws(
     _, _, population = small_problem
     hp = dpsgd.hyperparams(clip_norm=0.5, learning_rate=1.0, noise_std=2.0, radius=1e9)
     key = jax.random.key(4)
-    state, _ = simulate(dpsgd.FedAvg(4), population, hp, key, 1)
+    # round 0's iterate of the convergence test's program (the first round starts at 0)
+    _, infos = simulate(dpsgd.FedAvg(4), population, hp, key, DPSGD_ROUNDS)
+    theta = np.asarray(infos.theta[0])
     root = round_key(run_streams(key)[2], 0)
     ids = jnp.arange(population.n_clients)
 
@@ -106,9 +115,9 @@ def test_dpsgd_round_releases_the_clients_noised_gradients_with_their_own_draws(
             lambda i, k: dpsgd.client_message((jnp.zeros(4), hp), population.record(i), k)[0]
         )(ids, keys)
 
-    np.testing.assert_allclose(-state.theta, messages(root).mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(-theta, messages(root).mean(0), rtol=1e-5, atol=1e-6)
     other = messages(jax.random.fold_in(root, 1)).mean(0)
-    assert not np.allclose(-state.theta, other, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(-theta, other, rtol=1e-5, atol=1e-6)
 
 
 def test_modulated_round_releases_each_clients_map_drawn_from_its_own_key(small_problem):
@@ -128,12 +137,10 @@ def test_modulated_round_releases_each_clients_map_drawn_from_its_own_key(small_
     plan = ExecutionPlan().fitted(population.n_clients)
 
     @jax.jit
-    def summed(root):
-        return aggregate(modulated.client_message, broadcast, population, root, plan,
-                         second_moments)  # fmt: skip
-
     def theta(root):
-        return modulated.OneShot(4).server_step(state, hp, broadcast, summed(root))[0].theta
+        summed = aggregate(modulated.client_message, broadcast, population, root, plan,
+                           second_moments)  # fmt: skip
+        return modulated.OneShot(4).server_step(state, hp, broadcast, summed)[0].theta
 
     root = round_key(client_root, 0)
     np.testing.assert_allclose(state.theta, theta(root), rtol=1e-5, atol=1e-6)

@@ -10,6 +10,7 @@ check.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jfed.algorithms import modulated
 from jfed.algorithms.linear import second_moments
@@ -36,8 +37,10 @@ def _hyperparams():
     )
 
 
-def _replicated_statistics():
-    """``(S_hat: [R, d, d], b_hat: [R, d], P: [d, d], hp)`` over R independent rounds."""
+@pytest.fixture(scope="module")
+def replicated_statistics():
+    """``(S_hat: [R, d, d], b_hat: [R, d], P: [d, d], hp)`` over R independent rounds (drawn
+    once: the checks and their negative controls read the same draws)."""
     X, y = _clients()
     population = ArrayClients.from_numpy(X, y)
     hp = _hyperparams()
@@ -66,11 +69,11 @@ def _is_unbiased(samples: np.ndarray, truth: np.ndarray) -> bool:
     return bool(np.all(np.abs(mean - truth) <= Z * standard_error))
 
 
-def test_s_hat_b_hat_and_gradient_are_unbiased():
+def test_s_hat_b_hat_and_gradient_are_unbiased(replicated_statistics):
     X, y = _clients()
     S = X.T @ X / N
     b = X.T @ y / N
-    S_hat, b_hat, _, _ = _replicated_statistics()
+    S_hat, b_hat, _, _ = replicated_statistics
     assert _is_unbiased(S_hat, S)
     assert _is_unbiased(b_hat, b)
     theta = np.array([0.3, -0.2, 0.7])
@@ -78,10 +81,10 @@ def test_s_hat_b_hat_and_gradient_are_unbiased():
     assert _is_unbiased(g_hat, S @ theta - b)
 
 
-def test_negative_controls_are_detected():
+def test_negative_controls_are_detected(replicated_statistics):
     X, _ = _clients()
     S = X.T @ X / N
-    S_hat, _, P, hp = _replicated_statistics()
+    S_hat, _, P, hp = replicated_statistics
     alpha2 = float(hp.alpha) ** 2
     without_modulation_term = S_hat + float(hp.beta) ** 2 / (2 * K) * P / alpha2
     without_noise_term = S_hat + float(hp.noise_std) ** 2 * np.eye(DIM) / alpha2
