@@ -16,6 +16,7 @@ from scipy import stats
 from jfed.data.federated import (
     ClientRecords,
     SyntheticFederated,
+    _records,
     dirichlet_digits,
     dirichlet_partition,
 )
@@ -157,8 +158,8 @@ def test_dirichlet_clients_run_through_the_engine_like_silos():
 # ------------------------------------------------------------------------------ Synthetic(a, b)
 
 
-# populations are jit arguments, so populations of one structure share a compiled program
-_records = jax.jit(lambda pop, ids: pop.records(ids))
+# populations are jit arguments, so populations of one structure share a compiled program;
+# ``_records`` is the one ``sample_test`` and ``materialize`` call, so they share it too
 _record = jax.jit(lambda pop, i: pop.record(i))
 _models = jax.jit(lambda pop, ids: jax.vmap(pop.client_model)(ids))
 K = 1_000  # clients in the statistical checks
@@ -187,15 +188,17 @@ def block(population):
     return _host_records(population, np.arange(K)), _host_models(population, np.arange(K))
 
 
-def test_records_are_identical_alone_or_in_any_block(population):
-    ids = np.arange(300, 348, dtype=np.int32)
+def test_records_are_identical_alone_or_in_any_block(population, block):
+    ids = np.arange(2, 50, dtype=np.int32)
     singles = [jax.tree.map(np.asarray, _record(population, jnp.int32(i))) for i in ids]
-    for size in (3, 16, 48):  # divisors of 48: one compiled shape per size
-        for start in range(0, len(ids), size):
-            chunk = _host_records(population, ids[start : start + size])
-            for i in range(size):
-                for got, want in zip(chunk, singles[start + i], strict=True):
-                    assert np.array_equal(got[i], want), (size, start + i)
+    # a block of the first 50 clients (the program of the 50-client tests below) and the block
+    # of all K clients
+    first_fifty = _host_records(dataclasses.replace(population, n_clients=50), np.arange(50))
+    everyone, _ = block
+    for chunk in (first_fifty, everyone):
+        for single, i in zip(singles, ids, strict=True):
+            for got, want in zip(chunk, single, strict=True):
+                assert np.array_equal(got[i], want), (len(chunk.count), i)
     # a record does not depend on the padded length either
     shorter = _host_records(dataclasses.replace(population, n_max=16), ids)
     for i, single in enumerate(singles):
@@ -343,13 +346,12 @@ def test_a_hundred_million_clients_need_no_host_memory():
 
 def test_held_out_test_set(population):
     X, y = population.sample_test(50)
-    held = population.held_out(50)
-    counts = _host_models(held, np.arange(50)).count
+    counts = np.asarray(population.held_out(50).materialize(50).counts)  # sample_test's program
     assert X.shape == (counts.sum(), D) and y.shape == (counts.sum(),)
     assert X.dtype == np.float64 and set(np.unique(y)) <= set(range(C))
     X2, y2 = population.sample_test(50, chunk=25)  # chunking changes nothing
     assert np.array_equal(X, X2) and np.array_equal(y, y2)
-    first = np.asarray(population.record(0).features[0], np.float64)
+    first = np.asarray(_record(population, jnp.int32(0)).features[0], np.float64)
     assert not np.any(np.all(X == first, axis=1))  # not a training client's record
     X3, _ = population.sample_test(50, key=jax.random.key(99))
     assert X3.shape[1] == D and not np.array_equal(X3[:5], X[:5])
@@ -369,7 +371,7 @@ def test_synthetic_clients_run_through_the_engine(population):
     count, histogram = jax.jit(aggregate, static_argnums=(0, 4))(
         summary, None, pop, jax.random.key(0), plan
     )
-    records = _host_records(pop, np.arange(50))
+    records = _host_records(pop, np.arange(50))  # a held-out set's program (same structure)
     assert int(count) == records.count.sum()
     np.testing.assert_array_equal(
         histogram, np.bincount(records.targets[records.mask].astype(int), minlength=C)
