@@ -157,15 +157,18 @@ def test_account_commands(capsys):
         (["shuffle", "--epsilon0", "1", "--n", "10000"], "replace-one"),
     ],
 )  # fmt: skip
-def test_every_account_answer_states_adjacency_unit_and_sensitivity(argv, adjacency, capsys):
+def test_every_account_answer_states_adjacency_unit_and_sensitivity(argv, adjacency, tmp_path,
+                                                                     capsys):  # fmt: skip
     """The human line and the record both say under which adjacency, for which protected unit
-    and with which sensitivity the number holds."""
-    assert main(["account", *argv]) == 0
+    and with which sensitivity the number holds (one answer: the line it prints and the record
+    it writes to --json PATH)."""
+    path = tmp_path / "answer.json"
+    assert main(["account", *argv, "--json", str(path)]) == 0
     line = capsys.readouterr().out.strip()
+    assert "\n" not in line
     assert f"adjacency: {adjacency}" in line and "protected unit: " in line
     assert "sensitivity" in line or "LDP randomizer" in line
-    assert main(["account", *argv, "--json", "-"]) == 0
-    record = json.loads(capsys.readouterr().out)
+    record = json.loads(path.read_text())
     assert record["adjacency"].startswith(adjacency)
     assert record["protected"] and record["sensitivity"]
     assert f"protected unit: {record['protected']}" in line
