@@ -1,9 +1,9 @@
 """SCAFFOLD, Ditto and DP-FTRL on the engine's per-client state and schedules.
 
-- SCAFFOLD's server control variate is the mean of the clients' stored ones (no noise), for two
-  chunk widths and a Poisson cohort that pads every round (where the old -1 padding would have
-  written the last client's row); negative control: the same check on a run whose clients
-  forget their control variates fails.
+- SCAFFOLD's server control variate is the mean of the clients' stored ones (no noise), with a
+  Poisson cohort that pads every round (where the old -1 padding would have written the last
+  client's row); negative control: the same check on a run whose clients forget their control
+  variates fails. Another chunk width gives the same states (``-m slow``).
 - DP-SCAFFOLD's two releases are both accounted: its certified eps is dp-accounting's for ONE
   sampled Gaussian of the combined multiplier over the rounds; one release alone gives less.
 - The FTRL methods' certified eps equals an independent computation: the tree through
@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import dp_accounting
@@ -44,6 +45,7 @@ class Forgetful(scaffold.Scaffold):
         return messages, jax.tree.map(jnp.zeros_like, new_control)
 
 
+@functools.cache
 def scaffold_run(chunk: int, algorithm=scaffold.Scaffold):
     task = dirichlet_digits(30, 0.1, 0)
     model = DenseClassifier(64, 10)
@@ -67,18 +69,30 @@ def control_gap(final) -> float:
 
 def test_scaffolds_control_variate_is_the_mean_of_the_clients_stored_ones():
     """Float rounding: c is a sum of 6 rounds of sums over at most 12 clients, divided by N; the
-    mean of 30 stored rows another 30 additions: well within 100 float32 ulps of |c|."""
+    mean of 30 stored rows another 30 additions: well within 100 float32 ulps of |c|. Chunks of
+    8 pad the cohort of capacity 12 to 16 slots: padding in every round."""
     tolerance = 100 * np.finfo(np.float32).eps
-    runs = [scaffold_run(chunk) for chunk in (8, 16)]
-    for final, infos in runs:
-        sizes = np.asarray(infos["cohort_size"])
-        assert np.all(sizes < 12) and sizes.max() > 0  # padding in every round
-        assert control_gap(final) < tolerance
-        visited = np.any(np.asarray(final.clients["output"]["w"]) != 0, axis=(1, 2))
-        assert 0 < visited.sum() < 30  # some clients never drawn: their rows stayed zero
-    for a, b in zip(jax.tree.leaves(runs[0][0]), jax.tree.leaves(runs[1][0]), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+    final, infos = scaffold_run(8)
+    sizes = np.asarray(infos["cohort_size"])
+    assert np.all(sizes < 12) and sizes.max() > 0  # padding in every round
+    assert control_gap(final) < tolerance
+    visited = np.any(np.asarray(final.clients["output"]["w"]) != 0, axis=(1, 2))
+    assert 0 < visited.sum() < 30  # some clients never drawn: their rows stayed zero
     assert control_gap(scaffold_run(8, Forgetful)[0]) > 0.5  # negative control
+
+
+# a third compiled program; tests/test_client_state.py checks every block width's states
+# bit for bit for the engine in general
+@pytest.mark.slow
+def test_scaffolds_states_are_the_same_for_another_chunk_width():
+    """Chunks of 16 (one chunk, 4 padded slots) give the chunks-of-8 run's states (to float
+    rounding of the sums' order) and the same control-variate identity."""
+    tolerance = 100 * np.finfo(np.float32).eps
+    final, infos = scaffold_run(16)
+    assert np.all(np.asarray(infos["cohort_size"]) < 12)
+    assert control_gap(final) < tolerance
+    for a, b in zip(jax.tree.leaves(scaffold_run(8)[0]), jax.tree.leaves(final), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
 SPECIAL = dp_accounting.NeighboringRelation.REPLACE_SPECIAL
