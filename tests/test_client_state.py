@@ -131,21 +131,25 @@ def test_padding_writes_nothing_even_where_it_would_alias_the_last_client():
 
 
 @pytest.mark.usefixtures("on_cpu")  # bit for bit against the 8-device mesh: the CPU's claim
-def test_states_are_the_same_bits_for_every_block_and_device_count():
-    """A cohort of 13 in 2 chunks of 8: one chunk a block (the plan of :func:`run` fitted to
-    the 50 clients, as in the uniform test above), both chunks in one block (blocks of up to 8
-    chunks: the 50 clients' 7 in one block), and on 8 devices."""
-    one = run(Visits(Uniform(13)))
-    wide = run(Visits(Uniform(13)), ExecutionPlan(block_size=64, chunk_size=8))
-    eight = run(
-        Visits(Uniform(13)),
+@pytest.mark.parametrize(
+    "plan",
+    [
         ExecutionPlan(block_size=8, chunk_size=8, mesh=client_mesh(8, backend="cpu")),
-    )
-    for other in (wide, eight):
-        for name, leaf in one[0].clients.items():
-            np.testing.assert_array_equal(np.asarray(other[0].clients[name]), np.asarray(leaf))
-        np.testing.assert_array_equal(np.asarray(other[1]["ids"]), np.asarray(one[1]["ids"]))
-    assert state_survives(*eight)
+        # both chunks in one block (blocks of up to 8 chunks: the 50 clients' 7 in one block)
+        pytest.param(ExecutionPlan(block_size=64, chunk_size=8), marks=pytest.mark.slow),
+    ],
+    ids=["8 devices", "one block"],
+)
+def test_states_are_the_same_bits_for_every_block_and_device_count(plan):
+    """A cohort of 13 in 2 chunks of 8, one chunk a block (the plan of :func:`run` fitted to the
+    50 clients, as in the uniform test above), against another plan: the same states, bits and
+    cohorts, and the states survive there too."""
+    one = run(Visits(Uniform(13)))
+    other = run(Visits(Uniform(13)), plan)
+    for name, leaf in one[0].clients.items():
+        np.testing.assert_array_equal(np.asarray(other[0].clients[name]), np.asarray(leaf))
+    np.testing.assert_array_equal(np.asarray(other[1]["ids"]), np.asarray(one[1]["ids"]))
+    assert state_survives(*other)
 
 
 def test_every_client_is_the_cohort_all_with_state():

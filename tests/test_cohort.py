@@ -269,15 +269,17 @@ def test_overflow_is_counted_and_the_kept_clients_are_the_cohorts_first():
 # -- a client's message ------------------------------------------------------------------------
 
 
-COHORTS = (Uniform(50), Poisson(0.2))
-# The fitted default computes each cohort in one chunk (56 and 280 wide, everyone 1,000); the
-# mesh in chunks of 8 (the Poisson cohort 35 a shard: one block of 5 chunks; everyone 125
-# a shard: 2 blocks of 8).
+# A Poisson cohort: its size varies by round, so its rows past the size are padding. The fitted
+# default computes it in one chunk (280 wide, everyone 1,000); the mesh in chunks of 8 (the
+# cohort 35 a shard: one block of 5 chunks; everyone 125 a shard: 2 blocks of 8).
+COHORTS = (Poisson(0.2),)
 PLANS = {
     "default": ExecutionPlan.for_backend("cpu"),
     "8 devices": ExecutionPlan(block_size=64, chunk_size=8, mesh=client_mesh(8, backend="cpu")),
 }
-# the same chunks of 8 on one device: no path the two plans above do not take (slow)
+# slow: a uniform cohort beside it (the same gather of the cohort's records and keys, with no
+# padding), and the same chunks of 8 on one device (no path the two plans above do not take)
+WITH_UNIFORM = (Uniform(50), Poisson(0.2))
 ONE_DEVICE = {"chunks of 8": ExecutionPlan(block_size=64, chunk_size=8)}
 
 
@@ -300,36 +302,42 @@ class Cohorts:
         return state, [*sampled, clients.stack(_client, jnp.float32(2.0))]
 
 
-def _stacked_runs(plan, seed=4, rounds=2):
+def _stacked_runs(plan, cohorts=COHORTS, seed=4, rounds=2):
     """Two rounds of :class:`Cohorts` under ``plan``, on the host CPU (the bit-for-bit claims
     against the 8-device mesh are the CPU's), as numpy arrays."""
     with jax.default_device(jax.devices("cpu")[0]):
         population = SyntheticLinear.create(jax.random.key(1), 1_000, 4)
-        algorithm = Cohorts(COHORTS)
+        algorithm = Cohorts(cohorts)
         infos = simulate(algorithm, population, None, jax.random.key(seed), rounds, plan)[1]
     return jax.tree.map(np.asarray, infos)
 
 
 @pytest.fixture(
     scope="module",
-    params=[PLANS, pytest.param({**PLANS, **ONE_DEVICE}, marks=pytest.mark.slow)],
-    ids=["default and 8 devices", "and chunks of 8 on one device"],
+    params=[
+        (COHORTS, PLANS),
+        pytest.param((WITH_UNIFORM, {**PLANS, **ONE_DEVICE}), marks=pytest.mark.slow),
+    ],
+    ids=["poisson, default and 8 devices", "and uniform, and chunks of 8 on one device"],
 )
 def stacked_runs(request):
-    return {name: _stacked_runs(plan) for name, plan in request.param.items()}
+    """``(cohorts, {plan name: the runs' infos})``."""
+    cohorts, plans = request.param
+    return cohorts, {name: _stacked_runs(plan, cohorts) for name, plan in plans.items()}
 
 
 def test_a_clients_message_is_the_same_whoever_shares_its_cohort_and_however_it_is_run(
     stacked_runs,
 ):
     """Each sampled client's message (its draws and its record) equals its message in the same
-    round without a cohort, bit for bit, in a uniform and in a Poisson cohort (so whoever its
-    companions are), in the fitted default's one chunk and in chunks of 8 on an 8-device
-    mesh. Masked rows are zero. Negative control: the previous round's message of the
-    same client differs."""
-    for name, runs in stacked_runs.items():
+    round without a cohort, bit for bit, whoever its companions are (a Poisson cohort, another
+    each round), in the fitted default's one chunk and in chunks of 8 on an 8-device mesh.
+    Masked rows are zero. Negative control: the previous round's message of the same client
+    differs."""
+    cohorts, runs_by_plan = stacked_runs
+    for name, runs in runs_by_plan.items():
         *sampled, everyone = runs
-        for cohort, (messages, _, info) in zip(COHORTS, sampled, strict=True):
+        for cohort, (messages, _, info) in zip(cohorts, sampled, strict=True):
             rounds, capacity = info.ids.shape
             assert messages["bits"].shape == (rounds, capacity, 2), (name, cohort)
             for t in range(rounds):
@@ -347,24 +355,26 @@ def test_a_clients_message_is_the_same_whoever_shares_its_cohort_and_however_it_
 def test_the_cohort_is_a_function_of_run_and_round_only(stacked_runs):
     """Same run key and round: the same cohort, whatever the chunk width or device count;
     another round or another run key: another cohort."""
-    ids = {name: [info.ids for _, _, info in runs[:-1]] for name, runs in stacked_runs.items()}
+    cohorts, runs_by_plan = stacked_runs
+    ids = {name: [info.ids for _, _, info in runs[:-1]] for name, runs in runs_by_plan.items()}
     for name in ids:
         for a, b in zip(ids[name], ids["default"], strict=True):
             np.testing.assert_array_equal(a, b, err_msg=name)
-    uniform = ids["default"][0]
-    assert not np.array_equal(uniform[0], uniform[1])
-    other_seed = _stacked_runs(PLANS["default"], seed=5)[0][2].ids  # (the same program)
-    assert not np.array_equal(other_seed[0], uniform[0])
+    first = ids["default"][0]
+    assert not np.array_equal(first[0], first[1])
+    other_seed = _stacked_runs(PLANS["default"], cohorts, seed=5)[0][2].ids  # the same program
+    assert not np.array_equal(other_seed[0], first[0])
 
 
 def test_sums_over_a_cohort_match_the_stack_and_eight_devices(stacked_runs):
     """The summed statistic over a cohort is the sum of the stacked rows (within float32
     rounding), for every plan, on one device and on an 8-device mesh; the stacks are the same
     bits under every plan."""
-    reference = stacked_runs["default"]
-    for name, runs in stacked_runs.items():
+    cohorts, runs_by_plan = stacked_runs
+    reference = runs_by_plan["default"]
+    for name, runs in runs_by_plan.items():
         for cohort, (stack, total, info), (stack1, total1, _) in zip(
-            COHORTS, runs[:-1], reference[:-1], strict=True
+            cohorts, runs[:-1], reference[:-1], strict=True
         ):
             for field in stack:
                 np.testing.assert_array_equal(stack[field], stack1[field], err_msg=name)
