@@ -230,11 +230,12 @@ ROOTED_DRAWS = {
 
 
 @pytest.mark.parametrize(
-    "make_key, draw",
+    "make_key, draw, sweep",
     [
         pytest.param(
             MAKE_KEYS[roots],
             ROOTED_DRAWS[draw],
+            roots == "three roots",  # the sweep's claim is the same for every kind of roots
             id=f"{draw}-{roots}",
             # jax's normals through the roots that differ in one word: the branch the private
             # draws take there, reached by the normals of three roots (slow)
@@ -244,37 +245,42 @@ ROOTED_DRAWS = {
         for roots in MAKE_KEYS
     ],
 )
-def test_a_vmapped_chunk_of_streams_from_different_roots_draws_each_clients_own(make_key, draw):
+def test_a_vmapped_chunk_of_streams_from_different_roots_draws_each_clients_own(
+    make_key, draw, sweep
+):
     """A chunk whose streams do not share their root (a user vmapping over keys of their own)
     takes the branch that reads every root word per client: the numbers are still each client's
     alone. (On CPU a chunk sharing its root is hashed under the root as scalars; a test of only
-    one root word would send the last two cases there and fail here.)"""
+    one root word would send the last two cases there and fail here.) With three roots, also a
+    sweep of such a chunk beside one that shares its root."""
     root = _round_key()
     ids = CHUNK_IDS[:24]
 
     @jax.jit
     def draws(ids):
-        # a sweep of a chunk that shares its root beside one that does not
-        swept = jax.vmap(
-            lambda is_mixed: jax.vmap(
-                lambda i: draw(jax.lax.cond(is_mixed, make_key, client_key, root, i))
-            )(ids)
-        )(jnp.array([False, True]))
-        return (
-            jax.vmap(lambda i: draw(make_key(root, i)))(ids),
-            _one_by_one(draw, partial(make_key, root), ids),
-            jax.vmap(lambda i: draw(client_key(root, i)))(ids),
-            swept,
-        )
+        drawn = {
+            "batched": jax.vmap(lambda i: draw(make_key(root, i)))(ids),
+            "alone": _one_by_one(draw, partial(make_key, root), ids),
+            "shared": jax.vmap(lambda i: draw(client_key(root, i)))(ids),
+        }
+        if sweep:  # a sweep of a chunk that shares its root beside one that does not
+            drawn["swept"] = jax.vmap(
+                lambda is_mixed: jax.vmap(
+                    lambda i: draw(jax.lax.cond(is_mixed, make_key, client_key, root, i))
+                )(ids)
+            )(jnp.array([False, True]))
+        return drawn
 
-    batched, alone, shared, swept = draws(ids)
-    _assert_same(batched, alone)
+    drawn = draws(ids)
+    batched, shared = drawn["batched"], drawn["shared"]
+    _assert_same(batched, drawn["alone"])
     # negative control: the same ids under the shared root draw other numbers
     assert not np.array_equal(jax.tree.leaves(shared)[0], jax.tree.leaves(batched)[0])
-    # in the sweep each chunk keeps its draws (both take the branch for any roots; a test of any
-    # chunk instead of every one would not)
-    _assert_same(jax.tree.map(lambda x: x[0], swept), shared)
-    _assert_same(jax.tree.map(lambda x: x[1], swept), batched)
+    if sweep:
+        # each chunk keeps its draws (both take the branch for any roots; a test of any chunk
+        # instead of every one would not)
+        _assert_same(jax.tree.map(lambda x: x[0], drawn["swept"]), shared)
+        _assert_same(jax.tree.map(lambda x: x[1], drawn["swept"]), batched)
 
 
 def test_a_sweep_over_roots_of_vmapped_chunks_draws_each_clients_own():

@@ -199,7 +199,7 @@ def test_timed_simulation_separates_compile_from_run_and_changes_nothing(populat
     between the last two. (A program no other test runs, so it is compiled here; the plain call
     then finds it in JAX's cache.) A method's run record carries both fields."""
     from jfed.engine import loop
-    from jfed.methods import ModulatedIterative
+    from jfed.methods import OLS
     from jfed.sweep import run as run_method
 
     events: list[str] = []
@@ -226,7 +226,7 @@ def test_timed_simulation_separates_compile_from_run_and_changes_nothing(populat
     assert timings == {"compile_seconds": 1.0, "run_seconds": 1.0}
     assert events == ["clock", "compile", "clock", "clock", "clock"], events
     assert _leaves_equal(mean(), timed)
-    record = run_method(ModulatedIterative(dataset="modechoice", epsilon=2.0, rounds=2))
+    record = run_method(OLS(dataset="modechoice"))  # a method whose program compiles at once
     assert all(
         isinstance(record[field], float) and 0 <= record[field] < float("inf")
         for field in ("run_seconds", "compile_seconds")
@@ -306,7 +306,12 @@ def test_only_the_chunks_past_the_end_are_masked(block):
     np.testing.assert_allclose(float(total["first"]), 2.0 * float(np.sum(X[:, 0])), rtol=1e-4)
 
 
-@pytest.mark.parametrize("workload", ["modulated", "W"])
+@pytest.mark.parametrize(
+    "workload",
+    # both branch sites, reached by the modulated map; W reaches the same two through a local
+    # randomizer's aggregator, on an array population (slow)
+    ["modulated", pytest.param("W", marks=pytest.mark.slow)],
+)
 def test_a_round_is_the_same_with_every_backends_branches(both_branches, workload):
     """The branches other backends than the CPU lower (no masking skipped for full chunks, no draws
     held in memory by a conditional), forced here, over a population that ends inside a chunk: the
