@@ -360,9 +360,10 @@ def _hold_lock(folder: str, seconds: float) -> subprocess.Popen:
 
 def test_second_writer_is_refused_and_rows_stay_unique(tmp_path, capsys):
     out = str(tmp_path / "sweep")
-    # one unit of two eps: one compiled program (the resume's of tests/test_results_folder.py)
+    # two runs, one per compiled call: the program of `jfed run modulated-one-shot`
     argv = ["sweep", "modulated-one-shot", "--dataset", "modechoice", "--epsilon", "1,2",
-            "--seeds", "1", "--no-progress", "--out", out]  # fmt: skip
+            "--seeds", "1", "--no-shared-noise", "--slice-size", "1", "--no-progress",
+            "--out", out]  # fmt: skip
     holder = _hold_lock(out, 30)
     try:
         assert main(argv) == 2

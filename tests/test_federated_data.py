@@ -238,8 +238,11 @@ def _count_cdf_rejected(counts: np.ndarray, log_mean: float, log_std: float, n_m
 
 
 def test_counts_follow_the_capped_lognormal():
-    pop = SyntheticFederated.create(jax.random.key(1), 20_000, n_max=64)
-    counts = _host_models(pop, np.arange(20_000)).count
+    # 20,000 clients: 20 populations of K (the statistical checks' program)
+    counts = np.concatenate([
+        _host_models(_population(100 + seed), np.arange(K)).count for seed in range(20)
+    ])  # fmt: skip
+    assert counts.size == 20_000
     assert counts.min() >= 1 and counts.max() == 64
     assert not _count_cdf_rejected(counts, 3.0, 1.5, 64)
     assert _count_cdf_rejected(counts, 3.3, 1.5, 64)  # negative control: m off by 0.3

@@ -17,6 +17,9 @@ from jfed.sweep import read_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ONE_SHOT = ["--dataset", "modechoice", "--no-progress"]
+# one run per compiled call, each with its own noise: a sweep that runs the program of `jfed run`
+# (where neither the slices nor the shared noise are what a test is about)
+ONE_PER_CALL = ["--no-shared-noise", "--slice-size", "1"]
 
 
 def test_every_declared_default_is_in_its_range_and_documented():
@@ -151,13 +154,12 @@ def test_run_is_a_sweep_of_one_configuration(tmp_path, capsys):
 
 def test_fixed_fields_are_recorded_and_resume_is_keyed_by_the_whole_configuration(tmp_path, capsys):
     out = tmp_path / "sweep"
-    # two units of two eps: the program of the one-shot sweeps below
-    argv = ["sweep", "modulated-one-shot", *ONE_SHOT, "--epsilon", "1,4", "--seeds", "1",
-            "--set", "beta=0.3", "--grid", "ridge_scale=0.5,1", "--extend-edges", "0",
-            "--out", str(out)]  # fmt: skip
+    argv = ["sweep", "modulated-one-shot", *ONE_SHOT, *ONE_PER_CALL, "--epsilon", "1,4",
+            "--seeds", "2", "--set", "beta=0.3", "--grid", "ridge_scale=0.5,1",
+            "--extend-edges", "0", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     rows = read_rows(str(out / "runs.jsonl"))
-    assert len(rows) == 4 and {r["beta"] for r in rows} == {0.3}
+    assert len(rows) == 8 and {r["beta"] for r in rows} == {0.3}
     assert {r["ridge_scale"] for r in rows} == {0.5, 1.0}
 
     def snapshot():
@@ -188,7 +190,7 @@ def test_fixed_fields_are_recorded_and_resume_is_keyed_by_the_whole_configuratio
     grid_changed.remove("beta=0.3")
     assert main(grid_changed) == 2 and "cannot resume" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 0  # the same arguments continue
-    assert len(read_rows(str(out / "runs.jsonl"))) == 4
+    assert len(read_rows(str(out / "runs.jsonl"))) == 8
 
 
 def test_silo_sweep_uses_the_given_delta(tmp_path):
@@ -206,10 +208,11 @@ def test_results_tables_load_and_plot_overlays_several_sweeps(tmp_path, capsys):
     import jfed
 
     folders = []
-    # the iterative sweep's slices are given (one compile); the one-shot's come from the memory
-    # budget (XLA's memory analysis of one unit: a second compile)
-    for name, extra in (("modulated-iterative", ["--rounds", "3", "--slice-size", "4"]),
-                        ("modulated-one-shot", [])):  # fmt: skip
+    # the iterative sweep runs one configuration per call (the program of `jfed run modulated
+    # --rounds 3`); the one-shot's slices come from the memory budget (XLA's memory analysis of
+    # one unit, then the program of a slice)
+    iterative = ["--rounds", "3", *ONE_PER_CALL]
+    for name, extra in (("modulated-iterative", iterative), ("modulated-one-shot", [])):
         folder = str(tmp_path / name)
         assert main(["sweep", name, *ONE_SHOT, *extra, "--epsilon", "1,10", "--seeds", "2",
                      "--out", folder]) == 0  # fmt: skip
@@ -235,8 +238,8 @@ def test_results_tables_load_and_plot_overlays_several_sweeps(tmp_path, capsys):
 
 
 def test_progress_bars_only_on_a_terminal(tmp_path, capsys):
-    assert main(["sweep", "modulated-one-shot", *ONE_SHOT[:2], "--epsilon", "1,2", "--seeds",
-                 "2", "--out", str(tmp_path / "quiet")]) == 0  # fmt: skip
+    assert main(["sweep", "modulated-one-shot", *ONE_SHOT[:2], *ONE_PER_CALL, "--epsilon",
+                 "1,2", "--seeds", "2", "--out", str(tmp_path / "quiet")]) == 0  # fmt: skip
     err = capsys.readouterr().err
     assert "run/s" not in err and "it/s" not in err and "sweep modulated" not in err
 

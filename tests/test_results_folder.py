@@ -21,10 +21,11 @@ from jfed.sweep.lock import LOCK_NAME, FolderLockedError, folder_lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCK_FILE = os.path.join(ROOT, "jfed", "sweep", "lock.py")
-# one unit per compiled call: the sweeps here run one program for a unit of one eps (that of
-# `jfed run modulated-one-shot`) and one for a unit of two, and no memory analysis
+# one run per compiled call, each with its own noise: every sweep here runs the one program of
+# `jfed run modulated-one-shot` (no program of shared-noise units, no memory analysis)
 SWEEP = ["sweep", "modulated-one-shot", "--dataset", "modechoice", "--seeds", "1",
-         "--no-progress", "--extend-edges", "0", "--slice-size", "1"]  # fmt: skip
+         "--no-progress", "--extend-edges", "0", "--no-shared-noise",
+         "--slice-size", "1"]  # fmt: skip
 
 
 def _row(key: str, **fields) -> dict:
