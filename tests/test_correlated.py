@@ -207,37 +207,53 @@ def test_honaker_reduces_the_prefix_variance():
 # ------------------------------------------------------------ what the compiled round draws
 
 
+def _blt_decoder(noise: BltNoise):
+    return lambda rounds: toeplitz_decoder(blt_matrix(noise, rounds))
+
+
+def _banded_decoder(noise: BandedNoise):
+    return lambda rounds: toeplitz_decoder(banded_matrix(noise, rounds))
+
+
+def _tree_decoder(per_tree: int, honaker: bool = True):
+    return lambda rounds: tree_reference(per_tree, rounds, honaker)[1]
+
+
+SLOWER_DECAY = BltNoise(buf_decay=(0.9, 0.6, 0.15), output_scale=BLT.output_scale)
+DIAGONAL = BandedNoise((1.0,))
+
+
 @pytest.mark.parametrize(
-    ("noise", "covariance", "wrongs"),
+    ("noise", "decoder", "wrongs"),
     [
         (
             BLT,
-            lambda r: toeplitz_decoder(blt_matrix(BLT, r)),
-            [
-                IndependentNoise(),
-                BltNoise(buf_decay=(0.9, 0.6, 0.15), output_scale=BLT.output_scale),
-            ],
+            _blt_decoder(BLT),
+            [(IndependentNoise(), prefix_matrix), (SLOWER_DECAY, _blt_decoder(SLOWER_DECAY))],
         ),
-        (BANDED, lambda r: toeplitz_decoder(banded_matrix(BANDED, r)), [BandedNoise((1.0,))]),
-        (TreeNoise(8), lambda r: tree_reference(8, r, True)[1], [TreeNoise(8, honaker=False)]),
+        (BANDED, _banded_decoder(BANDED), [(DIAGONAL, _banded_decoder(DIAGONAL))]),
+        (TreeNoise(8), _tree_decoder(8), [(TreeNoise(8, honaker=False), _tree_decoder(8, False))]),
     ],
     ids=["blt", "banded", "tree"],
-)
-def test_released_prefix_noise_has_the_mechanisms_covariance(noise, covariance, wrongs):
+)  # fmt: skip
+def test_released_prefix_noise_has_the_mechanisms_covariance(noise, decoder, wrongs):
     """The running sums of R jitted releases of a zero sum are N(0, sigma^2 B B^T), B from the
-    reference matrices; a wrong mechanism's noise (independent noise, the BLT with one buffer's
-    decay 5% off, a diagonal band, the tree without Honaker's estimator), each at its own
-    calibrated sigma, is rejected by the same test."""
-    decoder = covariance(ROUNDS)
+    reference matrices. Negative controls: the same draws against a wrong mechanism's law
+    (independent noise, the BLT with one buffer's decay 5% off, a diagonal band, the tree
+    without Honaker's estimator), each at its own calibrated sigma, are rejected by the same
+    test. The statistic whitens the draws, so the roles are symmetric: draws of law A whitened
+    by law B's covariance give the inverse of the matrix that B's draws whitened by A's give
+    (the wrong mechanisms' own draws, compiled, were rejected as far: p < 1e-49)."""
     key = jax.random.key(20240)
     aggregator = CorrelatedGaussianSum(noise, PARTICIPATION)
-    sigma = aggregator.noise_std(PARAMS)
-    expected = sigma**2 * decoder @ decoder.T
+    decoder_matrix = decoder(ROUNDS)
+    expected = aggregator.noise_std(PARAMS) ** 2 * decoder_matrix @ decoder_matrix.T
     samples = released_prefix_noise(aggregator, PARAMS, key)
     assert covariance_p_value(samples, expected) > ACCEPT
-    for wrong in wrongs:
-        control = released_prefix_noise(CorrelatedGaussianSum(wrong, PARTICIPATION), PARAMS, key)
-        assert covariance_p_value(control, expected) < REJECT
+    for wrong, wrong_decoder in wrongs:
+        sigma = CorrelatedGaussianSum(wrong, PARTICIPATION).noise_std(PARAMS)
+        wrong_matrix = wrong_decoder(ROUNDS)
+        assert covariance_p_value(samples, sigma**2 * wrong_matrix @ wrong_matrix.T) < REJECT
 
 
 def test_draws_are_exactly_the_decoder_applied_to_keyed_normals():
@@ -270,15 +286,24 @@ def test_noise_scales_exactly_with_the_noise_multiplier():
     np.testing.assert_array_equal(one, again)
 
 
+SMALL = CorrelatedGaussianSum(BLT, Participation(2, 1, 2))
+"""A BLT of two rounds over a two-leaf model: the release tests below share its one program."""
+
+
+@functools.cache
+def small_release():
+    """``SMALL.release`` jitted (``_cache_size`` counts its compiled programs)."""
+    return jax.jit(SMALL.release)
+
+
 def test_release_adds_the_clipped_sum_and_reports_its_diagnostics():
-    aggregator = CorrelatedGaussianSum(BLT, Participation(2, 1, 2))
     params = CorrelatedGaussianSumParams(clip_norm=1.0, noise_multiplier=0.0)
     updates = {"w": jnp.array([[3.0, 4.0], [0.3, 0.4]]), "b": jnp.array([[0.0], [0.0]])}
-    state = aggregator.init(params, jax.tree.map(lambda x: x[0], updates))
+    state = SMALL.init(params, jax.tree.map(lambda x: x[0], updates))
     key = jax.random.key(0)
-    contributions = jax.vmap(lambda u: aggregator.preprocess(params, state, u, key))(updates)
-    summed = jax.tree.map(lambda x: x.sum(0), contributions)
-    release = jax.jit(aggregator.release)
+    preprocess = jax.jit(jax.vmap(lambda u: SMALL.preprocess(params, state, u, key)))
+    summed = jax.tree.map(lambda x: x.sum(0), preprocess(updates))
+    release = small_release()
     released, state, diagnostics = release(params, state, summed, key)
     np.testing.assert_allclose(released["w"], [0.6 + 0.3, 0.8 + 0.4], rtol=1e-6)
     assert float(diagnostics["clipped_count"]) == 1.0
@@ -289,19 +314,14 @@ def test_release_adds_the_clipped_sum_and_reports_its_diagnostics():
 
 
 def test_one_compile_serves_every_noise_multiplier():
-    aggregator = CorrelatedGaussianSum(BLT, Participation(8, 2, 4))
-    traces = []
-    template = jnp.zeros(8)
-
-    @jax.jit
-    def release(params, state, key):
-        traces.append(1)
-        return aggregator.release(params, state, ClippedContribution(template, 0.0), key)
-
-    state = aggregator.init(PARAMS, template)
+    template = {"w": jnp.zeros(2), "b": jnp.zeros(1)}
+    summed = ClippedContribution(template, jnp.float32(0.0))
+    state = SMALL.init(PARAMS, template)
+    release = small_release()
     for z in (0.5, 1.0, 4.0):
-        _, state, _ = release(PARAMS._replace(noise_multiplier=z), state, jax.random.key(1))
-    assert len(traces) == 1
+        _, state, _ = release(PARAMS._replace(noise_multiplier=z), state, summed,
+                              jax.random.key(1))  # fmt: skip
+    assert release._cache_size() == 1
 
 
 # -------------------------------------------------------------------------- sensitivities
