@@ -208,14 +208,12 @@ def test_results_tables_load_and_plot_overlays_several_sweeps(tmp_path, capsys):
     import jfed
 
     folders = []
-    # the iterative sweep runs one configuration per call (the program of `jfed run modulated
-    # --rounds 3`); the one-shot's slices come from the memory budget (XLA's memory analysis of
-    # one unit, then the program of a slice)
-    iterative = ["--rounds", "3", *ONE_PER_CALL]
-    for name, extra in (("modulated-iterative", iterative), ("modulated-one-shot", [])):
+    # one configuration per call: the programs of `jfed run modulated --rounds 3` and `jfed run
+    # modulated-one-shot` (the memory budget's slices: tests/test_compilation_cache.py's sweep)
+    for name, extra in (("modulated-iterative", ["--rounds", "3"]), ("modulated-one-shot", [])):
         folder = str(tmp_path / name)
-        assert main(["sweep", name, *ONE_SHOT, *extra, "--epsilon", "1,10", "--seeds", "2",
-                     "--out", folder]) == 0  # fmt: skip
+        assert main(["sweep", name, *ONE_SHOT, *ONE_PER_CALL, *extra, "--epsilon", "1,10",
+                     "--seeds", "2", "--out", folder]) == 0  # fmt: skip
         folders.append(folder)
     schema = pq.read_schema(os.path.join(folders[0], "runs.parquet"))
     assert str(schema.field("test_r2_per_round").type) == "list<element: double>"
