@@ -178,7 +178,8 @@ def _assert_same(batched, alone):
         # the same function with no uniform, and jax.random.normal's scalar: slow
         pytest.param(lambda k: normals_and_uniforms(k, 3, 0), marks=pytest.mark.slow),
         lambda k: private_normals_and_uniforms(k, 10, 1),
-        lambda k: private_normals(k, (2, 5)),
+        # private_normals are the same draws reshaped (test_gaussian_noise_draws_...): slow
+        pytest.param(lambda k: private_normals(k, (2, 5)), marks=pytest.mark.slow),
         lambda k: jax.random.normal(k, (3,)),
         pytest.param(lambda k: jax.random.normal(k), marks=pytest.mark.slow),
         lambda k: jax.random.bits(k, (2, 3), jnp.uint8),
@@ -304,7 +305,11 @@ def test_a_sweep_over_roots_of_vmapped_chunks_draws_each_clients_own():
     assert not np.array_equal(np.asarray(swept[0][1]), np.asarray(swept[0][0]))
 
 
-@pytest.mark.parametrize("n_normal, n_uniform", [(11, 0), (10, 0), (4, 3), (1, 0)])
+@pytest.mark.parametrize(
+    "n_normal, n_uniform",
+    # odd and even counts, with uniforms; a single normal (odd, as 11) is slow
+    [(11, 0), (10, 0), (4, 3), pytest.param(1, 0, marks=pytest.mark.slow)],
+)
 def test_a_vmapped_chunk_of_threefry_keys_draws_jax_threefry_words(n_normal, n_uniform):
     """A procedural population's draws (threefry keys from ``fold_in``): the words of a vmapped
     chunk are jax's ``threefry_2x32(key, arange(n))`` for each client, odd n included (jax pads
