@@ -212,8 +212,10 @@ def test_timed_simulation_separates_compile_from_run_and_changes_nothing(populat
         if event == "/jax/core/compile/backend_compile_duration":
             events.append("compile")
 
+    key = jax.random.key(3)  # made before the clock is watched
+
     def mean(**timings):
-        return simulate(NoisyMean(), population, None, jax.random.key(3), 2, PLAN, **timings)
+        return simulate(NoisyMean(), population, None, key, 2, PLAN, **timings)
 
     timings: dict = {}
     with monkeypatch.context() as patched:

@@ -126,6 +126,8 @@ def record():
 
 
 def test_cli_run_selects_a_fraction_and_reports_accuracy(record):
+    """3 of 10 clients a round: its accuracy, the noise-free run's, one per round, and the
+    accountant that certified it (its eps is checked below)."""
     assert record["selected_per_round"] == 3
     assert 0.0 <= record["test_accuracy"] <= 1.0 and 0 < record["noise_free_test_accuracy"] <= 1
     assert len(record["test_accuracy_per_round"]) == 2
