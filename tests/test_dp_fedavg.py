@@ -420,11 +420,15 @@ def test_server_optimizer_steps_on_minus_delta_as_optax(name):
 
 
 def test_dirichlet_digits_population():
+    """The Dirichlet digits population a run's record names (its data section, built without
+    compiling the round: DP-SCAFFOLD, DP-FTRL and DP-Ditto run on this population through the
+    same loader in tests/test_federated_methods.py)."""
     config = declared.DPFedAvg(dataset="digits-dirichlet", clients=50, dirichlet=0.3, rounds=3,
                                cohort_size=10, epsilon=4.0)  # fmt: skip
-    record = jfed.run(config)
+    experiment = build_experiment(config)
+    record = experiment.identity()
     assert record["dataset"] == "digits-dirichlet(0.3)"
-    assert record["n_clients"] == 50
+    assert record["n_clients"] == 50 == experiment.population.n_clients
     with pytest.raises(ValueError, match="--model-heterogeneity"):
         dataclasses.replace(config, model_heterogeneity=2.0).check()
 
