@@ -135,3 +135,39 @@ def test_an_overlay_of_two_metrics_is_refused_naming_the_folders(tmp_path):
     with pytest.raises(UsageError, match=r"one metric, got a: test_r2; b: test_accuracy"):
         plots.plot_overlay([("a", [_row("x", 1, 0.5)]), ("b", accuracy)], str(tmp_path / "u"))
     assert list(tmp_path.iterdir()) == []
+
+
+QUALIFIED = ("local (eps, delta)-DP of the ideal real-valued Gaussian, not certified for the "
+             "float32 sampler (its noise reaches 9 sd, the sensitivity is 10.1 sd: up to 0.3 more "
+             "delta; certified up to eps 41.2)")  # fmt: skip
+
+
+def test_a_qualified_guarantee_is_a_hollow_point_of_its_notion(drawn):
+    """A run whose notion qualifies its method's (the ideal mechanism's guarantee only, at a large
+    eps) is a hollow circle on its line, under the one notion the axis states: not a second
+    notion in a legend as long as the qualification (which squeezed the panel to nothing)."""
+    import warnings
+
+    rows = [_row("modulated", 1, 0.1), _row("modulated", 10, 0.5),
+            _row("modulated", 100, 0.8, QUALIFIED)]  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "constrained_layout not applied"
+        axis = drawn([("modulated", rows), ("dpsgd", [_row("dpsgd", e, 0.7) for e in (1, 10)])])
+    hollow = [line for line in axis.lines
+              if line.get_marker() == "o" and line.get_markerfacecolor() == "white"]  # fmt: skip
+    assert [list(line.get_xdata()) for line in hollow if len(line.get_xdata())] == [[100.0]]
+    assert "hollow circles: 1 point(s)" in axis.get_title()
+    assert "notions differ" not in axis.get_xlabel().replace("\n", " ")
+    assert "local (eps, delta)-DP" in axis.get_xlabel()
+    # negative control: the same runs without the qualification have no hollow circle
+    axis = drawn([("modulated", [dict(r, notion="local (eps, delta)-DP") for r in rows])])
+    assert not [line for line in axis.lines if line.get_marker() == "o"
+                and line.get_markerfacecolor() == "white" and len(line.get_xdata())]  # fmt: skip
+    assert "hollow circles" not in axis.get_title()
+
+
+def test_a_long_legend_label_wraps(drawn):
+    axis = drawn([("a method with a long name " * 4, [_row("m", e, 0.5) for e in (1, 10)])])
+    (text,) = axis.get_legend().get_texts()
+    lines = text.get_text().split("\n")
+    assert len(lines) > 1 and all(len(line) <= plots.LEGEND_WIDTH for line in lines)

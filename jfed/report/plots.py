@@ -27,6 +27,7 @@ from jfed.catalog import METRIC_LABELS
 LOG_METRICS = ("mse",)
 OUTLIER_FENCE = 3.0  # interquartile ranges beyond the quartiles that the y-range still shows
 LABEL_WIDTH = 70  # characters per line of an axis label: a long notion wraps, never runs off
+LEGEND_WIDTH = 50  # characters per line of a legend's label, beside a panel 6.4 inches wide
 
 
 def _private(row: dict) -> bool:
@@ -42,8 +43,17 @@ def _notion(row: dict) -> str:
 
 
 def _notions(rows: list[dict]) -> list[str]:
-    """The privacy notions of the private rows (a non-private method has none to state)."""
-    return sorted({_notion(r) for r in rows if _notion(r)})
+    """The privacy notions of the private rows (a non-private method has none to state); a
+    notion that qualifies another one of the rows (it starts with it and says more, e.g. "...
+    of the ideal real-valued Gaussian, not certified for the float32 sampler") counts as the
+    notion it qualifies: its points are drawn hollow (:func:`_qualified`)."""
+    stated = {_notion(r) for r in rows if _notion(r)}
+    return sorted(n for n in stated if not any(n != m and n.startswith(m + " ") for m in stated))
+
+
+def _qualified(row: dict, notions: list[str]) -> bool:
+    """Whether the row's notion is a qualified form of one of ``notions``."""
+    return bool(_notion(row)) and _notion(row) not in notions
 
 
 def _epsilon_label(rows: list[dict]) -> str:
@@ -111,8 +121,12 @@ def _number(value) -> float:
 
 def _legend(axis) -> None:
     """The legend beside the panel, never over its points (``bbox_inches="tight"`` keeps it)."""
-    if axis.get_legend_handles_labels()[0]:
-        axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    handles, labels = axis.get_legend_handles_labels()
+    if handles:
+        # wrapped: a legend as wide as a long label would squeeze the panel to nothing
+        wrapped = ["\n".join(textwrap.wrap(label, LEGEND_WIDTH)) for label in labels]
+        axis.legend(handles, wrapped, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                    borderaxespad=0.0)  # fmt: skip
 
 
 def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: str):
@@ -132,7 +146,9 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
         outside = missing = 0
         private_shown = False
         panel = [r for _, rows in lines for r in rows if (r.get("dataset") or "") == dataset]
-        mixed = len(_notions(panel)) > 1
+        notions = _notions(panel)
+        mixed = len(notions) > 1
+        qualified_shown = 0
         for index, (label, rows) in enumerate(lines):
             mine = sorted(
                 (r for r in rows if (r.get("dataset") or "") == dataset),
@@ -164,7 +180,12 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
             private_shown = True
             inside = (mean >= low) & (mean <= high)
             axis.plot(eps, np.clip(mean, low, high), color=f"C{index}", label=label)
-            axis.plot(eps[inside], mean[inside], "o", color=f"C{index}")
+            qualified = np.array([_qualified(r, notions) for r in mine])[drawn]
+            qualified_shown += int(np.sum(qualified & inside))
+            for hollow in (False, True):
+                chosen = inside & (qualified == hollow)
+                axis.plot(eps[chosen], mean[chosen], "o", color=f"C{index}",
+                          markerfacecolor="white" if hollow else f"C{index}")  # fmt: skip
             for edge, beyond, marker in ((low, mean < low, "v"), (high, mean > high, "^")):
                 if beyond.any():  # a clipped point: hollow, pointing to where it lies
                     axis.plot(eps[beyond], np.full(beyond.sum(), edge), marker, color=f"C{index}",
@@ -190,6 +211,9 @@ def _utility_panels(lines: list[tuple[str, list[dict]]], metric: str, prefix: st
             title.append(f"{outside} point(s) outside the y-range: hollow triangles at its edge")
         if missing:
             title.append(f"{missing} point(s) not drawn: the metric was not finite")
+        if qualified_shown:
+            title.append(f"hollow circles: {qualified_shown} point(s) whose run states a "
+                         "qualified guarantee (its record's notion says how)")  # fmt: skip
         axis.set_title("\n".join(title), fontsize=8)
         axis.grid(alpha=0.3)
         _legend(axis)
