@@ -59,6 +59,7 @@ from jfed.privacy.accounting import AccountantSpec, Zcdp, via
 from jfed.privacy.client_stream import KeyedUpdate
 from jfed.privacy.clipping import clip_to_ball
 from jfed.privacy.guarantee import Adjacency, PrivacyGuarantee
+from jfed.privacy.local_discrete import GridGaussianParams, LocalGridGaussian
 from jfed.privacy.plan import rounds_plan
 
 PROTECTED = "one client's feature vector x_i (responses y_i treated as public)"
@@ -82,6 +83,11 @@ class Hyperparams(NamedTuple):
         directions every round from the server key.
       adjacency_diameter: optional ``D: f32[]``, how far apart two neighbouring feature
         vectors may be (at most ``2 C``); ``None``: ``2 C``. Read only by the map's event.
+      noise_multiplier: ``z: f32[]`` of the exact map on the integer grid (an estimator with a
+        ``grid_norm``, :class:`ModulatedGridMap`): its discrete Gaussian noise is at least z
+        times a message's integer sensitivity; ``noise_std`` is then 0 (the server reads the
+        noise's variance from the grid, :meth:`ModulatedGridMap.noise_std`). ``None`` for the
+        float map.
     """
 
     alpha: jax.Array
@@ -95,6 +101,7 @@ class Hyperparams(NamedTuple):
     ridge: jax.Array
     directions: jax.Array | None = None
     adjacency_diameter: jax.Array | None = None
+    noise_multiplier: jax.Array | None = None
 
 
 def hyperparams(
@@ -110,13 +117,16 @@ def hyperparams(
     ridge: float = 1.0,
     directions: np.ndarray | None = None,
     adjacency_diameter: float | None = None,
+    noise_multiplier: float | None = None,
 ) -> Hyperparams:
     """Validated :class:`Hyperparams` (host floats in, f32 device scalars out).
 
     Defaults: alpha 1, beta 0.5, omega 1 (so L = 1.5 for k = 1), radius 10, step scale 0.8 and
     ridge 1.0 (the paper's tuned values on Fair); ``noise_std`` normally comes from
     :func:`calibrated_noise_std` (or the method's calibration), ``adjacency_diameter`` (at most
-    ``2 clip_norm``) only where neighbouring features are closer than any two in the ball.
+    ``2 clip_norm``) only where neighbouring features are closer than any two in the ball;
+    ``noise_multiplier`` (> 0) only for an estimator on the integer grid, with ``noise_std``
+    left at 0.
     """
     values = dict(
         alpha=check_positive("alpha", alpha),
@@ -135,8 +145,16 @@ def hyperparams(
     diameter = None
     if adjacency_diameter is not None:
         diameter = jnp.float32(adjacency_diameter_of(clip_norm, adjacency_diameter))
+    multiplier = None
+    if noise_multiplier is not None:
+        multiplier = jnp.float32(check_positive("noise_multiplier", noise_multiplier))
+        if values["noise_std"] != 0.0:
+            raise ValueError(
+                f"expected noise_std=0 with noise_multiplier (the grid map's noise is z's), got "
+                f"noise_std={noise_std}"
+            )
     return Hyperparams(**{k: jnp.float32(v) for k, v in values.items()}, directions=fixed,
-                       adjacency_diameter=diameter)  # fmt: skip
+                       adjacency_diameter=diameter, noise_multiplier=multiplier)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- privacy (host)
@@ -162,6 +180,13 @@ def sensitivity(
     """L2 sensitivity ``L * D`` of one message, with ``D = 2 C`` unless given explicitly."""
     lipschitz = lipschitz_constant(alpha, beta, omega, directions)
     return lipschitz * adjacency_diameter_of(clip_norm, adjacency_diameter)
+
+
+def message_radius(alpha: Any, beta: Any, clip_norm: Any) -> Any:
+    """``R = alpha C + beta``: no noise-free message is longer (``||alpha x|| <= alpha C``, and
+    ``||V c|| = ||c|| <= sqrt(k)`` for orthonormal V and cosines ``c``, times ``beta /
+    sqrt(k)``). Host floats or device ``f32[]``: the grid map's bound on a message."""
+    return alpha * clip_norm + beta
 
 
 def adjacency_diameter_of(clip_norm: float, adjacency_diameter: float | None = None) -> float:
@@ -507,6 +532,125 @@ class ModulatedMapLevels(ModulatedMap):
         return super().event(params._replace(noise_std=least))
 
 
+class GridMapParams(NamedTuple):
+    """Parameters of :class:`ModulatedGridMap` (``f32[]`` each on the device, floats on the
+    host), read from a run's :class:`Hyperparams` unchanged (:func:`grid_map_params`).
+
+    Attributes:
+      alpha, beta, omega: the map's amplitudes and frequency.
+      clip_norm: C, the radius the features are clipped into.
+      noise_multiplier: z, the discrete Gaussian's standard deviation over a message's integer
+        sensitivity.
+    """
+
+    alpha: Any
+    beta: Any
+    omega: Any
+    clip_norm: Any
+    noise_multiplier: Any
+
+
+def grid_map_params(hp: Hyperparams) -> GridMapParams:
+    """The grid map's parameters, the very leaves of ``hp`` (so the ledger reads what ran)."""
+    return GridMapParams(hp.alpha, hp.beta, hp.omega, hp.clip_norm, hp.noise_multiplier)
+
+
+def grid_client_message(
+    broadcast: Broadcast, record: tuple[jax.Array, jax.Array], key: jax.Array,
+    randomizer: LocalGridGaussian, noise_multiplier: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array]:  # fmt: skip
+    """One client's exact message ``(m: f32[d], y: f32[], clipped: f32[])``: the noise-free
+    map of its clipped features (phases from its own key) released by ``randomizer`` on the
+    integer grid (:class:`~jfed.privacy.local_discrete.LocalGridGaussian`, radius
+    :func:`message_radius`). ``broadcast.noise_std`` is not read."""
+    x, y = record
+    x, clipped = clip_to_ball(x, broadcast.clip_norm)
+    phase_key, grid_key = jax.random.split(key)
+    phases = 2.0 * jnp.pi * jax.random.uniform(phase_key, (broadcast.directions.shape[1],))
+    signal = modulated_signal(broadcast, x, phases)
+    radius = message_radius(broadcast.alpha, broadcast.beta, broadcast.clip_norm)
+    message = randomizer.release(grid_key, signal, GridGaussianParams(radius, noise_multiplier))
+    return message, y, clipped
+
+
+@dataclass(frozen=True)
+class ModulatedGridMap:
+    """The modulated map as an exact local randomizer on an integer grid (``--noise discrete``):
+    each client clips its features to C, maps them with fresh phases, and releases the
+    noise-free message through :class:`~jfed.privacy.local_discrete.LocalGridGaussian`: put on
+    the grid (``R = alpha C + beta`` becomes ``grid_norm`` units), rounded with a triangular
+    dither under an exact integer norm bound, exact discrete Gaussian noise, scaled back. The
+    server sums the messages' second moments, as for :class:`ModulatedMap`.
+
+    Its event is one message's discrete Gaussian (bounded adjacency, local): any two messages
+    of a client are at most ``2 sqrt(B)`` grid units apart, because each lies in the ball of
+    radius ``sqrt(B)``, checked in integers. This bounds a message by its norm, not by the
+    map's Lipschitz constant (a float32 map is not exactly Lipschitz, and a client cannot check
+    a distance to a neighbour's message): the sensitivity is about ``2 (alpha C + beta)``
+    instead of ``L D``, smaller where ``omega C > sqrt(k)`` (the defaults: 7 against 9), and it
+    does not shrink with a smaller adjacency diameter. Each coordinate of a message has
+    variance ``(R / L)^2 (sigma^2 + 1/4)`` around the noise-free one (:meth:`noise_std`), which
+    the server removes as it removes ``sigma^2`` of the float map: ``S_hat`` and ``b_hat`` stay
+    unbiased.
+
+    Attributes:
+      randomizer: the grid release of every message: its dimension d and grid norm L, the
+        message radius in grid units (:func:`~jfed.privacy.local_discrete.grid_norm_for`).
+      directions: k (static).
+    """
+
+    randomizer: LocalGridGaussian
+    directions: int = 1
+    Params: ClassVar[type] = GridMapParams
+    local: ClassVar[bool] = True
+    adjacency: ClassVar[Adjacency] = Adjacency.BOUNDED
+
+    def grid_params(self, params: GridMapParams) -> GridGaussianParams:
+        """``(R, z)`` of the grid release (host floats or device ``f32[]``)."""
+        radius = message_radius(params.alpha, params.beta, params.clip_norm)
+        return GridGaussianParams(radius, params.noise_multiplier)
+
+    def init(self, params: GridMapParams, template: KeyedUpdate) -> jax.Array:
+        """Zero directions ``f32[d, k]`` (a round sets its own)."""
+        del params, template
+        return jnp.zeros((self.randomizer.dimension, self.directions), jnp.float32)
+
+    def broadcast(self, params: GridMapParams, directions: jax.Array) -> Broadcast:
+        """What the clients receive, with ``noise_std`` the release's (:meth:`noise_std`)."""
+        return Broadcast(directions, params.alpha, params.beta, params.omega,
+                         self.noise_std(params), params.clip_norm)  # fmt: skip
+
+    def noise_std(self, params: GridMapParams) -> jax.Array:
+        """``f32[]``: the square root of what a release adds to each coordinate's second
+        moment, ``(R / L)^2 (sigma^2 + 1/4)`` (the noise and the dithered rounding), computed
+        from the pair the clients draw with: the server's ``sigma`` of :func:`debias`."""
+        return jnp.sqrt(self.randomizer.noise_variance(self.grid_params(params)))
+
+    def preprocess(
+        self, params: GridMapParams, directions: jax.Array, update: KeyedUpdate, key: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """ONE client's message ``(m: f32[d], y: f32[], clipped: f32[])``."""
+        del key  # the map draws from the key of the update
+        broadcast = Broadcast(directions, params.alpha, params.beta, params.omega,
+                              jnp.float32(0.0), params.clip_norm)  # fmt: skip
+        return grid_client_message(broadcast, update.update, update.key, self.randomizer,
+                                   params.noise_multiplier)  # fmt: skip
+
+    release = ModulatedMap.release
+
+    def message_sensitivity(self, params: GridMapParams) -> float:
+        """Host: ``2 sqrt(B) R / L``, the sensitivity in value units."""
+        return self.randomizer.value_sensitivity(self.grid_params(params).radius)
+
+    def event(self, params: GridMapParams):
+        """``DiscreteGaussianDpEvent(z, 2 sqrt(B), ...)`` of one message (host)."""
+        return self.randomizer.event(self.grid_params(params))
+
+    def check(self, params: GridMapParams) -> None:
+        """Host: ``ValueError`` unless z's noise fits the sampler on this grid."""
+        self.randomizer.check(self.grid_params(params))
+
+
 # ----------------------------------------------------------------------------- server
 
 
@@ -576,8 +720,7 @@ def _broadcast(hp: Hyperparams, key: jax.Array, dim: int, k: int) -> Broadcast:
 
 
 def _release(k: int, hp: Hyperparams, broadcast: Broadcast, key: jax.Array, clients):
-    """The round's one private release: every client's map, summed as second moments. The
-    server's ``key`` drew the directions; the release adds no noise and reads none of it."""
+    """The float map's release of a round (:meth:`_Config.release`)."""
     stats, _, _ = clients.aggregate(ModulatedMap(k), map_params(hp), broadcast.directions,
                                     client_record, None, key, second_moments)  # fmt: skip
     return stats
@@ -585,14 +728,47 @@ def _release(k: int, hp: Hyperparams, broadcast: Broadcast, key: jax.Array, clie
 
 @dataclass(frozen=True)
 class _Config:
-    """Static configuration shared by the estimators: dimension d and number k of directions."""
+    """Static configuration shared by the estimators: dimension d, number k of directions, and
+    the noise's arithmetic: ``grid_norm`` ``None`` for the float map (:class:`ModulatedMap`,
+    Gaussian noise of ``hp.noise_std``), an integer L for the exact map on the integer grid
+    (:class:`ModulatedGridMap`, discrete Gaussian noise of multiplier ``hp.noise_multiplier``).
+    """
 
     dim: int
     directions: int = 1
+    grid_norm: int | None = None
 
     def __post_init__(self) -> None:
         check_int_range("dim", self.dim, 1, 10**6)
         check_int_range("directions", self.directions, 1, self.dim)
+        if self.grid_norm is not None:
+            check_int_range("grid_norm", self.grid_norm, 1, 2**24)
+
+    @property
+    def local_randomizer(self) -> ModulatedMap | ModulatedGridMap:
+        """The map every client releases (an aggregator)."""
+        if self.grid_norm is None:
+            return ModulatedMap(self.directions)
+        return ModulatedGridMap(LocalGridGaussian(self.dim, self.grid_norm), self.directions)
+
+    def release(
+        self, hp: Hyperparams, broadcast: Broadcast, key: jax.Array, clients
+    ) -> tuple[SecondMoments, Broadcast]:
+        """The round's one private release: every client's map, summed as second moments, and
+        the broadcast the server debiases with (the grid map's: its noise's variance). The
+        server's ``key`` drew the directions; the release adds no noise and reads none of it."""
+        randomizer = self.local_randomizer
+        if not isinstance(randomizer, ModulatedGridMap):
+            return _release(self.directions, hp, broadcast, key, clients), broadcast
+        if hp.noise_multiplier is None:
+            raise ValueError(
+                "an estimator on the integer grid (grid_norm set) reads "
+                "hp.noise_multiplier: build hp with hyperparams(noise_multiplier=z)"
+            )
+        params = grid_map_params(hp)
+        stats, _, _ = clients.aggregate(randomizer, params, broadcast.directions, client_record,
+                                        None, key, second_moments)  # fmt: skip
+        return stats, randomizer.broadcast(params, broadcast.directions)
 
 
 @dataclass(frozen=True)
@@ -618,7 +794,7 @@ class Iterative(_Config):
         self, state: State, hp: Hyperparams, key: jax.Array, clients
     ) -> tuple[State, RoundInfo]:
         broadcast = _broadcast(hp, key, self.dim, self.directions)
-        stats = _release(self.directions, hp, broadcast, key, clients)
+        stats, broadcast = self.release(hp, broadcast, key, clients)
         return self.server_step(state, hp, broadcast, stats)
 
     def server_step(
@@ -664,7 +840,7 @@ class OneShot(_Config):
 
     def round(self, state: OneShotState, hp: Hyperparams, key: jax.Array, clients):
         broadcast = _broadcast(hp, key, self.dim, self.directions)
-        stats = _release(self.directions, hp, broadcast, key, clients)
+        stats, broadcast = self.release(hp, broadcast, key, clients)
         return self.server_step(state, hp, broadcast, stats)
 
     def server_step(
@@ -706,6 +882,13 @@ class SharedNoise:
     estimator: Iterative | OneShot
 
     SHARED_FIELDS = ("alpha", "beta", "omega", "clip_norm", "directions")
+
+    def __post_init__(self) -> None:
+        if self.estimator.grid_norm is not None:
+            raise ValueError(
+                "runs on the integer grid draw discrete noise at their own level: they share no "
+                "pass over the clients (use the estimator with grid_norm=None, or run each level)"
+            )
 
     def check_shared(self, hps: list[Hyperparams]) -> None:
         """Raise ``ValueError`` unless the runs agree on :attr:`SHARED_FIELDS`."""

@@ -10,6 +10,14 @@ the accountant's closed form for Gaussian noise), and what a run certifies is th
 the events its releases state (the experiment's ledger). Each runs on the device (engine,
 through the runner) and evaluates on the host in float64: test and validation R^2 against the
 non-private OLS fit of the same clients.
+
+The noise's arithmetic (``--noise``): ``float`` (the default, the fast path) adds float32
+Gaussian noise, and the record's notion and ``mechanism_model`` say "ideal real-valued
+mechanism; floating-point sampling not modelled"; ``discrete`` releases every message exactly on
+an integer grid (:mod:`jfed.privacy.local_discrete`: an exact integer norm bound, exact discrete
+Gaussian noise, scaled back), certified by its discrete Gaussian events under zCDP (rho = 1 / (2
+z^2), the continuous Gaussian's at the same z, so the calibration is the same), one grid for a
+sweep (:meth:`RegressionExperiment.prepare`).
 """
 
 from __future__ import annotations
@@ -37,10 +45,25 @@ from jfed.methods.experiment import (
 )
 from jfed.privacy import PrivacyGuarantee, rounds_plan
 from jfed.privacy.accounting import certify, via
+from jfed.privacy.local_discrete import LocalGridGaussian, grid_norm_for
 
 SYNTHETIC_DATA_KEY = 10_007
 REAL_DATA_FEATURE_CLIP = 3.0
 FEATURE_CLIP_LEVEL = 0.95
+
+EXACT_MODEL = (
+    "exact: each message clipped to its radius and rounded to an integer grid (triangular "
+    "dither, exact integer norm bound), discrete Gaussian noise sampled exactly in integer "
+    "arithmetic, scaled back after the noise"
+)
+"""What an exact release's record says of its arithmetic (``mechanism_model``)."""
+
+
+def float_model() -> str:
+    """DP-FedAvg's words for a float mechanism's ``mechanism_model`` (the one statement)."""
+    from jfed.methods.dp_fedavg import IDEAL
+
+    return IDEAL
 
 
 def load_task(config: declared.RegressionData) -> RegressionTask:
@@ -160,10 +183,44 @@ class RegressionExperiment(Experiment):
         super().__init__(config)
         self.task = task if task is not None else load_task(config)
         self._reference = reference
+        self._grid_norm: int | None = None
 
     @property
     def rounds(self) -> int:
         return getattr(self.config, "rounds", 1)
+
+    # -- the noise's arithmetic
+    @property
+    def exact(self) -> bool:
+        """Whether the messages are released on the integer grid (``--noise discrete``)."""
+        return getattr(self.base_config, "noise", "float") == "discrete"
+
+    @property
+    def grid_norm(self) -> int | None:
+        """L of the exact releases (``None`` for float noise): :meth:`prepare`'s for a sweep,
+        else the one of the configuration the experiment was built from."""
+        if self.exact and self._grid_norm is None:
+            self._grid_norm = self.grid_for([self.base_config])
+        return self._grid_norm
+
+    @property
+    def grid(self) -> LocalGridGaussian:
+        """The release of every message on the grid (its sensitivity, noise, event)."""
+        grid_norm = self.grid_norm
+        assert grid_norm is not None  # read only with --noise discrete
+        return LocalGridGaussian(self.task.dim, grid_norm)
+
+    def grid_for(self, configs: list) -> int:
+        """One grid for the exact releases of ``configs``: the finest that holds the noise of
+        the largest of their noise multipliers (:func:`~jfed.privacy.local_discrete.
+        grid_norm_for`); the noise multiplier does not depend on the grid."""
+        largest = max(self.noise_multiplier_for(c, None, *self.privacy_target(c)) for c in configs)
+        return grid_norm_for(largest, self.task.dim)
+
+    def prepare(self, configs: list) -> None:
+        """With ``--noise discrete``: one grid for the whole sweep (one compiled program)."""
+        if self.exact:
+            self._grid_norm = self.grid_for(configs)
 
     def identity(self) -> dict:
         return {
@@ -212,10 +269,14 @@ class RegressionExperiment(Experiment):
 
     def certify_run(self, hyper: Any, delta: float, accountant: Any) -> PrivacyGuarantee:
         """What ``accountant`` certifies for the releases of a run at ``hyper`` (the ledger's
-        events), as the method family states it: local (eps, delta)-DP, the protected record."""
+        events), as the method family states it: local (eps, delta)-DP, the protected record;
+        the float noise's notion says it is the ideal real-valued mechanism's."""
+        notion = f"local (eps, delta)-DP{via(accountant)}"
+        if not self.exact:
+            notion += f" ({float_model()})"
         return certify(
             self.run_event(hyper), delta, accountant=accountant,
-            adjacency=self.ledger().adjacency, notion=f"local (eps, delta)-DP{via(accountant)}",
+            adjacency=self.ledger().adjacency, notion=notion,
             protected=self.protected_statement, trust_model=self.trust_statement,
         )  # fmt: skip
 
@@ -227,17 +288,43 @@ class RegressionExperiment(Experiment):
         build = functools.partial(self.hyperparams, config)
         noise_multiplier = self.noise_multiplier_for(config, build, epsilon, delta, accountant)
         hyper = build(noise_multiplier)
+        if self.exact:
+            self._check_grid(config, hyper)
         guarantee = self.certify_run(hyper, delta, accountant)
         return hyper, self.privacy_fields(config, hyper, noise_multiplier, guarantee, accountant)
 
+    def _check_grid(self, config, hyper) -> None:
+        """UsageError naming the flags unless the run's noise fits the sweep's grid."""
+        from jfed._validation import UsageError
+        from jfed.privacy.local_discrete import GridGaussianParams
+
+        try:
+            self.grid.check(GridGaussianParams(1.0, float(hyper.noise_multiplier)))
+        except ValueError as error:
+            raise UsageError(
+                f"method {self.name}: --epsilon {config.epsilon:g} with --noise discrete: "
+                f"{error} (run the eps of a sweep together, so that the grid fits the smallest, "
+                "or use --noise float)"
+            ) from None
+
     def privacy_fields(self, config, hyper, noise_multiplier: float, guarantee, accountant) -> dict:
         """The record's privacy fields: the guarantee, the noise ``sigma`` (host float64, the
-        device runs its float32 rounding), the multiplier the accountant read, the sensitivity."""
+        device runs its float32 rounding; on the grid, the discrete Gaussian's in value units),
+        the multiplier the accountant read, the sensitivity, and the arithmetic the guarantee
+        is about (``mechanism_model``; on the grid, ``grid_norm`` and ``noise_inflation``)."""
         del accountant
         message_sensitivity = self.release_sensitivity(config)
         fields = guarantee_fields(guarantee, noise_multiplier * message_sensitivity)
-        return fields | {"noise_multiplier": self.ran_multiplier(hyper),
-                         "sensitivity": message_sensitivity}  # fmt: skip
+        fields |= {"noise_multiplier": self.ran_multiplier(hyper),
+                   "sensitivity": message_sensitivity,
+                   "mechanism_model": EXACT_MODEL if self.exact else float_model()}  # fmt: skip
+        if self.exact:
+            (release,) = self.ledger().releases
+            aggregator = release.aggregator
+            params = aggregator.grid_params(release.params(hyper))
+            fields |= {"sigma": self.grid.noise_std(params), "grid_norm": self.grid.grid_norm,
+                       "noise_inflation": self.grid.noise_inflation()}  # fmt: skip
+        return fields
 
     @staticmethod
     def summary(record: dict) -> str:
@@ -266,13 +353,15 @@ class ModulatedExperiment(RegressionExperiment):
 
     @property
     def algorithm(self):
-        return self.program(self.task.dim, self.config.directions)
+        return self.program(self.task.dim, self.config.directions, self.grid_norm)
 
     @property
     def shared_noise_algorithm(self):
         """eps changes only ``noise_std`` of a modulated estimator: the eps of one (seed,
-        settings) run as one unit that draws once (:class:`modulated.SharedNoise`)."""
-        return modulated.SharedNoise(self.algorithm)
+        settings) run as one unit that draws once (:class:`modulated.SharedNoise`). Not on the
+        grid: each level draws its own discrete noise (the eps of a sweep still share one
+        compiled program)."""
+        return None if self.exact else modulated.SharedNoise(self.algorithm)
 
     def feature_clip(self, config) -> float:
         """C: the configuration's, else :func:`default_feature_clip` of the clients."""
@@ -280,7 +369,12 @@ class ModulatedExperiment(RegressionExperiment):
         return default_feature_clip(self.task.train) if clip is None else clip
 
     def release_sensitivity(self, config) -> float:
-        """``L D`` of one message (:func:`jfed.algorithms.modulated.sensitivity`)."""
+        """``L D`` of one message (:func:`jfed.algorithms.modulated.sensitivity`); on the grid,
+        ``2 sqrt(B) R / L`` with ``R = alpha C + beta`` (the bound on a message's norm:
+        :class:`~jfed.algorithms.modulated.ModulatedGridMap`)."""
+        if self.exact:
+            radius = modulated.message_radius(config.alpha, config.beta, self.feature_clip(config))
+            return self.grid.value_sensitivity(radius)
         return modulated.sensitivity(
             config.alpha, config.beta, config.omega, config.directions,
             self.feature_clip(config), config.adjacency_diameter,
@@ -295,16 +389,21 @@ class ModulatedExperiment(RegressionExperiment):
         """The run's traced numbers: the map's (:class:`~jfed.algorithms.modulated.MapParams`
         are read from them) with ``noise_std = z L D``, and the server's."""
         noise_std = (noise_multiplier or 0.0) * self.release_sensitivity(config)
+        noise = {"noise_std": noise_std}
+        if self.exact:  # the grid map reads z; the server fields read the noise's size
+            noise = {"noise_std": 0.0, "noise_multiplier": noise_multiplier}
         return modulated.hyperparams(
-            alpha=config.alpha, beta=config.beta, omega=config.omega, noise_std=noise_std,
+            alpha=config.alpha, beta=config.beta, omega=config.omega,
             clip_norm=self.feature_clip(config), adjacency_diameter=config.adjacency_diameter,
-            **self.server_fields(config, noise_std),
+            **noise, **self.server_fields(config, noise_std),
         )  # fmt: skip
 
     def certify_run(self, hyper: Any, delta: float, accountant: Any) -> PrivacyGuarantee:
         """The ledger's certificate, stated for the float32 sampler's reach
-        (:func:`jfed.algorithms.modulated.reach_statement`)."""
+        (:func:`jfed.algorithms.modulated.reach_statement`; the exact map has no reach)."""
         guarantee = super().certify_run(hyper, delta, accountant)
+        if self.exact:
+            return guarantee
         (release,) = self.ledger().releases  # the round's one release: the map
         multiplier = release.aggregator.event(release.params(hyper)).noise_multiplier
         return modulated.reach_statement(guarantee, multiplier, self.rounds, accountant)
@@ -317,7 +416,7 @@ class ModulatedExperiment(RegressionExperiment):
             ),
             "feature_clip_used": self.feature_clip(config),
         }
-        if fields["sigma"] > 0:
+        if fields["sigma"] > 0 and not self.exact:  # the bounds are for Gaussian noise
             if self._leak is None:
                 self._leak = response_information(self.task.train)
             fields["reconstruction"] = reconstruction_fields(
@@ -390,19 +489,24 @@ class DPSGDExperiment(RegressionExperiment):
 
     @property
     def algorithm(self):
-        return dpsgd.FedAvg(self.task.dim, self.randomizer)
+        return dpsgd.FedAvg(self.task.dim, self.randomizer, self.grid_norm)
 
     def release_sensitivity(self, config) -> float:
-        """The randomizer's sensitivity of a gradient moving by ``2G``, in its own norm."""
+        """The randomizer's sensitivity of a gradient moving by ``2G``, in its own norm; on the
+        grid, ``2 sqrt(B) G / L``."""
+        if self.exact:
+            return self.grid.value_sensitivity(config.gradient_clip)
         return self.randomizer.sensitivity(dpsgd.sensitivity(config.gradient_clip), self.task.dim)
 
     def hyperparams(self, config, noise_multiplier: float | None) -> dpsgd.Hyperparams:
         """The run's traced numbers (the aggregator's clip and noise among them), the noise
-        ``z`` times the randomizer's sensitivity of a message."""
+        ``z`` times the randomizer's sensitivity of a message (on the grid: ``z`` itself)."""
+        noise = {"noise_std": (noise_multiplier or 0.0) * self.release_sensitivity(config)}
+        if self.exact:
+            noise = {"noise_multiplier": noise_multiplier}
         return dpsgd.hyperparams(
             clip_norm=config.gradient_clip, learning_rate=config.learning_rate,
-            noise_std=(noise_multiplier or 0.0) * self.release_sensitivity(config),
-            radius=config.radius,
+            radius=config.radius, **noise,
         )  # fmt: skip
 
 

@@ -87,15 +87,32 @@ class RegressionData(Config):
         return "synthetic" if self.synthetic else self.dataset
 
 
+LOCAL_NOISES = ("float", "discrete")
+"""``--noise`` of the one-sample methods: float32 Gaussian (the default) or the exact grid."""
+EXACT_ACCOUNTANTS = ("zcdp",)
+"""The ``--accountant`` values that compose the exact releases' discrete Gaussian events."""
+
+
 @dataclass(frozen=True)
 class LocalPrivacy(Config):
-    """(eps, delta) of the whole run and the accountant that calibrates the noise to it."""
+    """(eps, delta) of the whole run, the accountant that calibrates the noise to it, and the
+    noise's arithmetic."""
 
     epsilon: float = param(1.0, "target eps of the whole run", range=EPSILON, group="privacy")
     delta: float = param(1e-5, "target delta of the whole run", range=OPEN_UNIT, group="privacy")
     accountant: str = param(
         "zcdp", "accountant that calibrates the noise (zcdp: Gaussian zCDP, converted exactly)",
         choices=catalog.ROUNDS_ACCOUNTANTS, group="privacy",
+        requires=(lambda c: c.noise != "discrete" or c.accountant in EXACT_ACCOUNTANTS,
+                  "as zcdp with --noise discrete (the discrete Gaussian's rho; classic, pld and "
+                  "analytic are the continuous Gaussian's)"),
+    )  # fmt: skip
+    noise: str = param(
+        "float", "the noise's arithmetic: float (float32 Gaussian noise: the ideal real-valued "
+        "mechanism, floating-point sampling not modelled; the fast default) or discrete (each "
+        "message rounded to an integer grid under an exact integer norm bound, exact discrete "
+        "Gaussian noise: the guarantee holds for the program as it runs, at a speed cost)",
+        choices=LOCAL_NOISES, group="privacy",
     )  # fmt: skip
 
 
@@ -117,6 +134,8 @@ class Modulated(RegressionData, LocalPrivacy):
         None, "adjacency diameter D: how far apart two neighbouring feature vectors may be",
         kind=float, unit="feature norm", range=POSITIVE, tunable=True,
         default_text="2 x feature clip",
+        requires=(lambda c: c.noise == "float", "only with --noise float (the exact release "
+                  "bounds a message by its norm: any two features in the ball)"),
     )  # fmt: skip
     radius: float = projection_radius()
 
