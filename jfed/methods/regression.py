@@ -389,13 +389,13 @@ class ModulatedExperiment(RegressionExperiment):
         """The run's traced numbers: the map's (:class:`~jfed.algorithms.modulated.MapParams`
         are read from them) with ``noise_std = z L D``, and the server's."""
         noise_std = (noise_multiplier or 0.0) * self.release_sensitivity(config)
-        noise = {"noise_std": noise_std}
-        if self.exact:  # the grid map reads z; the server fields read the noise's size
-            noise = {"noise_std": 0.0, "noise_multiplier": noise_multiplier}
+        # the grid map reads z; the server's fields read the noise's size either way
         return modulated.hyperparams(
             alpha=config.alpha, beta=config.beta, omega=config.omega,
+            noise_std=0.0 if self.exact else noise_std,
+            noise_multiplier=noise_multiplier if self.exact else None,
             clip_norm=self.feature_clip(config), adjacency_diameter=config.adjacency_diameter,
-            **noise, **self.server_fields(config, noise_std),
+            **self.server_fields(config, noise_std),
         )  # fmt: skip
 
     def certify_run(self, hyper: Any, delta: float, accountant: Any) -> PrivacyGuarantee:
@@ -501,12 +501,11 @@ class DPSGDExperiment(RegressionExperiment):
     def hyperparams(self, config, noise_multiplier: float | None) -> dpsgd.Hyperparams:
         """The run's traced numbers (the aggregator's clip and noise among them), the noise
         ``z`` times the randomizer's sensitivity of a message (on the grid: ``z`` itself)."""
-        noise = {"noise_std": (noise_multiplier or 0.0) * self.release_sensitivity(config)}
-        if self.exact:
-            noise = {"noise_multiplier": noise_multiplier}
+        noise_std = (noise_multiplier or 0.0) * self.release_sensitivity(config)
         return dpsgd.hyperparams(
             clip_norm=config.gradient_clip, learning_rate=config.learning_rate,
-            radius=config.radius, **noise,
+            noise_std=0.0 if self.exact else noise_std,
+            noise_multiplier=noise_multiplier if self.exact else None, radius=config.radius,
         )  # fmt: skip
 
 

@@ -26,7 +26,9 @@ its first two moments (non-subtractive dither of two quantisation steps: Wannama
 Vanderkooy 2000): ``E[e] = 0``, ``E[e e^T] = I / 4``, for every ``v`` (to within 2^-23, the
 resolution of the dither and of the rounding's bits). The noise is independent, of mean zero and
 variance ``sigma^2`` (the discrete Gaussian's variance is below ``sigma^2`` by less than
-``10^-15 sigma^2`` for ``sigma^2 >= 2``, which every grid of :func:`grid_norm_for` keeps). So
+``3 10^-7 sigma^2`` for ``sigma^2 >= 1``, which :meth:`LocalGridGaussian.check` demands, and by
+less than ``10^-15 sigma^2`` from ``sigma^2 >= 2``: at the grids :func:`grid_norm_for` picks,
+``sigma^2`` is in the millions). So
 the release ``m`` of ``u`` has ``E[m] = u`` and ``E[m m^T] = u u^T + gamma^2 (sigma^2 + 1/4) I``,
 ``gamma = R / L``: a server that removes :meth:`LocalGridGaussian.noise_variance` from its
 second moments is exactly as unbiased as with float Gaussian noise of that variance. (Plain
@@ -66,8 +68,8 @@ MOST_GRID_NORM = 2**12
 ROUNDING_VARIANCE = 0.25
 """``E[e_j^2]`` of the triangularly dithered rounding, in squared grid units, for every input."""
 
-LEAST_NOISE_VARIANCE = 2.0
-"""The discrete Gaussian's variance equals ``sigma^2`` to 10^-15 from here on (grid units)."""
+LEAST_NOISE_VARIANCE = 1.0
+"""The discrete Gaussian's variance equals ``sigma^2`` to 3 10^-7 from here on (grid units)."""
 
 
 class GridGaussianParams(NamedTuple):
@@ -177,7 +179,7 @@ class LocalGridGaussian:
     def noise_std(self, params: GridGaussianParams) -> float:
         """Host: ``sqrt(2^k m) R / L``, the discrete Gaussian's standard deviation in value
         units (float64, from the pair the device draws with)."""
-        variance = host_noise_variance(np.float32(params.noise_multiplier),
+        variance = host_noise_variance(float(np.float32(params.noise_multiplier)),
                                        self.squared_sensitivity)  # fmt: skip
         return math.sqrt(variance) * float(params.radius) / self.grid_norm
 

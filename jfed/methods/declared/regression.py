@@ -229,10 +229,10 @@ GRID_COPIES = 30
 measured 4.8 MB against 0.8 MB for a chunk of 4,096 clients of d = 10."""
 
 
-def _grid_cost(config: LocalPrivacy, d: int, n: int, chunk: int) -> tuple[int, float]:
+def _grid_cost(config: LocalPrivacy, d: int, n: int, chunk: int) -> tuple[int, int]:
     """``(memory, work per client and round)`` the exact release adds (none with float)."""
     if config.noise != "discrete":
-        return 0, 0.0
+        return 0, 0
     return FLOAT32 * GRID_COPIES * min(chunk, n) * d, GRID_DRAW_OPERATIONS * d
 
 
