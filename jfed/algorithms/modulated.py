@@ -646,10 +646,6 @@ class ModulatedGridMap:
         """``DiscreteGaussianDpEvent(z, 2 sqrt(B), ...)`` of one message (host)."""
         return self.randomizer.event(self.grid_params(params))
 
-    def check(self, params: GridMapParams) -> None:
-        """Host: ``ValueError`` unless z's noise fits the sampler on this grid."""
-        self.randomizer.check(self.grid_params(params))
-
 
 # ----------------------------------------------------------------------------- server
 
