@@ -162,6 +162,9 @@ def run_demo(out: str = "results/demo", scale_clients: int = 10**6, progress: bo
         f"test R^2, mean +- standard error over {SEEDS} seeds; privacy: local (eps, delta)-DP "
         f"per client, delta = {DELTA:g}, zCDP accountant, untrusted server"
     )
+    models = sorted({str(r["mechanism_model"]) for r in rows if r.get("mechanism_model")})
+    if models:  # what the guarantee assumes of the noise the program draws
+        print(f"  mechanism certified: {'; '.join(models)}")
     for line in format_table(table):
         print("  " + line)
     print(f"  eps protects, modulated methods: {modulated.PROTECTED}")
