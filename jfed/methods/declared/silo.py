@@ -119,8 +119,22 @@ class SiloPrivacy(SiloTraining):
     )  # fmt: skip
 
 
+SILO_NOISES = ("discrete", "float")
+"""``--noise`` of the calibrated silo methods: discrete (the default: each record's clipped
+gradient rounded to an integer grid, the silo's integer sum plus exact discrete Gaussian noise)
+or float (float32 Gaussian: the ideal real-valued mechanism, floating-point sampling not
+modelled)."""
+
+
 @dataclass(frozen=True)
 class Calibrated(SiloPrivacy):
+    noise: str = param(
+        "discrete", "the noise's arithmetic: discrete (each record's clipped gradient rounded to "
+        "an integer grid under an exact integer norm bound, the silo's integer sum plus exact "
+        "discrete Gaussian noise: the guarantee holds for the program as it runs) or float "
+        "(float32 Gaussian: the ideal real-valued mechanism, floating-point sampling not "
+        "modelled)", choices=SILO_NOISES, group="privacy",
+    )  # fmt: skip
     calibration: str = param(
         "exact", "noise calibration: exact (PLD, Poisson sampling) or the paper's formulas",
         choices=catalog.SILO_CALIBRATIONS, group="privacy",
