@@ -48,6 +48,7 @@ class LaplaceDPSGD(DPSGD):
     notion="local (eps, delta)-DP",
     protected="one client's record (x_i, y_i)",
     trust_model="untrusted server; each client randomizes its own gradient",
+    metrics=method("dpsgd").metrics,  # tuned on validation R^2, reports test R^2, as dpsgd
 )
 class LaplaceDPSGDExperiment(method("dpsgd").load()):  # the built-in experiment, another noise
     randomizer = LaplaceNoise()

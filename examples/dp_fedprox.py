@@ -29,6 +29,7 @@ from jfed.methods import (
     POSITIVE,
     Config,
     Experiment,
+    Metrics,
     Output,
     integers,
     param,
@@ -86,10 +87,10 @@ class FedProx:  # the algorithm: static shapes here, traced numbers in `h`
     notion="central (eps, delta)-DP, user-level",
     protected="one client's data",
     trust_model="trusted server adds the noise",
+    metrics=Metrics(selection="train_error", maximize=False, report="test_error"),
 )
 class DPFedProx(Experiment):
     outputs = (Output("w", "state"), Output("clipped", "infos.clipped", reduce="mean"))
-    report_metric, selection_metric, selection_maximize = "test_error", "train_error", False
     default_accountant = privacy.Analytic()  # exact for Gaussian releases without sampling
 
     def __init__(self, config):

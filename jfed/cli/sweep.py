@@ -370,6 +370,7 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
     from jfed.sweep.tuning import sweep_until_interior
 
     runner = build_experiment(base)
+    metrics = declared.metrics_of(base, runner)
     results = os.path.join(args.out, "runs.jsonl")
     calls = []
 
@@ -384,8 +385,8 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
 
     def tune(rows: list[dict]) -> list[dict]:
         return tuned_table(
-            rows, tuple(sorted(grid)), args.tune, runner.selection_metric,
-            runner.report_metric, runner.selection_maximize, args.statistic,
+            rows, tuple(sorted(grid)), args.tune, metrics.selection, metrics.report,
+            metrics.maximize, args.statistic,
         )  # fmt: skip
 
     from jfed.engine.distributed import is_primary
@@ -399,7 +400,7 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
             tune,
             within_range(declared.config),
             # a design grid (nothing chosen, e.g. estimation's sites) is never extended
-            max_extensions=args.extend_edges if runner.selection_metric is not None else 0,
+            max_extensions=args.extend_edges if metrics.selection is not None else 0,
         )
         if not primary:
             return
@@ -407,7 +408,7 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
             print(f"jfed: note: --resume: every run of this sweep is already in {results} "
                   f"({len(done)} runs): nothing left to run; the tables and plots are "
                   "redrawn", file=sys.stderr)  # fmt: skip
-        for note in notes if runner.selection_metric is not None else ():
+        for note in notes if metrics.selection is not None else ():
             print(f"jfed: note: {note}", file=sys.stderr)
         # the tables are of every run in the folder: a resume with other eps, seeds or grid
         # values adds to the runs an earlier invocation wrote

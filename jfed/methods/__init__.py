@@ -4,7 +4,8 @@ A method is a configuration (a frozen dataclass of fields declared with :func:`p
 experiment (the population, the ``init`` + ``round`` algorithm, the calibration and its privacy
 statement, the outputs kept as :class:`Output` declarations, the evaluation), and one
 registration (:func:`register_method` on the experiment, or :func:`register`; installed packages
-through the ``jfed.methods`` entry-point group). Registered, it gets what every built-in method
+through the ``jfed.methods`` entry-point group) that also states how a sweep tunes and what a
+run reports (:class:`Metrics`). Registered, it gets what every built-in method
 gets: ``jfed run`` / ``jfed sweep`` with generated flags, records, resume, tuning, plots,
 ``jfed methods`` and :func:`jfed.run_grid`.
 
@@ -52,6 +53,7 @@ from jfed.methods.registry import (
     ENTRY_POINT_GROUP,
     METHODS,
     Method,
+    Metrics,
     build_experiment,
     method,
     method_of,
@@ -83,6 +85,7 @@ __all__ = [
     "FunctionalEstimation",
     "LocalSGD",
     "Method",
+    "Metrics",
     "ModulatedIterative",
     "ModulatedOneShot",
     "NoisyMBSGD",

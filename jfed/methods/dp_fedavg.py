@@ -387,10 +387,6 @@ class DPFedAvgExperiment(Experiment[declared.FederatedTraining]):
     """DP-FedAvg (``dp-fedavg``) or its non-private baseline (``fedavg-sampled``): tuned on the
     training clients' accuracy, reported on held-out clients (synthetic) or held-out images."""
 
-    selection_metric = "train_accuracy"
-    selection_maximize = True
-    report_metric = "test_accuracy"
-
     def __init__(self, config: declared.FederatedTraining) -> None:
         super().__init__(config)
         self.data = load_population(config)

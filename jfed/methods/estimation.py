@@ -357,12 +357,9 @@ MONTE_CARLO_OUTPUTS: tuple[Output, ...] = (
 
 class MonteCarloExperiment(Experiment):
     """A run is ``replications`` engine rounds; nothing to choose among, so a sweep reports every
-    grid point (``selection_metric`` None). Every round draws fresh data, so a run certifies
-    what one round's releases state (:meth:`run_event`)."""
+    grid point (the declarations' metrics select nothing). Every round draws fresh data, so a
+    run certifies what one round's releases state (:meth:`run_event`)."""
 
-    selection_metric = None
-    selection_maximize = False
-    report_metric = "mse"
     disjoint_releases = False
 
     @property

@@ -15,8 +15,9 @@ the seed and the tunable fields. A subclass of :class:`Experiment` provides:
 
 and may override ``rounds`` (default: the configuration's ``rounds``, else 1), ``prepare(configs)``
 (host work of a whole grid at once), ``identity()`` (the record's data fields),
-``selection_metric`` / ``selection_maximize`` / ``report_metric`` (how a sweep tunes and what it
-reports), ``shared_noise_algorithm``, ``default_plan()`` and ``summary(record)``.
+``shared_noise_algorithm``, ``default_plan()`` and ``summary(record)``. How a sweep tunes and what
+a run reports is metadata of the method's declaration, not of its experiment:
+``Method(..., metrics=Metrics(selection, maximize, report))`` (:class:`jfed.methods.Metrics`).
 
 Mistakes an author can make are reported when the class is defined or registered, naming the
 method, the member and what is expected, not from inside a compiled program.
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from jfed.methods.config import Config
+from jfed.methods.fields import FixedFields
 from jfed.privacy import PrivacyGuarantee
 
 PRIVACY_FIELDS = ("epsilon_certified", "delta", "accountant", "notion", "protected",
@@ -198,42 +200,6 @@ def guarantee_of(record: dict) -> PrivacyGuarantee:
 ConfigT = TypeVar("ConfigT", bound=Config)
 
 
-class FixedFields:
-    """A configuration as an experiment's program may read it: its fixed fields.
-
-    The fields that vary across a sweep's runs (``epsilon``, ``seed`` and every tunable field)
-    raise :class:`~jfed._validation.UsageError` naming the method and the field: read there, the
-    base configuration's value would be fixed silently for every run. ``replace`` and every other
-    attribute are the configuration's own.
-    """
-
-    def __init__(self, config: Config, method: str) -> None:
-        from jfed.methods.fields import fields_of
-
-        varying = {f.name for f in fields_of(type(config)) if f.tunable} | {"epsilon", "seed"}
-        object.__setattr__(self, "_config", config)
-        object.__setattr__(self, "_varying", frozenset(varying))
-        object.__setattr__(self, "_method", method)
-
-    def __getattr__(self, name: str) -> Any:
-        if name in self._varying:
-            from jfed._validation import UsageError
-
-            raise UsageError(
-                f"method {self._method}: {name} varies from run to run (eps, the seed or a "
-                f"tunable field): read it from the run's configuration, the config argument of "
-                f"calibrate(config) or evaluate(outputs, config); self.config.{name} would fix "
-                "its base value for every run of a sweep"
-            )
-        return getattr(self._config, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("a configuration is frozen")
-
-    def __repr__(self) -> str:
-        return f"FixedFields({self._config!r})"
-
-
 _CALIBRATIONS: dict[tuple, float] = {}
 """Noise multipliers already searched, by setting (:meth:`Experiment.noise_multiplier_for`)."""
 
@@ -254,9 +220,6 @@ class Experiment(Generic[ConfigT]):
       config: the method's configuration; its fixed fields shape the experiment.
     """
 
-    selection_metric: str | None = None
-    selection_maximize = True
-    report_metric: str | None = None
     shared_noise_algorithm = None
     outputs: Any = None
     default_accountant: Any = None

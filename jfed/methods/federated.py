@@ -49,10 +49,6 @@ class FederatedExperiment(Experiment[FederatedTraining]):
     a subclass gives ``algorithm`` and ``hyperparams``, and extends ``outputs`` and
     ``evaluate``. Tuned on the training clients' accuracy, reported on the held-out data."""
 
-    selection_metric = "train_accuracy"
-    selection_maximize = True
-    report_metric = "test_accuracy"
-
     def __init__(self, config: FederatedTraining) -> None:
         super().__init__(config)
         self.data = load_population(config)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jfed._validation import ConfigurationError
+from jfed._validation import ConfigurationError, UsageError
 
 
 @dataclass(frozen=True)
@@ -214,3 +214,41 @@ def check_config(config: Any) -> None:
             applies, phrase = declared.requires
             if not applies(config):
                 raise ConfigurationError(f"{declared.flag} applies {phrase}")
+
+
+class FixedFields:
+    """A configuration as an experiment's program may read it: its fixed fields.
+
+    The fields that vary across a sweep's runs (``epsilon``, ``seed`` and every tunable field)
+    raise :class:`~jfed._validation.UsageError` naming the method and the field: read there, the
+    base configuration's value would be fixed silently for every run. ``replace`` and every other
+    attribute are the configuration's own.
+
+    Args:
+      config: the configuration.
+      method: the method's name (for the error).
+      reader: what reads it, as the error names it (``self.config`` in an experiment).
+    """
+
+    def __init__(self, config: Any, method: str, reader: str = "self.config") -> None:
+        varying = {f.name for f in fields_of(type(config)) if f.tunable} | {"epsilon", "seed"}
+        object.__setattr__(self, "_config", config)
+        object.__setattr__(self, "_varying", frozenset(varying))
+        object.__setattr__(self, "_method", method)
+        object.__setattr__(self, "_reader", reader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._varying:
+            raise UsageError(
+                f"method {self._method}: {name} varies from run to run (eps, the seed or a "
+                f"tunable field): read it from the run's configuration, the config argument of "
+                f"calibrate(config) or evaluate(outputs, config); {self._reader}.{name} would "
+                "fix its base value for every run of a sweep"
+            )
+        return getattr(self._config, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a configuration is frozen")
+
+    def __repr__(self) -> str:
+        return f"FixedFields({self._config!r})"

@@ -87,9 +87,6 @@ class LDPFLExperiment(Experiment):
     """Chosen on training accuracy (the image tasks have no validation split); reports test
     accuracy beside the noise-free run of the same seed."""
 
-    selection_metric = "train_accuracy"
-    selection_maximize = True
-    report_metric = "test_accuracy"
     outputs = (
         Output("weights", "state.weights"),
         Output("weights_per_round", "infos.weights"),

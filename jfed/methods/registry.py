@@ -13,7 +13,7 @@ call), or a :class:`Method`, or a function returning one or several. Entry point
 time the registry is read, so ``import jfed`` stays fast.
 
 A declaration is checked when it is registered (name, configuration fields, defaults, privacy
-statement, outputs), and the error names the method and the field.
+statement, metrics, outputs), and the error names the method and the field.
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ import importlib
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from jfed.methods.config import Config
+from jfed.methods.fields import FixedFields
 
 ENTRY_POINT_GROUP = "jfed.methods"
 PLUGIN_WARNINGS_SHOWN = "JFED_PLUGIN_WARNINGS_SHOWN"
@@ -51,6 +53,50 @@ NUMBER_KINDS = (int, float)
 
 
 @dataclass(frozen=True)
+class Metrics:
+    """How a sweep tunes a method and what its runs report: metadata of the declaration, stated
+    in every record's ``selection`` section (``selection_metric``, ``selection_maximize``,
+    ``report_metric``) and read from there by the tuned tables and the plots.
+
+    Attributes:
+      selection: the metric a sweep chooses its tunable settings on (a key of what
+        ``evaluate`` returns, e.g. ``"validation_r2"``); ``None``: nothing is chosen (a design
+        grid, e.g. the estimation methods' sites: every point is reported, none extended).
+      maximize: whether a larger ``selection`` is better (``False`` for an error or a risk).
+      report: the metric ``jfed run`` prints and the sweep's tables and plots report (e.g.
+        ``"test_accuracy"``); a list ``<report>_per_round`` among the metrics adds convergence
+        curves. ``None``: the run prints "done".
+
+    Example: ``Metrics(selection="train_error", maximize=False, report="test_error")``.
+    """
+
+    selection: str | None = None
+    maximize: bool = True
+    report: str | None = None
+
+    def problems(self) -> list[str]:
+        """What is wrong with this declaration (empty when nothing is)."""
+        found = []
+        for name in ("selection", "report"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value):
+                found.append(f"metrics.{name} must be a metric's name or None, got {value!r}")
+        if not isinstance(self.maximize, bool):
+            found.append(f"metrics.maximize must be True or False, got {self.maximize!r}")
+        return found
+
+    def record_fields(self) -> dict:
+        """The record's ``selection`` section."""
+        return {"selection_metric": self.selection, "selection_maximize": self.maximize,
+                "report_metric": self.report}  # fmt: skip
+
+
+LEGACY_METRIC_ATTRIBUTES = {"selection_metric": "selection", "selection_maximize": "maximize",
+                            "report_metric": "report"}  # fmt: skip
+"""Experiment class attributes of earlier versions -> the :class:`Metrics` field now declared."""
+
+
+@dataclass(frozen=True)
 class Method:
     """One method: its configuration class and what a user needs to know before running it.
 
@@ -71,6 +117,11 @@ class Method:
         ``cost(config, plan) -> Cost`` (:mod:`jfed.methods.cost`; ``plan.chunk`` clients are
         vmapped at once). The command line refuses a run that cannot fit before anything
         compiles, naming the flag and the largest value that fits; ``None``: no estimate.
+      metrics: how a sweep tunes and what a run reports (:class:`Metrics`), or, where that
+        depends on the configuration's fixed fields, a function ``metrics(config) -> Metrics``
+        (its ``config`` raises on a field that varies from run to run: see
+        :class:`~jfed.methods.fields.FixedFields`). ``None``: ``Metrics()``, nothing tuned or
+        reported by name.
     """
 
     name: str
@@ -84,10 +135,30 @@ class Method:
     algorithm: str = ""
     private: bool = True
     cost: Callable[..., Any] | None = None
+    metrics: Metrics | Callable[[Any], Metrics] | None = None
 
     def __post_init__(self) -> None:
         if not self.algorithm:  # the algorithm's name in its source: the method's, if none
             object.__setattr__(self, "algorithm", self.name)
+
+    def metrics_of(self, config: Config, experiment: Any = None) -> Metrics:
+        """The :class:`Metrics` of runs of ``config`` (a configuration of this method; only its
+        fixed fields may decide them, so every run of a sweep states the same). A method that
+        declares none falls back on the deprecated metric attributes of its experiment
+        (``experiment``, the instance built on ``config``, or else its class), then on
+        ``Metrics()``."""
+        declared = self.metrics
+        if declared is None:
+            return _legacy_metrics(self.load() if experiment is None else experiment) or Metrics()
+        if isinstance(declared, Metrics):
+            return declared
+        resolved = declared(FixedFields(config, self.name, "metrics(config) reading config"))
+        problems = resolved.problems() if isinstance(resolved, Metrics) else [
+            f"metrics(config) must return a jfed.methods.Metrics, got {resolved!r}"
+        ]  # fmt: skip
+        if problems:
+            raise ValueError(f"method {self.name}: " + "; ".join(problems))
+        return resolved
 
     @property
     def built_in(self) -> bool:
@@ -104,7 +175,7 @@ class Method:
         if isinstance(experiment, str):
             module, _, name = experiment.partition(":")
             experiment = getattr(importlib.import_module(module), name)
-        check_experiment(self.name, experiment)
+        check_experiment(self.name, experiment, self)
         return experiment
 
 
@@ -219,6 +290,7 @@ def register_method(
     algorithm: str = "",
     private: bool | None = None,
     cost: Callable[..., Any] | None = None,
+    metrics: Metrics | Callable[[Any], Metrics] | None = None,
     replace: bool = False,
 ) -> Callable[[type], type]:
     """Register the decorated experiment class as method ``name`` (see :class:`Method`);
@@ -228,7 +300,9 @@ def register_method(
 
         @register_method("dp-fedprox", config=DPFedProxConfig, summary="FedProx, central DP",
                          notion="user-level (eps, delta)-DP", protected="one client's data",
-                         trust_model="trusted server adds the noise")
+                         trust_model="trusted server adds the noise",
+                         metrics=Metrics(selection="train_error", maximize=False,
+                                         report="test_error"))
         class DPFedProx(Experiment):
             ...
     """
@@ -240,6 +314,7 @@ def register_method(
                 trust_model=trust_model, experiment=experiment, paper=paper,
                 algorithm=algorithm,
                 private=notion != "none" if private is None else private, cost=cost,
+                metrics=metrics,
             ),
             replace=replace,
         )  # fmt: skip
@@ -305,10 +380,11 @@ def check_method(method: Method) -> None:
         problems.append(f"experiment {method.experiment!r}: expected 'module:Class'")
     if method.cost is not None and not callable(method.cost):
         problems.append("cost must be a function cost(config, plan) -> jfed.methods.cost.Cost")
+    problems += _metrics_problems(method)
     if problems:
         raise ValueError(f"method {name}: " + "; ".join(problems))
     if isinstance(method.experiment, type):
-        check_experiment(name, method.experiment)
+        check_experiment(name, method.experiment, method)
 
 
 def _config_problems(method: Method) -> list[str]:
@@ -363,9 +439,31 @@ def _bind_config(method: Method) -> None:
         type.__setattr__(method.config, "method", method.name)
 
 
-def check_experiment(name: str, experiment: Any) -> None:
+def _metrics_problems(method: Method) -> list[str]:
+    """What is wrong with the declaration's metrics (a function of the configuration is asked
+    at the defaults, once the configuration itself is sound)."""
+    metrics = method.metrics
+    if metrics is None:
+        return []
+    if isinstance(metrics, Metrics):
+        return metrics.problems()
+    if not callable(metrics):
+        return [f"metrics must be a jfed.methods.Metrics or a function metrics(config) -> "
+                f"Metrics, got {metrics!r}"]  # fmt: skip
+    if _config_problems(method):
+        return []  # reported already; the defaults cannot be asked
+    try:
+        method.metrics_of(method.config())
+    except ValueError as error:  # UsageError included: a field that varies from run to run
+        return [str(error).removeprefix(f"method {method.name}: ")]
+    return []
+
+
+def check_experiment(name: str, experiment: Any, method: Method | None = None) -> None:
     """An experiment class has what the runner asks of it (``ValueError`` naming the member);
-    the class checks itself (:meth:`jfed.methods.Experiment.check_class`)."""
+    the class checks itself (:meth:`jfed.methods.Experiment.check_class`). With its declaration
+    ``method``, metric class attributes of earlier versions are checked too
+    (:func:`check_legacy_metrics`)."""
     check_class = getattr(experiment, "check_class", None)
     if not isinstance(experiment, type) or check_class is None:
         raise ValueError(
@@ -373,3 +471,63 @@ def check_experiment(name: str, experiment: Any) -> None:
             f"{experiment!r}"
         )
     check_class(name)
+    if method is not None:
+        check_legacy_metrics(method, experiment)
+
+
+def _legacy_attributes(experiment: Any) -> dict[str, Any]:
+    """The metric attributes of an earlier version an experiment class (or instance) sets, by
+    the :class:`Metrics` field each now is."""
+    return {field: getattr(experiment, attribute)
+            for attribute, field in LEGACY_METRIC_ATTRIBUTES.items()
+            if hasattr(experiment, attribute)}  # fmt: skip
+
+
+def _legacy_metrics(experiment: Any) -> Metrics | None:
+    """The metrics ``experiment`` (a class or an instance) states in attributes of an earlier
+    version (``None`` when it states none)."""
+    stated = _legacy_attributes(experiment)
+    return Metrics(**stated) if stated else None
+
+
+def check_legacy_metrics(method: Method, experiment: type) -> None:
+    """An experiment class that still sets ``selection_metric``, ``selection_maximize`` or
+    ``report_metric`` (the metrics of earlier versions): a ``DeprecationWarning`` naming the
+    ``metrics=Metrics(...)`` to declare instead, when the method declares none (the attributes
+    are still read then); ``ValueError`` when they contradict the method's declared metrics."""
+    stated = _legacy_attributes(experiment)
+    if not stated:
+        return
+    attributes = {field: attribute for attribute, field in LEGACY_METRIC_ATTRIBUTES.items()}
+    if method.metrics is None:
+        written = ", ".join(f"{field}={value!r}" for field, value in stated.items())
+        warnings.warn(
+            f"method {method.name}: {experiment.__name__} sets "
+            f"{', '.join(attributes[f] for f in stated)}, which are deprecated: declare "
+            f"metrics=Metrics({written}) in its Method(...) or @register_method(...) "
+            "(from jfed.methods import Metrics) and delete the class attributes",
+            DeprecationWarning,
+            stacklevel=_caller_outside_jfed(),
+        )
+        return
+    declared = method.metrics_of(method.config())  # a function is asked at the defaults
+    contradictions = [
+        f"{experiment.__name__}.{attributes[field]} = {value!r} but the declaration states "
+        f"metrics.{field} = {getattr(declared, field)!r}"
+        for field, value in stated.items() if value != getattr(declared, field)
+    ]  # fmt: skip
+    if contradictions:
+        raise ValueError(
+            f"method {method.name}: " + "; ".join(contradictions) + " (the declaration's "
+            "metrics are what jfed reads: delete the class attributes)"
+        )
+
+
+def _caller_outside_jfed() -> int:
+    """The ``stacklevel`` of a warning raised by this module's caller that points at the first
+    frame outside the jfed package (the registration the user wrote)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1  # the frame that calls warnings.warn is level 1
+    while frame is not None and frame.f_code.co_filename.startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level

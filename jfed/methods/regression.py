@@ -165,9 +165,6 @@ class RegressionExperiment(Experiment):
     calibration and certificate of the private ones (T releases of a local randomizer per
     client: :meth:`calibrate`)."""
 
-    selection_metric = "validation_r2"
-    selection_maximize = True
-    report_metric = "test_r2"
     # the noise of every client's message: the calibration follows it (DP-SGD takes another)
     randomizer: Any = dpsgd.GAUSSIAN
     # what a certificate states beside the notion: set by each private method

@@ -12,7 +12,8 @@ A record (schema version :data:`SCHEMA_VERSION`) has, flat:
   ``delta`` (the delta used), ``accountant``, ``notion``, ``protected``, ``trust_model``,
   ``sigma``, and the method's own (``sensitivity``, ``epsilon0``, ...);
 - metrics: the method's (``test_r2``, ``validation_r2``, ``ols_r2``, curves ``*_per_round`` as
-  lists, ...) and ``selection_metric``, ``selection_maximize``, ``report_metric``;
+  lists, ...) and ``selection_metric``, ``selection_maximize``, ``report_metric`` (the method
+  declaration's :class:`~jfed.methods.Metrics`);
 - timing and place: ``compile_seconds`` (of the program that ran it), ``run_seconds`` (this run's
   share of its slice), ``plan``, ``device``, ``slice``, ``slice_size``, ``shared_noise``;
 - provenance: ``timestamp`` (UTC, ISO 8601), ``jfed_version``, ``git_commit`` (``None`` outside a
@@ -88,7 +89,8 @@ def sections(experiment, config: Config, privacy: dict, metrics: dict, run_info:
     """The typed sections of one run's record, in the order they are written: ``method`` (what
     ran), ``configuration`` (every field, the target ``epsilon`` and the rounds), ``data`` (the
     population), ``privacy`` (the guarantee), ``metrics``, ``selection`` (how a sweep tunes and
-    reports), ``run`` (where and how long) and ``provenance`` (when, which jfed, which plug-in)."""
+    reports: the method declaration's :class:`~jfed.methods.Metrics`), ``run`` (where and how
+    long) and ``provenance`` (when, which jfed, which plug-in)."""
     method = experiment.method
     return {
         "method": {
@@ -105,11 +107,7 @@ def sections(experiment, config: Config, privacy: dict, metrics: dict, run_info:
         "data": experiment.identity(),
         "privacy": privacy,
         "metrics": metrics,
-        "selection": {
-            "selection_metric": experiment.selection_metric,
-            "selection_maximize": experiment.selection_maximize,
-            "report_metric": experiment.report_metric,
-        },
+        "selection": method.metrics_of(experiment.base_config, experiment).record_fields(),
         "run": run_info,
         "provenance": {
             "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),

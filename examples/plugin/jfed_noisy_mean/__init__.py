@@ -3,7 +3,7 @@ command line's checks stay fast; the experiment loads when a run starts."""
 
 from dataclasses import dataclass
 
-from jfed.methods import EPSILON, OPEN_UNIT, POSITIVE, Config, Method, integers, param
+from jfed.methods import EPSILON, OPEN_UNIT, POSITIVE, Config, Method, Metrics, integers, param
 
 
 @dataclass(frozen=True)
@@ -25,4 +25,5 @@ METHOD = Method(
     protected="one client's feature vector",
     trust_model="trusted server adds the noise",
     experiment="jfed_noisy_mean.experiment:NoisyMean",
+    metrics=Metrics(selection="squared_error", maximize=False, report="squared_error"),
 )

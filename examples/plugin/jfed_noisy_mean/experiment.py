@@ -33,9 +33,6 @@ class NoisyMeanAlgorithm:
 
 class NoisyMean(Experiment):
     outputs = (Output("mean", "state"), Output("clipped", "infos.clipped", reduce="last"))
-    report_metric = "squared_error"
-    selection_metric = "squared_error"
-    selection_maximize = False
     default_accountant = privacy.Analytic()  # exact for Gaussian releases without sampling
 
     def __init__(self, config):

@@ -6,8 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from jfed.methods.fields import MAX_SEED, POSITIVE, integers, param
+from jfed.methods.registry import Metrics
 
 MAX_DIM = 100_000
+ACCURACY = Metrics(selection="train_accuracy", maximize=True, report="test_accuracy")
+"""The federated training methods' metrics: tuned on the training clients' accuracy (the image
+tasks have no validation split), reported on held-out clients or images."""
 GRADIENT_CLIP = "clip norm of each gradient (DP-SGD: a client's, G; silos: a record's, L)"
 RIDGE = "ridge (L2) regulariser lambda"
 CLIENTS = (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jfed.methods.declared.common import ACCURACY
 from jfed.methods.declared.dp_fedavg import ONE_CLIENT, TRUSTED, USER_LEVEL, FederatedTraining
 from jfed.methods.declared.private_training import PrivateTraining, with_client_state
 from jfed.methods.fields import NONNEGATIVE, integers, param
@@ -41,6 +42,7 @@ register(Method(
     "ditto", Ditto, "Ditto: personal models (kept per client) beside FedAvg's global model",
     "none", "nothing", "trusted server sees raw updates", DITTO_EXPERIMENT, DITTO_PAPER,
     "Ditto (Algorithm 1)", private=False, cost=with_client_state(1),
+    metrics=ACCURACY,
 ))  # fmt: skip
 
 register(Method(
@@ -48,4 +50,5 @@ register(Method(
     "Ditto with DP-FedAvg's private aggregation of the global model's updates",
     USER_LEVEL, ONE_CLIENT, TRUSTED, DITTO_EXPERIMENT, DITTO_PAPER,
     "Ditto with user-level DP on the global model", cost=with_client_state(1),
+    metrics=ACCURACY,
 ))  # fmt: skip

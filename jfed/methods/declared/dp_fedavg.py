@@ -20,7 +20,7 @@ from jfed.methods.cost import (
     CostPlan,
     pld_calibration_cost,
 )
-from jfed.methods.declared.common import CLIENTS, MODEL, SPLIT, batch, data_seed
+from jfed.methods.declared.common import ACCURACY, CLIENTS, MODEL, SPLIT, batch, data_seed
 from jfed.methods.fields import (
     EPSILON,
     MAX_ROUNDS,
@@ -363,12 +363,12 @@ register(Method(
     "DP-FedAvg: cohorts, clipped updates, Gaussian noise, adaptive clipping, FedAdam",
     USER_LEVEL, ONE_CLIENT, TRUSTED, EXPERIMENTS + "DPFedAvgExperiment",
     DP_FEDAVG_PAPER, "DP-FedAvg (Algorithm 1; adaptive clipping of Andrew et al.)",
-    cost=federated_cost,
+    cost=federated_cost, metrics=ACCURACY,
 ))  # fmt: skip
 register(Method(
     "fedavg-sampled", FedAvgSampled,
     "non-private FedAvg with the same cohorts (DP-FedAvg's baseline)",
     "none", "nothing", "trusted server sees raw updates", EXPERIMENTS + "DPFedAvgExperiment",
     DP_FEDAVG_PAPER, "FedAvg with client sampling (non-private baseline)", private=False,
-    cost=federated_cost,
+    cost=federated_cost, metrics=ACCURACY,
 ))  # fmt: skip

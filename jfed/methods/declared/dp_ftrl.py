@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from jfed._validation import UsageError
+from jfed.methods.declared.common import ACCURACY
 from jfed.methods.declared.dp_fedavg import USER_LEVEL, FederatedTraining, federated_cost
 from jfed.methods.declared.private_training import PrivateTraining
 from jfed.methods.fields import Range, integers, param
@@ -124,6 +125,7 @@ register(Method(
     "DP-FTRL: a participation schedule, tree-aggregated noise, momentum; no amplification",
     USER_LEVEL, ALL_PARTICIPATIONS, CORRELATED, FTRL_EXPERIMENT, FTRL_PAPER,
     "DP-FTRLM with tree restarts (Algorithm 1 with momentum)", cost=federated_cost,
+    metrics=ACCURACY,
 ))  # fmt: skip
 
 register(Method(
@@ -131,4 +133,5 @@ register(Method(
     "BLT-DP-FTRL: a participation schedule, buffered-linear-Toeplitz noise, momentum",
     USER_LEVEL, ALL_PARTICIPATIONS, CORRELATED, FTRL_EXPERIMENT, BLT_PAPER,
     "DP-FTRL with BLT noise (min-separation sensitivity)", cost=federated_cost,
+    metrics=ACCURACY,
 ))  # fmt: skip

@@ -11,7 +11,7 @@ from jfed.methods.config import Config
 from jfed.methods.cost import FLOAT32, KEY, Cost, CostPlan
 from jfed.methods.declared.common import replications
 from jfed.methods.fields import EPSILON, OPEN_UNIT, POSITIVE, Range, integers, param
-from jfed.methods.registry import Method, register
+from jfed.methods.registry import Method, Metrics, register
 
 ESTIMATION_PAPER = (
     "Yu, Optimal federated learning under differential privacy constraints (talk; Kent, Berrett "
@@ -171,6 +171,11 @@ def functional_cost(config: FunctionalEstimation, plan: CostPlan) -> Cost:
     return Cost(memory, work, ("observations", "functions", "servers", "replications"))
 
 
+MONTE_CARLO = Metrics(selection=None, maximize=False, report="mse")
+"""Nothing to choose among (a sweep reports every grid point: a design grid); reported as the
+mean squared error over the replications."""
+
+
 register(Method(
     "estimation", Estimation,
     "private mean estimation across S sites of n units, seven trust settings",
@@ -180,7 +185,7 @@ register(Method(
     "per --setting: nobody, one curator, or each site for its own units",
     "jfed.methods.estimation:EstimationExperiment",
     ESTIMATION_PAPER, "mean estimation (the talk's table of minimax rates)",
-    cost=estimation_cost,
+    cost=estimation_cost, metrics=MONTE_CARLO,
 ))  # fmt: skip
 register(Method(
     "functional-estimation", FunctionalEstimation,
@@ -190,5 +195,5 @@ register(Method(
     "each server a trusted curator of its own functions; the aggregator sees releases",
     "jfed.methods.estimation:FunctionalExperiment",
     ESTIMATION_PAPER, "private distributed functional mean estimation (Xue, Lin and Yu)",
-    cost=functional_cost,
+    cost=functional_cost, metrics=MONTE_CARLO,
 ))  # fmt: skip

@@ -15,7 +15,15 @@ from jfed.methods.cost import (
     Cost,
     CostPlan,
 )
-from jfed.methods.declared.common import CLIENTS, MODEL, SPLIT, batch, data_seed, learning_rate
+from jfed.methods.declared.common import (
+    ACCURACY,
+    CLIENTS,
+    MODEL,
+    SPLIT,
+    batch,
+    data_seed,
+    learning_rate,
+)
 from jfed.methods.fields import EPSILON, OPEN_UNIT, Range, integers, param
 from jfed.methods.registry import Method, register
 
@@ -145,4 +153,5 @@ register(Method(
     "shuffled eps in the record assumes a trusted split-and-shuffle channel)",
     "jfed.methods.ldp_fl:LDPFLExperiment",
     LDP_FL_PAPER, "two-point weight perturbation with split and shuffle", cost=ldp_fl_cost,
+    metrics=ACCURACY,
 ))  # fmt: skip

@@ -37,7 +37,7 @@ from jfed.methods.fields import (
     integers,
     param,
 )
-from jfed.methods.registry import Method, register
+from jfed.methods.registry import Method, Metrics, register
 
 MODULATED_PAPER = (
     "Modulated learning for private and distributed regression with just a single sample per "
@@ -271,25 +271,32 @@ def ols_cost(config: OLS, plan: CostPlan) -> Cost:
     return Cost(memory + FLOAT64 * SOLVE_COPIES * d * d, work, ("dim", "clients"))
 
 
+R2 = Metrics(selection="validation_r2", maximize=True, report="test_r2")
+"""The regression methods' metrics: tuned on the validation split's R^2, reported on the test's."""
+
+
 register(Method(
     "modulated-iterative", ModulatedIterative,
     "modulated learning, iterative estimator: T rounds of debiased modulated gradients",
     LOCAL, FEATURES, UNTRUSTED, EXPERIMENTS + "ModulatedIterativeExperiment",
     MODULATED_PAPER, "iterative modulated estimator", cost=modulated_cost,
+    metrics=R2,
 ))  # fmt: skip
 register(Method(
     "modulated-one-shot", ModulatedOneShot,
     "modulated learning, one-shot estimator: one release, a ridge solve",
     LOCAL, FEATURES, UNTRUSTED, EXPERIMENTS + "ModulatedOneShotExperiment",
     MODULATED_PAPER, "one-shot modulated estimator", cost=modulated_cost,
+    metrics=R2,
 ))  # fmt: skip
 register(Method(
     "dpsgd", DPSGD, "DP-SGD FedAvg, one sample per client (the modulated paper's baseline)",
     LOCAL, RECORD, UNTRUSTED, EXPERIMENTS + "DPSGDExperiment",
-    MODULATED_PAPER, "DP-SGD FedAvg baseline", cost=dpsgd_cost,
+    MODULATED_PAPER, "DP-SGD FedAvg baseline", cost=dpsgd_cost, metrics=R2,
 ))  # fmt: skip
 register(Method(
     "ols", OLS, "non-private least squares (the reference)",
     "none", "nothing", "trusted server sees raw data", EXPERIMENTS + "OLSExperiment",
     MODULATED_PAPER, "ordinary least squares", private=False, cost=ols_cost,
+    metrics=R2,
 ))  # fmt: skip

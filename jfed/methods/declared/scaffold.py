@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jfed.methods.declared.common import ACCURACY
 from jfed.methods.declared.dp_fedavg import ONE_CLIENT, TRUSTED, USER_LEVEL, FederatedTraining
 from jfed.methods.declared.private_training import PrivateTraining, with_client_state
 from jfed.methods.fields import POSITIVE, param
@@ -38,6 +39,7 @@ register(Method(
     "scaffold", Scaffold, "SCAFFOLD: control variates (kept per client) against client drift",
     "none", "nothing", "trusted server sees raw updates", SCAFFOLD_EXPERIMENT, SCAFFOLD_PAPER,
     "SCAFFOLD (Algorithm 1, option II)", private=False, cost=with_client_state(1),
+    metrics=ACCURACY,
 ))  # fmt: skip
 
 register(Method(
@@ -45,4 +47,5 @@ register(Method(
     "DP-SCAFFOLD: SCAFFOLD's two statistics clipped and noised, both releases accounted",
     USER_LEVEL, ONE_CLIENT, TRUSTED, SCAFFOLD_EXPERIMENT, SCAFFOLD_PAPER,
     "SCAFFOLD with user-level DP on both statistics", cost=with_client_state(1),
+    metrics=ACCURACY,
 ))  # fmt: skip
