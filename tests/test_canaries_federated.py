@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
+from jfed import random as jfed_random
 from jfed.data.population import ArrayClients
 from jfed.engine import Poisson, simulate, trace_releases
-from jfed.privacy import canaries
+from jfed.privacy import canaries, canary_aggregator
 from jfed.privacy.aggregators import FixedDenominatorMean, GaussianSum, GaussianSumParams
 from jfed.privacy.canary_aggregator import CanaryState, WithCanaries, audit
 
@@ -208,3 +209,79 @@ def test_the_wrapper_is_its_inner_aggregator_to_the_engine_and_refuses_bad_setti
         WithCanaries(GaussianSum(), 8, sampling_rate=0.0)
     with pytest.raises(Exception, match="canaries"):
         WithCanaries(GaussianSum(), 1)
+
+
+PREPROCESSED: list = []
+
+
+@dataclass(frozen=True)
+class CountedIntegerSum:
+    """A clipped sum of integer records (exact whatever the order of the sum): a record is the
+    update clipped to C, scaled by 64 and rounded at random from its key; each call of
+    ``preprocess`` is reported to ``PREPROCESSED`` from inside the program. Its release is the
+    sum itself as floats, without noise (a test's window on what was summed)."""
+
+    Params: ClassVar[type] = GaussianSumParams
+
+    def init(self, params, template):
+        return ()
+
+    def preprocess(self, params, state, update, key):
+        jax.debug.callback(lambda update: PREPROCESSED.append(np.shape(update)), update)
+        return integer_record(params, update, key)
+
+    def release(self, params, state, summed, key):
+        return summed.astype(jnp.float32), state, {}  # exact below 2^24
+
+
+def integer_record(params, update, key):
+    clipped = update * jnp.minimum(1.0, params.clip_norm / jnp.linalg.norm(update))
+    return jnp.floor(64 * clipped + jax.random.uniform(key, update.shape)).astype(jnp.int32)
+
+
+def canary_sum_reference(wrapper, params, state, real, template, key):
+    """What the wrapper releases, recomputed here: every canary's record, drawn as the wrapper
+    draws it (its update through the inner aggregator, from the preprocessing stream folded with
+    its id), summed where the canary takes part, plus the real record: ``(canaries taking part,
+    the sum)``."""
+    participation = jfed_random.named(key, canary_aggregator.PARTICIPATION_STREAM)
+    preprocess = jfed_random.named(key, canary_aggregator.PREPROCESS_STREAM)
+    ids = jnp.arange(wrapper.canaries)
+    sampled = jax.vmap(lambda i: jfed_random.uniform(jax.random.fold_in(participation, i)))(ids)
+    weights = (state.included & (sampled < wrapper.sampling_rate)).astype(jnp.int32)
+    records = jax.vmap(lambda i: integer_record(
+        params, canaries.canary_update(wrapper.audit_key(), i, template, 1e6),
+        jax.random.fold_in(preprocess, i)))(ids)  # fmt: skip
+    return weights.sum(), real + jnp.tensordot(weights, records, 1)
+
+
+@pytest.mark.parametrize("capacity", [None, 8])
+def test_a_release_preprocesses_only_its_canaries_taking_part_and_sums_their_records(
+    monkeypatch, capacity
+):
+    """One release of 400 canaries at q = 0.2 (about 40 take part), vmapped as a sweep runs its
+    runs: the canaries' records are preprocessed in one chunk of ``canary_capacity`` slots
+    (120), or with a capacity of 8, in as many chunks of 8 as hold those taking part (a
+    vmapped ``lax.cond`` between the slots and every canary preprocessed 120 + 400 records);
+    their sum is the one computed here canary by canary, exactly (integer records)."""
+    if capacity is not None:
+        monkeypatch.setattr(canary_aggregator, "canary_capacity", lambda *_: capacity)
+    dimension, count, rate = 16, 400, 0.2
+    wrapper = WithCanaries(CountedIntegerSum(), count, rate)
+    params = GaussianSumParams(jnp.float32(1.0), jnp.float32(1.0))
+    template = jnp.zeros((dimension,), jnp.float32)
+    state = wrapper.init(params, template)
+    real = jnp.arange(dimension, dtype=jnp.int32)
+    key = jax.random.key(3)
+    PREPROCESSED.clear()
+    release = jax.jit(jax.vmap(lambda k: wrapper.release(params, state, real, k)))
+    value, _, diagnostics = release(key[None])
+    jax.effects_barrier()
+    taking_part = int(diagnostics["canaries_taking_part"][0])
+    slots = capacity or canary_aggregator.canary_capacity(count, rate)
+    assert slots == (capacity or 120) and (capacity is None or taking_part > 3 * capacity)
+    assert len(PREPROCESSED) == slots * -(-taking_part // slots)
+    reference = jax.jit(canary_sum_reference, static_argnums=0)
+    expected_taking_part, expected = reference(wrapper, params, state, real, template, key)
+    assert int(expected_taking_part) == taking_part
+    np.testing.assert_array_equal(value[0], expected)

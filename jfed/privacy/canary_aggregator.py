@@ -60,7 +60,7 @@ def canary_capacity(canaries: int, sampling_rate: float) -> int:
     """Slots for the canaries taking part in one release: their expected number ``m = M q / 2``
     (a coin of 1/2 each, then the rate q) plus ``10 sqrt(m) + 16``, at most M. More than that
     take part with probability below 1e-20 (a Chernoff bound); :meth:`WithCanaries._canary_sum`
-    then processes every canary instead."""
+    then processes a second chunk of slots (or more)."""
     expected = canaries * min(1.0, float(sampling_rate)) / 2
     return min(canaries, math.ceil(expected + 10 * math.sqrt(expected) + 16))
 
@@ -153,33 +153,18 @@ class WithCanaries(CanaryWrapper):
         self, params: Any, state: CanaryState, template: PyTree, taking_part: jax.Array,
         key: jax.Array,
     ) -> PyTree:  # fmt: skip
-        """The sum of the records of the canaries taking part.
+        """The sum of the records (updates through ``inner.preprocess``) of the canaries
+        ``taking_part: bool[M]``.
 
         Only those are drawn and preprocessed (about ``M q / 2`` of the M: the others would be
-        weighted by 0): their ids, gathered into :func:`canary_capacity` slots, are processed
-        :func:`canary_chunk` at a time. In the rare round where more take part than the slots
-        hold, every canary is processed instead; either way the sum is the same records' (each
-        canary's record is drawn from its own key)."""
-        capacity = canary_capacity(self.canaries, self.sampling_rate)
-        every = jnp.arange(self.canaries, dtype=jnp.int32)
-        if capacity >= self.canaries:
-            return self._records_sum(params, state, template, every, taking_part, key)
-        count = jnp.sum(taking_part, dtype=jnp.int32)
-        (gathered,) = jnp.nonzero(taking_part, size=capacity, fill_value=0)
-        slots = jnp.arange(capacity, dtype=jnp.int32) < count
-        return jax.lax.cond(
-            count <= capacity,
-            lambda: self._records_sum(params, state, template, gathered.astype(jnp.int32),
-                                      slots, key),
-            lambda: self._records_sum(params, state, template, every, taking_part, key),
-        )  # fmt: skip
-
-    def _records_sum(
-        self, params: Any, state: CanaryState, template: PyTree, ids: jax.Array,
-        weights: jax.Array, key: jax.Array,
-    ) -> PyTree:  # fmt: skip
-        """``sum_i weights_i record(ids_i)``: the canaries ``ids: i32[n]``'s records (their
-        updates through ``inner.preprocess``), ``weights: bool[n]``, a chunk at a time."""
+        weighted by 0): their ids, gathered in order, are processed a chunk of
+        ``min(canary_capacity, canary_chunk)`` slots at a time by a while loop that stops after
+        the chunk holding the last of them: one chunk but in the rare round where more take
+        part than :func:`canary_capacity`. A loop, not a ``lax.cond`` between the slots and
+        every canary: a run is vmapped (a sweep's runs; one run too), and a vmapped cond whose
+        predicate is batched computes both branches, every canary's records included. The sum
+        is the same records' whatever the chunks (each canary's record is drawn from its own
+        key)."""
         audit_key = self.audit_key()
         preprocess_key = jfed_random.named(key, PREPROCESS_STREAM)
 
@@ -189,23 +174,26 @@ class WithCanaries(CanaryWrapper):
                 params, state.inner, update, jax.random.fold_in(preprocess_key, canary_id)
             )
 
-        size = ids.shape[0]
-        chunk = canary_chunk(size, canary_lib.parameter_count(template))
-        chunks = -(-size // chunk)
-        padding = chunks * chunk - size
-        ids = jnp.pad(ids, (0, padding)).reshape(chunks, chunk)
-        weights = jnp.pad(weights.astype(jnp.float32), (0, padding)).reshape(ids.shape)
+        capacity = canary_capacity(self.canaries, self.sampling_rate)
+        chunk = min(capacity, canary_chunk(capacity, canary_lib.parameter_count(template)))
+        count = jnp.sum(taking_part, dtype=jnp.int32)
+        chunks = -(-self.canaries // chunk)
+        (ids,) = jnp.nonzero(taking_part, size=chunks * chunk, fill_value=0)
+        ids = ids.astype(jnp.int32)
+        slots = jnp.arange(chunk, dtype=jnp.int32)
 
-        def add_chunk(total, chunk):
-            chunk_ids, chunk_weights = chunk
-            records = jax.vmap(record)(chunk_ids)
-            weighted = jax.tree.map(
-                lambda r: jnp.tensordot(chunk_weights.astype(r.dtype), r, 1), records
-            )
-            return jax.tree.map(jnp.add, total, weighted), None
+        def add_chunk(carry):
+            index, total = carry
+            start = index * chunk
+            records = jax.vmap(record)(jax.lax.dynamic_slice(ids, (start,), (chunk,)))
+            weights = start + slots < count  # the slots past the last canary are padding
+            weighted = jax.tree.map(lambda r: jnp.tensordot(weights.astype(r.dtype), r, 1), records)
+            return index + 1, jax.tree.map(jnp.add, total, weighted)
 
         zero = jax.tree.map(jnp.zeros_like, jax.eval_shape(record, jnp.int32(0)))
-        total, _ = jax.lax.scan(add_chunk, zero, (ids, weights))
+        _, total = jax.lax.while_loop(
+            lambda carry: carry[0] * chunk < count, add_chunk, (jnp.int32(0), zero)
+        )
         return total
 
     def release(
