@@ -14,10 +14,17 @@ from jfed.cli.main import main
 from jfed.methods import Method, Output, register
 from jfed.methods.registry import METHODS
 
-# the repository's own example plug-in (examples/plugin), from its folder: not a dependency
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "plugin"))
-NoisyMeanConfig = importlib.import_module("jfed_noisy_mean").NoisyMeanConfig
-_example = importlib.import_module("jfed_noisy_mean.experiment")
+# the repository's own example plug-in (examples/plugin), from its folder: not a dependency. The
+# folder leaves sys.path once imported: the build metadata a pip install leaves there would
+# otherwise register the package's method, through its entry point, in every later test file
+# this process runs
+PLUGIN_FOLDER = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "plugin")
+sys.path.insert(0, PLUGIN_FOLDER)
+try:
+    NoisyMeanConfig = importlib.import_module("jfed_noisy_mean").NoisyMeanConfig
+    _example = importlib.import_module("jfed_noisy_mean.experiment")
+finally:
+    sys.path.remove(PLUGIN_FOLDER)
 NoisyMean, NoisyMeanAlgorithm = _example.NoisyMean, _example.NoisyMeanAlgorithm
 
 
