@@ -12,10 +12,14 @@ release. Each figure is the median of ``--repeats`` runs of ``--rounds`` rounds,
 taking turns (shuffled) so that both see the same load; a run's time is its record's
 ``run_seconds`` (the compiled program, compilation excluded: the programs are compiled once
 before timing). ``x_plain``: the audited run's time over the plain run's (the target: <= 1.2 at
-K = 1,000 with 1,000 canaries).
+K = 1,000 with 1,000 canaries); ``x_plain_paired``: the median over the repeats of the audited
+run's time over the plain run's of the same repeat (next to each other in time, so less moved
+by a load that changes during the benchmark). Time it on an otherwise idle machine: the load
+before and after is recorded.
 
 JSON (default ``bench/results/audit_cpu.json``): ``rows`` of ``{run, cohort, canaries,
-seconds_per_round, x_plain}``, ``uptime`` before and after, ``device``, ``versions``.
+seconds_per_round, x_plain, x_plain_paired}``, ``uptime`` before and after, ``device``,
+``versions``.
 """
 
 from __future__ import annotations
@@ -64,7 +68,9 @@ def main() -> None:
     rows = [
         {"run": name, "cohort": args.cohort, "canaries": 0 if name == "plain" else args.canaries,
          "seconds_per_round": statistics.median(values) / args.rounds,
-         "x_plain": statistics.median(values) / plain}
+         "x_plain": statistics.median(values) / plain,
+         "x_plain_paired": statistics.median(
+             [run / alone for run, alone in zip(values, seconds["plain"], strict=True)])}
         for name, values in seconds.items()
     ]  # fmt: skip
     load_after = uptime()
@@ -72,10 +78,11 @@ def main() -> None:
                f"cohort K = {args.cohort}, {args.rounds} rounds, --noise {args.noise}; median of "
                f"{args.repeats} runs each, in turns")  # fmt: skip
     print(setting)
-    print(f"{'run':>8} {'K':>6} {'canaries':>9} {'ms/round':>10} {'x plain':>8}")
+    print(f"{'run':>8} {'K':>6} {'canaries':>9} {'ms/round':>10} {'x plain':>8} {'paired':>7}")
     for row in rows:
         print(f"{row['run']:>8} {row['cohort']:>6} {row['canaries']:>9} "
-              f"{1e3 * row['seconds_per_round']:>10.2f} {row['x_plain']:>8.3f}")  # fmt: skip
+              f"{1e3 * row['seconds_per_round']:>10.2f} {row['x_plain']:>8.3f} "
+              f"{row['x_plain_paired']:>7.3f}")  # fmt: skip
     print(f"load before: {load_before}\nload after:  {load_after}")
     if args.json:
         payload = {"setting": setting, "rows": rows, "device": str(jax.devices()[0]),
