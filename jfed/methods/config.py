@@ -17,10 +17,47 @@ module loads no numerical package.
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 from jfed.methods.fields import MAX_ROUNDS, MAX_SEED, check_config, integers, param
+
+CHECKED = "_checked"
+"""Set on a configuration whose :meth:`Config.check` passed (its fields are frozen, so it stays
+valid): a later call returns at once."""
+_CHECKING = "_checking"
+ConfigT = TypeVar("ConfigT", bound="Config")
+
+
+def checked_once(check: Callable[[ConfigT], Any]) -> Callable[[ConfigT], ConfigT]:
+    """``check`` (a configuration class's own) run once per configuration: a configuration it
+    passed is marked, and a later call returns it without checking again; one it refused is
+    checked (and refused) again. A subclass's check calling ``super().check()`` runs the base's
+    checks inside its own, and the configuration is marked only when the outermost passes."""
+
+    @functools.wraps(check)
+    def once(self: ConfigT) -> ConfigT:
+        state = getattr(self, "__dict__", None)
+        if state is None:  # a configuration with __slots__: nowhere to mark it
+            check(self)
+            return self
+        if state.get(CHECKED):
+            return self
+        if state.get(_CHECKING):  # a subclass's check calling super().check()
+            check(self)
+            return self
+        object.__setattr__(self, _CHECKING, True)
+        try:
+            check(self)
+        finally:
+            object.__delattr__(self, _CHECKING)
+        object.__setattr__(self, CHECKED, True)
+        return self
+
+    once.checks_once = True  # type: ignore[attr-defined]
+    return once
 
 
 @dataclass(frozen=True)
@@ -29,6 +66,10 @@ class Config:
 
     ``method`` is set by :func:`~jfed.methods.register` to the name the class is registered
     under; a run's configuration says which method it belongs to through it.
+
+    A subclass may extend :meth:`check` with refusals of its own (calling ``super().check()``);
+    however often it is called (by the command line, the experiment, the runner), a
+    configuration is checked once.
     """
 
     seed: int = param(0, "run seed (client draws, noise, sampling)", range=integers(0, MAX_SEED),
@@ -36,12 +77,21 @@ class Config:
 
     method: ClassVar[str] = ""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("check")
+        if callable(own) and not getattr(own, "checks_once", False):
+            cls.check = checked_once(own)  # type: ignore[method-assign]
+
     def replace(self, **changes: Any) -> Self:
+        """A new configuration with ``changes`` (unchecked: :meth:`check` checks it)."""
         return dataclasses.replace(self, **changes)
 
+    @checked_once
     def check(self) -> Self:
         """Every field in its declared range and given only where it applies (``ValueError``
-        naming the flag otherwise); returns ``self``."""
+        naming the flag otherwise); returns ``self``. A configuration is checked once: its
+        fields are frozen, so a later call returns it at once."""
         check_config(self)
         return self
 

@@ -527,7 +527,8 @@ def _caller_outside_jfed() -> int:
     """The ``stacklevel`` of a warning raised by this module's caller that points at the first
     frame outside the jfed package (the registration the user wrote)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1  # the frame that calls warnings.warn is level 1
+    frame: Any = sys._getframe(1)  # the frame that calls warnings.warn: level 1
+    level = 1
     while frame is not None and frame.f_code.co_filename.startswith(package + os.sep):
         frame, level = frame.f_back, level + 1
     return level
