@@ -194,9 +194,11 @@ SHUFFLE_BATCH = 80  # 240 messages a round: more than the shuffling bound needs 
 def _settings():
     from jfed.methods import AcceleratedMBSGD, LocalSGD, NoisyMBSGD, ShuffleMBSGD
 
-    # eps 1: any target serves; more noise makes dp-accounting's PLD grids shorter than at eps 2
+    # eps 1: any target serves; more noise makes dp-accounting's PLD grids shorter than at eps 2.
+    # The float releases (--noise float); the default exact ones: tests/test_silo_exact.py
     common = dict(rounds=PRIVATE_ROUNDS, batch=PRIVATE_BATCH, gradient_clip=CLIP, epsilon=1.0)
     shuffle = common | dict(batch=SHUFFLE_BATCH, epsilon=3.0)
+    common |= dict(noise="float")
     return {  # name: (configuration, certified by an accountant, the reference)
         "noisy-mbsgd exact": (NoisyMBSGD(**common), True, _minibatch),
         "noisy-mbsgd theorem": (NoisyMBSGD(calibration="theorem", **common), False, _minibatch),

@@ -19,11 +19,18 @@ moves a minibatch mean of K gradients by at most ``2 L / K`` (replace-one adjace
 
 - :class:`SiloClippedSum`: the weighted sum of clipped gradients, no noise (non-private MB-SGD
   and FedAvg: ``NonPrivateDpEvent``);
-- :class:`SiloGaussian`: the same plus ``N(0, sigma_i^2 I)`` drawn by silo i (ISRL-DP, a local
-  randomizer per silo). Its event is the parallel composition over silos
+- :class:`SiloGaussian`: the same plus ``N(0, sigma_i^2 I)`` drawn by silo i in float32 (ISRL-DP,
+  a local randomizer per silo; the ideal real-valued mechanism, floating-point sampling not
+  modelled). Its event is the parallel composition over silos
   (:class:`~jfed.privacy.ParallelDpEvent`): silo i's branch is its sampler's event of
   ``Gaussian(sigma_i K / L)`` (z = noise std / L/K, the add-or-remove bound of one record's
   share; dp-accounting's PLD doubles it under replace-one), ``releases`` times a round;
+- :class:`SiloDiscreteGaussian`: the same release on an integer grid, exactly: each record's
+  clipped gradient rounded to integers under an exact norm bound, the silo's integer sum plus
+  exact discrete Gaussian noise, scaled back (its event states ``DiscreteGaussianDpEvent``; the
+  continuous Gaussian's accountants certify it through the coupling of
+  :func:`jfed.privacy.discrete_accounting.coupled_gaussian`, which adds a total variation of
+  about 10^-77 per noise coordinate to delta);
 - :class:`ShuffledMessages`: every sampled record's clipped gradient plus ``N(0, sigma0^2 I)``
   is a message (an (eps0, delta0) Gaussian local randomizer); a shuffler permutes the M K
   messages of a round, so a round is central (eps_r, delta_r)-DP by amplification by shuffling
@@ -48,8 +55,19 @@ from jfed._random import integers_and_normals, private_normals
 from jfed._validation import check_int_range, check_nonnegative, check_positive
 from jfed.privacy import canaries as canary_lib
 from jfed.privacy.accounting import poisson_sampled, rounds_of, sampled_without_replacement
-from jfed.privacy.canary_aggregator import PARTICIPATION_STREAM, CanaryState, CanaryWrapper
+from jfed.privacy.canary_aggregator import (
+    PARTICIPATION_STREAM,
+    PREPROCESS_STREAM,
+    CanaryState,
+    CanaryWrapper,
+)
 from jfed.privacy.clipping import clip_per_example
+from jfed.privacy.discrete_aggregators import (
+    DEFAULT_BETA,
+    DiscreteGaussianSum,
+    DiscreteGaussianSumParams,
+    l1_bound,
+)
 from jfed.privacy.guarantee import Adjacency
 
 if TYPE_CHECKING:
@@ -108,8 +126,12 @@ class WithoutReplacement(_Sampler):
 
     def sampled_event(self, release, records: int, batch: int):
         """``SampledWithoutReplacement(n, K, .)`` (dp-accounting's RDP accountant composes it
-        under replace-one: :func:`jfed.privacy.sampled_without_replacement`)."""
-        return sampled_without_replacement(release, records, batch)
+        under replace-one: :func:`jfed.privacy.sampled_without_replacement`), of the continuous
+        Gaussian a discrete release is coupled to (its analysis is the Gaussian's:
+        :func:`~jfed.privacy.discrete_accounting.coupled_gaussian`)."""
+        from jfed.privacy.discrete_accounting import coupled_gaussian
+
+        return sampled_without_replacement(coupled_gaussian(release), records, batch)
 
 
 @dataclass(frozen=True)
@@ -264,25 +286,43 @@ class SiloClippedSum:
         del params, template
         return ()
 
-    def privatize(self, params, message: SiloMessage, key: jax.Array):
-        """ONE silo's minibatch gradient as it leaves the silo (``f32[p]``) and the fraction of
-        its used examples that were clipped."""
+    def privatize(self, params, message: SiloMessage, key: jax.Array) -> tuple[jax.Array, dict]:
+        """ONE silo's minibatch gradient as it leaves the silo (``f32[p]``) and its counts:
+        ``{"clipped": the fraction of its used examples that were clipped}`` (and, on the
+        integer grid, ``"rounding_fallbacks"``: records sent as zeros)."""
         del key
-        return _weighted_clipped_sum(message.gradients, message.weights, params.clip_norm)
+        value, clipped_fraction = _weighted_clipped_sum(message.gradients, message.weights,
+                                                        params.clip_norm)  # fmt: skip
+        return value, {"clipped": clipped_fraction}
+
+    def rows_sum(self, params, gradients: jax.Array, weights: jax.Array, key: jax.Array):
+        """``f32[p]``: rows ``gradients: f32[b, p]`` of weights ``f32[b]`` as they enter a silo's
+        message before its noise (here the weighted sum of the clipped rows): what a canary
+        record adds to its silo's release."""
+        del key
+        return _weighted_clipped_sum(gradients, weights, params.clip_norm)[0]
 
     def preprocess(self, params, state, update: SiloMessage, key: jax.Array) -> dict:
-        """``{"value": the silo's message (0 when unavailable), "available", "clipped"}``."""
+        """``{"value": the silo's message (0 when unavailable), "available", and its counts
+        (:meth:`privatize`)}``."""
         del state
-        value, clipped_fraction = self.privatize(params, update, key)
+        value, counts = self.privatize(params, update, key)
         available = update.available
         return {"value": available * value, "available": available,
-                "clipped": available * clipped_fraction}  # fmt: skip
+                **{name: available * count for name, count in counts.items()}}  # fmt: skip
 
     def release(self, params, state, summed: dict, key: jax.Array):
-        """The sum of the available silos' messages, with their number and clip counts."""
+        """The sum of the available silos' messages, with their number and counts
+        (``clipped_count``: the clipped fractions summed; ``rounding_fallbacks`` on the grid)."""
         del params, key
-        return summed["value"], state, {"available": summed["available"],
-                                        "clipped_count": summed["clipped"]}  # fmt: skip
+        counts = {name: value for name, value in summed.items() if name not in ("value", "clipped")}
+        return summed["value"], state, {**counts, "clipped_count": summed["clipped"]}
+
+    def coupling_total_variation(self, rounds: int) -> float:
+        """The total variation between the run's noise and the continuous Gaussian it is
+        accounted as (0: none; :meth:`SiloDiscreteGaussian.coupling_total_variation`)."""
+        del rounds
+        return 0.0
 
     def event(self, params) -> dp_accounting.DpEvent:
         import dp_accounting
@@ -320,18 +360,22 @@ class SiloGaussian(SiloClippedSum):
     def read(self, hyper) -> SiloNoiseParams:
         return SiloNoiseParams(hyper.clip_norm, hyper.noise_std)
 
-    def privatize(self, params, message: SiloMessage, key: jax.Array):
-        weighted, clipped_fraction = super().privatize(params, message, key)
+    def privatize(self, params, message: SiloMessage, key: jax.Array) -> tuple[jax.Array, dict]:
+        weighted, counts = super().privatize(params, message, key)
         noise = params.noise_std[message.silo_id] * private_normals(key, weighted.shape)
-        return weighted + noise, clipped_fraction
+        return weighted + noise, counts
 
-    def silo_event(self, clip_norm: float, noise_std: float, records: int):
-        """The event of one silo of ``records`` records over one round: its sampler's event of
-        ``Gaussian(sigma K / L)``, :attr:`releases` times."""
+    def release_event(self, clip_norm: float, noise_std: float) -> dp_accounting.DpEvent:
+        """The event of one silo's release, unsampled: ``Gaussian(sigma K / L)``."""
         import dp_accounting
 
         multiplier = check_nonnegative("noise_std", noise_std) * self.batch / clip_norm
-        release = dp_accounting.GaussianDpEvent(multiplier)
+        return dp_accounting.GaussianDpEvent(multiplier)
+
+    def silo_event(self, clip_norm: float, noise_std: float, records: int):
+        """The event of one silo of ``records`` records over one round: its sampler's event of
+        its release (:meth:`release_event`), :attr:`releases` times."""
+        release = self.release_event(clip_norm, noise_std)
         return rounds_of(self.sampling.sampled_event(release, records, self.batch), self.releases)
 
     def event(self, params) -> dp_accounting.DpEvent:
@@ -347,6 +391,174 @@ class SiloGaussian(SiloClippedSum):
         return ParallelDpEvent(tuple(
             self.silo_event(clip, float(s), n) for s, n in zip(noise, self.records, strict=True)
         ))  # fmt: skip
+
+
+GRID_NORM = 2**12
+"""The silo grid's clip norm in grid units where the silos' sums and the noise allow it
+(:func:`~jfed.privacy.discrete_aggregators.largest_grid_norm`)."""
+
+
+@dataclass(frozen=True)
+class SiloDiscreteGaussian(SiloGaussian):
+    """ISRL-DP on an integer grid: the release of :class:`SiloGaussian` (silo i's minibatch mean
+    plus noise of std sigma_i per coordinate), made exactly, so that the guarantee holds for the
+    program as it runs.
+
+    Silo i: every record of its minibatch (every row of weight ``1 / K``; rows of weight 0 are
+    records not drawn, and every sampler weights its rows 0 or ``1 / K``) has its gradient
+    clipped to L, scaled so that L is ``grid_norm`` = G grid units and rounded to integers by
+    conditional randomized rounding, redrawn until its squared norm is at most ``B =``
+    :attr:`squared_bound` (checked in exact integer arithmetic; after ``max_tries`` failures the
+    record is sent as zeros and counted in ``rounding_fallbacks``): one client's record of
+    :class:`~jfed.privacy.discrete_aggregators.DiscreteGaussianSum`, one record a client. The
+    silo sums its records' integers (int32, exact), adds ``N_Z(0, s^2)`` per coordinate with
+    ``s^2 >= (sigma_i K G / L)^2`` (the discrete Gaussian, sampled exactly in integer arithmetic)
+    and only then scales back: its message is ``(sum + noise) L / (G K)`` in float32, the
+    minibatch mean plus noise of std at least sigma_i (post-processing of the integers).
+
+    Sensitivity. Whatever a record's gradient and its rounding's draws, its integer contribution
+    ``r`` has ``||r||^2 <= B`` exactly. Replacing one record of the silo by another changes the
+    integer sum by ``r - r'`` when the record is in the minibatch (nothing otherwise), and
+    ``||r - r'|| <= 2 sqrt(B)``; the mean's ``1 / K`` is applied after the noise, so the
+    integer sum's sensitivity does not depend on K (K enters the noise). In the mean's units that
+    is ``2 sqrt(B) L / (G K)``: the float release's ``2 L / K`` times :meth:`noise_inflation`
+    (``sqrt(B) / G``, 1.0003 at G = 4096 and p = 64 coordinates).
+
+    Event. Silo i's release is ``DiscreteGaussianDpEvent(z_i, sqrt(B), min(B, sqrt(p B)), p)``,
+    ``z_i = sigma_i K G / (L sqrt(B))`` (noise std over ``sqrt(B)``, the distance a record's
+    contribution moves the sum under add-or-remove: the float event's convention, which an
+    accountant under replace-one doubles), wrapped by the silo's sampler, :attr:`releases` times
+    a round; the run's event is their parallel composition over silos (:meth:`event`). It is
+    certified by the continuous Gaussian's accountants (PLD under Poisson sampling, the analytic
+    Gaussian for one pass, as the float release) through
+    :func:`~jfed.privacy.discrete_accounting.coupled_gaussian`: the discrete noise is, to within
+    :meth:`coupling_total_variation`, a post-processing of the continuous Gaussian of variance
+    ``s^2 - 9``, so the stated delta adds ``(1 + e^eps)`` times that total variation.
+
+    Attributes (beyond :class:`SiloGaussian`'s):
+      dimension: p, the coordinates of a gradient (static).
+      grid_norm: G, the clip norm in grid units (an integer; ``largest_grid_norm`` picks the
+        finest one whose int32 sums and noise fit).
+      beta: conditional rounding's parameter.
+      max_tries: roundings drawn before a record is sent as zeros.
+    """
+
+    dimension: int = 1
+    grid_norm: int = GRID_NORM
+    beta: float = DEFAULT_BETA
+    max_tries: int = 32
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.grid  # noqa: B018 (its checks of the grid's fields)
+
+    @property
+    def grid(self) -> DiscreteGaussianSum:
+        """The grid every record is rounded to and the silo's noise drawn on: one client of
+        :class:`~jfed.privacy.discrete_aggregators.DiscreteGaussianSum` is one record."""
+        return DiscreteGaussianSum(self.dimension, self.grid_norm, self.beta, self.max_tries)
+
+    @property
+    def squared_bound(self) -> int:
+        """B: the exact integer bound on a rounded record's squared norm (grid units)."""
+        return self.grid.squared_bound
+
+    def noise_inflation(self) -> float:
+        """``sqrt(B) / G``: one record's sensitivity over the float release's (and the noise
+        std a target eps needs over the float release's)."""
+        return self.grid.noise_inflation()
+
+    def _multiplier(self) -> float:
+        """``K G / sqrt(B)``: a silo's noise multiplier on the grid is ``sigma_i`` times this
+        over L."""
+        return self.batch * self.grid_norm / math.sqrt(self.squared_bound)
+
+    def grid_params(self, params: SiloNoiseParams, silo_id: jax.Array) -> DiscreteGaussianSumParams:
+        """Device: the grid's parameters of silo ``silo_id``: L and ``z_i = sigma_i K G / (L
+        sqrt(B))`` in float32 (a few roundings of 2^-24 each, which the integer variance's
+        relative margin of 2^-16 covers: the noise is never below what the event states)."""
+        multiplier = np.float32(self._multiplier())
+        return DiscreteGaussianSumParams(
+            params.clip_norm, params.noise_std[silo_id] * multiplier / params.clip_norm
+        )
+
+    def integer_rows(self, params, gradients: jax.Array, weights: jax.Array, key: jax.Array):
+        """``(i32[p]: the sum of the rounded records of the rows of weight > 0, counts)``:
+        ``gradients: f32[b, p]`` clipped, scaled and rounded one row at a time, each row from
+        its own key (``fold_in(key, row)``)."""
+        grid, used = self.grid, weights > 0
+        clip_only = DiscreteGaussianSumParams(params.clip_norm, np.float32(1.0))
+        rows = jnp.arange(gradients.shape[0], dtype=jnp.int32)
+        # rows not drawn are rounded as zeros (accepted at once): the rounding's loop runs as
+        # long as the drawn rows need, whatever the silo's other records
+        drawn = jnp.where(used[:, None], gradients, 0.0)
+        records = jax.vmap(lambda row, gradient: grid.preprocess(
+            clip_only, (), gradient, jax.random.fold_in(key, row)))(rows, drawn)  # fmt: skip
+        total = jnp.sum(jnp.where(used[:, None], records["value"], 0), axis=0)
+        counted = jnp.maximum(jnp.sum(used), 1)
+        counts = {"clipped": jnp.sum(records["clipped"] * used) / counted,
+                  "rounding_fallbacks": jnp.sum(records["rounding_fallbacks"] * used)}  # fmt: skip
+        return total, counts
+
+    def privatize(self, params, message: SiloMessage, key: jax.Array) -> tuple[jax.Array, dict]:
+        """ONE silo's message ``(sum + noise) L / (G K)`` (``f32[p]``; NaN if the noise left the
+        sampler's range, which :meth:`check` refuses on the host first) and its counts."""
+        rounding_key, noise_key = jax.random.split(key)
+        total, counts = self.integer_rows(params, message.gradients, message.weights,
+                                          rounding_key)  # fmt: skip
+        summed = {"value": total, "clipped": 0.0, "norm": 0.0, "rounding_fallbacks": 0.0}
+        grid_params = self.grid_params(params, message.silo_id)
+        value, _, _ = self.grid.release(grid_params, (), summed, noise_key)
+        return value / np.float32(self.batch), counts
+
+    def rows_sum(self, params, gradients: jax.Array, weights: jax.Array, key: jax.Array):
+        """``f32[p]``: the rows' rounded records scaled to the mean's units, ``L / (G K)`` times
+        their integer sum (what a canary record adds to its silo's message)."""
+        total, _ = self.integer_rows(params, gradients, weights, key)
+        scale = params.clip_norm / np.float32(self.grid_norm * self.batch)
+        return total.astype(jnp.float32) * scale
+
+    def release_event(self, clip_norm: float, noise_std: float) -> dp_accounting.DpEvent:
+        """``DiscreteGaussianDpEvent(z, sqrt(B), min(B, sqrt(p B)), p)`` of one silo's release,
+        unsampled, ``z = sigma K G / (L sqrt(B))`` (host, float64 of the float32 values that
+        ran)."""
+        from jfed.privacy.discrete_accounting import DiscreteGaussianDpEvent
+
+        noise_std = check_positive("noise_std", noise_std)
+        bound = self.squared_bound
+        return DiscreteGaussianDpEvent(noise_std * self._multiplier() / clip_norm,
+                                       math.sqrt(bound), l1_bound(bound, self.dimension),
+                                       self.dimension)  # fmt: skip
+
+    def noise_std_for(self, float_noise_std: float, clip_norm: float) -> float:
+        """Host: the least sigma whose release is certified as the float release of noise std
+        ``float_noise_std``: its continuous coupling's multiplier ``sqrt(z^2 B - 9) / sqrt(B)``
+        equals the float ``sigma_f K / L``, i.e. ``sigma = L sqrt((sigma_f K / L)^2 B + 9) /
+        (K G)``."""
+        float_multiplier = check_positive("noise_std", float_noise_std) * self.batch / clip_norm
+        from jfed.privacy.discrete_accounting import COUPLING_VARIANCE
+
+        grid_std = math.sqrt(float_multiplier**2 * self.squared_bound + COUPLING_VARIANCE)
+        return grid_std * clip_norm / (self.batch * self.grid_norm)
+
+    def check(self, params) -> None:
+        """Host: ``ValueError`` naming the numbers unless every silo's noise is in the sampler's
+        range on this grid (and above the continuous coupling's 9 grid units)."""
+        from jfed.privacy.discrete_accounting import coupled_gaussian
+
+        clip = check_positive("clip_norm", params.clip_norm)
+        for noise_std in np.atleast_1d(np.asarray(params.noise_std, np.float64)):
+            release = self.release_event(clip, float(noise_std))
+            self.grid.check(DiscreteGaussianSumParams(clip, release.noise_multiplier))
+            coupled_gaussian(release)
+
+    def coupling_total_variation(self, rounds: int) -> float:
+        """The total variation between one silo's noise over ``rounds`` rounds (``rounds x
+        releases x p`` discrete Gaussian coordinates) and the continuous Gaussian it is
+        accounted as (:func:`~jfed.privacy.discrete_accounting.coupling_total_variation`)."""
+        from jfed.privacy.discrete_accounting import coupling_total_variation
+
+        return coupling_total_variation(int(rounds) * self.releases * self.dimension)
 
 
 class ShuffleParams(NamedTuple):
@@ -394,9 +606,9 @@ class ShuffledMessages(SiloClippedSum):
     def privatize(self, params, message: SiloMessage, key: jax.Array):
         # each drawn record is a message of its own: the silo's part of the round is their sum
         each_once = message._replace(weights=jnp.ones_like(message.weights))
-        total, clipped_fraction = super().privatize(params, each_once, key)
+        total, counts = super().privatize(params, each_once, key)
         noise = params.noise_std[message.silo_id] * private_normals(key, total.shape)
-        return total + math.sqrt(self.batch) * noise, clipped_fraction
+        return total + math.sqrt(self.batch) * noise, counts
 
     def message_epsilon(self, params) -> float:
         """eps0 of one message (host): the analytic Gaussian's at sensitivity 2 L, the least
@@ -501,14 +713,16 @@ class CanaryRecords(CanaryWrapper):
         in_batch = in_batch & (update.silo_id == self.silo) & (update.available > 0)
         return in_batch.astype(update.weights.dtype) / self.inner.batch
 
-    def _canary_sum(self, params, weights: jax.Array, template: jax.Array) -> jax.Array:
-        """``f32[p]``: the canaries' weighted clipped gradients, summed (``weights: f32[M]``)."""
+    def _canary_sum(self, params, weights: jax.Array, template: jax.Array,
+                    key: jax.Array) -> jax.Array:  # fmt: skip
+        """``f32[p]``: the canaries' rows as their silo's aggregator puts rows in its message
+        (clipped and weighted; on the grid, rounded from ``key`` too), summed (``weights:
+        f32[M]``)."""
         shape = jax.ShapeDtypeStruct(template.shape, template.dtype)
         ids = jnp.arange(self.canaries, dtype=jnp.int32)
         gradients = jax.vmap(lambda i: canary_lib.canary_update(
             self.audit_key(), i, shape, self.canary_scale))(ids)  # fmt: skip
-        weighted, _ = _weighted_clipped_sum(gradients, weights, params.clip_norm)
-        return weighted.astype(template.dtype)
+        return self.inner.rows_sum(params, gradients, weights, key).astype(template.dtype)
 
     def preprocess(self, params, state, update: SiloMessage, key: jax.Array) -> dict:
         """ONE silo's record (the inner aggregator's, of its real records), plus
@@ -530,7 +744,9 @@ class CanaryRecords(CanaryWrapper):
         the canaries scored against their silo's released value."""
         summed = dict(summed)
         weights = summed.pop("canary_weights")
-        canaries = self._canary_sum(params, weights, summed["value"])
+        canaries = self._canary_sum(
+            params, weights, summed["value"], jfed_random.named(key, PREPROCESS_STREAM)
+        )
         audited = summed.pop("canary_release") + canaries
         summed["value"] = summed["value"] + canaries
         value, inner_state, diagnostics = self.inner.release(params, state.inner, summed, key)

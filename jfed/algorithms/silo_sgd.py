@@ -5,8 +5,9 @@ The silo axis is the engine's client axis: each client function below is written
 makes its one release through ``clients.aggregate`` with the algorithm's aggregator
 (:mod:`jfed.algorithms.silo_aggregators`): it clips every per-example gradient to ``clip_norm``
 (L), so one record changes a silo's minibatch-mean gradient by at most ``2 L / K`` (replace-one
-adjacency), adds each silo's noise, and states the event of the release. Private and
-non-private runs differ only in the aggregator (:func:`minibatch_aggregator`).
+adjacency), adds each silo's noise (float32 Gaussian, or exact discrete Gaussian on an integer
+grid), and states the event of the release. Private and non-private runs, and the two noises,
+differ only in the aggregator (:func:`minibatch_aggregator`).
 
 Algorithms (all ``init`` + ``round``):
 
@@ -43,6 +44,7 @@ from jfed.algorithms.silo_aggregators import (
     Sampling,
     ShuffledMessages,
     SiloClippedSum,
+    SiloDiscreteGaussian,
     SiloGaussian,
     SiloMessage,
     named,
@@ -185,16 +187,34 @@ def availability_mask(
 # ------------------------------------------------------------------------------ shared pieces
 
 
+@dataclass(frozen=True)
+class Grid:
+    """The integer grid of an exact silo release (:class:`SiloDiscreteGaussian`).
+
+    Attributes:
+      dimension: p, the coordinates of a gradient.
+      grid_norm: the clip norm in grid units.
+    """
+
+    dimension: int
+    grid_norm: int
+
+
 def minibatch_aggregator(
     private: bool,
     sampling: Sampling,
     batch: int,
     records: tuple[int, ...] | None = None,
     releases: int = 1,
+    grid: Grid | None = None,
 ) -> SiloClippedSum | SiloGaussian:
-    """A silo minibatch's aggregator: ISRL-DP Gaussian noise per silo (``private``) or none."""
+    """A silo minibatch's aggregator: ISRL-DP noise per silo (``private``; on ``grid``, exact
+    discrete Gaussian noise, else float32 Gaussian noise) or none."""
     if not private:
         return SiloClippedSum()
+    if grid is not None:
+        return SiloDiscreteGaussian(sampling, batch, records, releases, grid.dimension,
+                                    grid.grid_norm)  # fmt: skip
     return SiloGaussian(sampling, batch, records, releases)
 
 
@@ -242,19 +262,23 @@ class State(NamedTuple):
 
 class Released(NamedTuple):
     """What a round's release returns beside its value: the available silos, their clipped
-    fractions summed, and the aggregator's next state."""
+    fractions summed, the aggregator's next state and the records its rounding sent as zeros
+    (on the integer grid; 0 otherwise)."""
 
     available: jax.Array
     clipped: jax.Array
     aggregator: Any
+    rounding_fallbacks: jax.Array
 
 
 class RoundInfo(NamedTuple):
-    """Per round: the iterate reported, the number of available silos and the clipped fraction."""
+    """Per round: the iterate reported, the number of available silos, the clipped fraction and
+    the records the grid's rounding sent as zeros (0 for the float releases)."""
 
     w: jax.Array
     available: jax.Array
     clipped_fraction: jax.Array
+    rounding_fallbacks: jax.Array
 
 
 @dataclass(frozen=True)
@@ -334,7 +358,9 @@ class _SiloConfig:
             self.aggregator, self.aggregator.read(hp), state.aggregator, client, broadcast,
             jax.random.fold_in(key, RELEASE_STREAM),
         )  # fmt: skip
-        return total, Released(diagnostics["available"], diagnostics["clipped_count"], aggregator)
+        fallbacks = diagnostics.get("rounding_fallbacks", jnp.float32(0.0))
+        return total, Released(diagnostics["available"], diagnostics["clipped_count"], aggregator,
+                               fallbacks)  # fmt: skip
 
     def _advance(self, state: State, w: jax.Array, w_ag: jax.Array, released: Released):
         """Next state (averaging the reported iterate over the last ``window`` rounds) and info."""
@@ -349,7 +375,9 @@ class _SiloConfig:
             state.batch_key,
             released.aggregator,
         )
-        return new_state, RoundInfo(w_ag, available, clipped / jnp.maximum(available, 1.0))
+        clipped_fraction = clipped / jnp.maximum(available, 1.0)
+        return new_state, RoundInfo(w_ag, available, clipped_fraction,
+                                    released.rounding_fallbacks)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -512,14 +540,16 @@ class LocalSteps:
 
     The K-th iterate is a post-processing of the K noisy gradients, so the event is the inner
     aggregator's with K releases per round (``inner.releases = steps``). The noise of step k is
-    drawn from the engine's privacy stream of the silo, the records from the silo's own key.
+    drawn from the engine's privacy stream of the silo, the records from the silo's own key. On
+    the integer grid (:class:`SiloDiscreteGaussian`) each step's gradient is the exact release.
 
     Attributes:
       loss: the per-example loss.
       sampling: a record sampler drawing one record per step in expectation (``batch`` 1):
         ``with-replacement`` or ``poisson`` (rate 1 / n_i).
       steps: K local steps per round.
-      inner: :class:`SiloGaussian` (batch 1, ``releases = steps``) or :class:`SiloClippedSum`.
+      inner: :class:`SiloGaussian` or :class:`SiloDiscreteGaussian` (batch 1, ``releases =
+        steps``), or :class:`SiloClippedSum`.
     """
 
     loss: _Loss
@@ -547,25 +577,27 @@ class LocalSteps:
         return self.inner.init(params, template)
 
     def preprocess(self, params, state, update: LocalStart, key: jax.Array) -> dict:
-        """ONE silo's K-th local iterate (0 when unavailable) and its clipped fraction."""
+        """ONE silo's K-th local iterate (0 when unavailable) and its counts: the clipped
+        fraction over its steps (and, on the grid, the records sent as zeros)."""
         del state
         silo = update.silo
 
-        def step(carry, keys):
-            w, clipped_total = carry
+        def step(w, keys):
             index_key, noise_key = keys
             indices, weights = self.sampling.draw(index_key, silo, 1, None, None)
             X, y = silo.rows(indices)
             message = SiloMessage(self.loss.per_example_gradients(w, X, y), weights,
                                   jnp.float32(1.0), silo.silo_id)  # fmt: skip
-            gradient, clipped = self.inner.privatize(params, message, noise_key)
-            return (w - update.step_size * gradient, clipped_total + clipped), None
+            gradient, counts = self.inner.privatize(params, message, noise_key)
+            return w - update.step_size * gradient, counts
 
         keys = (jax.random.split(update.key, self.steps), jax.random.split(key, self.steps))
-        (w, clipped), _ = jax.lax.scan(step, (update.w, jnp.float32(0.0)), keys)
+        w, counts = jax.lax.scan(step, update.w, keys)
+        counts = {name: jnp.sum(count) for name, count in counts.items()}
+        counts["clipped"] = counts["clipped"] / self.steps
         available = update.available
         return {"value": available * w, "available": available,
-                "clipped": available * clipped / self.steps}  # fmt: skip
+                **{name: available * count for name, count in counts.items()}}  # fmt: skip
 
     def release(self, params, state, summed: dict, key: jax.Array):
         return self.inner.release(params, state, summed, key)
@@ -573,6 +605,10 @@ class LocalSteps:
     def event(self, params):
         """The inner aggregator's event (K releases of each silo a round)."""
         return self.inner.event(params)
+
+    def coupling_total_variation(self, rounds: int) -> float:
+        """The inner aggregator's (its K releases a round counted there)."""
+        return self.inner.coupling_total_variation(rounds)
 
 
 def _local_client(broadcast, silo, key) -> LocalStart:
@@ -629,8 +665,9 @@ class LocalSGD(_SiloConfig):
 
 def local_sgd(
     private: bool, loss: _Loss, sampling: Sampling, steps: int,
-    records: tuple[int, ...] | None = None,
+    records: tuple[int, ...] | None = None, grid: Grid | None = None,
 ) -> LocalSteps:  # fmt: skip
-    """Local SGD's aggregator: K one-record steps with ISRL-DP noise (``private``) or none."""
-    inner = minibatch_aggregator(private, sampling, 1, records, steps)
+    """Local SGD's aggregator: K one-record steps with ISRL-DP noise (``private``; exact on
+    ``grid``) or none."""
+    inner = minibatch_aggregator(private, sampling, 1, records, steps, grid)
     return LocalSteps(loss, sampling, steps, inner)

@@ -16,6 +16,16 @@ through those events and the record's eps is what the accountant certifies for t
 calibration certifies nothing (``epsilon_certified`` None) and its record carries
 ``exact_epsilon``, what PLD certifies for its noise had the silos sampled by Poisson (the same
 program with Poisson sampling, traced).
+
+Arithmetic (``--noise``). Noisy MB-SGD, its accelerated variant and Local SGD release on an
+integer grid by default (``discrete``: :class:`~jfed.algorithms.silo_aggregators.
+SiloDiscreteGaussian`, exact discrete Gaussian noise), so the guarantee holds for the program
+as it runs; their events are certified by the accountants of the float release through the
+continuous Gaussian the discrete noise is coupled to
+(:func:`jfed.privacy.discrete_accounting.coupled_gaussian`), the coupling's total variation
+added to delta (``delta_coupling``, about 10^-68). ``float`` keeps the float32 Gaussian, whose
+records, like shuffle-mbsgd's (float only), say "ideal real-valued mechanism; floating-point
+sampling not modelled" in their notion and ``mechanism_model``.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ import jax
 import numpy as np
 
 from jfed._validation import UsageError
-from jfed.algorithms import silo_metrics, silo_privacy, silo_sgd
+from jfed.algorithms import silo_aggregators, silo_metrics, silo_privacy, silo_sgd
 from jfed.algorithms.losses import Loss
 from jfed.algorithms.silo_aggregators import (
     POISSON,
@@ -46,6 +56,8 @@ from jfed.methods.experiment import (
 )
 from jfed.privacy import Adjacency, Advanced, Analytic, rounds_of, spent
 from jfed.privacy.canary_aggregator import audit
+from jfed.privacy.discrete_accounting import coupled_gaussian
+from jfed.privacy.discrete_aggregators import largest_grid_norm
 from jfed.privacy.parallel import branches, per_branch
 from jfed.privacy.shuffle import shuffle_validity_limit
 
@@ -54,6 +66,15 @@ AUDIT_NOTION = (
     "the canary and a record of zero gradient)"
 )
 """What a silo method's audit tests (:class:`~jfed.algorithms.silo_aggregators.CanaryRecords`)."""
+
+EXACT_MODEL = (
+    "exact: each record's clipped gradient rounded to an integer grid (conditional randomized "
+    "rounding, its norm bound checked in integers), the silo's integer sum, discrete Gaussian "
+    "noise sampled exactly in integer arithmetic, scaled back after the noise; certified as the "
+    "continuous Gaussian of variance sigma^2 - 9 grid units it is coupled to, the coupling's "
+    "total variation added to delta"
+)
+"""What an exact silo release's record says of its arithmetic (``mechanism_model``)."""
 
 
 def load_task(config: declared.SiloData) -> SiloTask:
@@ -77,9 +98,11 @@ _KEPT = (
     Output("available", "infos.available"),
     Output("clipped_fraction", "infos.clipped_fraction", reduce="mean"),
 )
+_FALLBACKS = Output("rounding_fallbacks", "infos.rounding_fallbacks", reduce="sum")
+_CANARIES = Output("canaries", "state.aggregator")
 OUTPUTS = declared_outputs(_KEPT, "SiloExperiment")
-AUDITED_OUTPUTS = declared_outputs((*_KEPT, Output("canaries", "state.aggregator")),
-                                   "SiloExperiment")  # fmt: skip
+"""The kept arrays of every silo run; a run on the grid also keeps its rounding fallbacks, an
+audited run its canaries (:attr:`SiloExperiment.outputs`)."""
 
 
 class SiloExperiment(Experiment):
@@ -111,6 +134,10 @@ class SiloExperiment(Experiment):
         self.report_metric = "relative_rmse" if self.loss.regression else "test_error"
         self._noise: dict = {}
         self._optima: dict = {}
+        # the integer grid's clip norm in grid units, for --noise discrete (prepare() fits it)
+        self.grid_norm: int | None = None
+        if self.exact:
+            self.grid_norm = self._grid_norm_for(1.0)
 
     # -- what a subclass declares
     def choose_sampling(self, config) -> str:
@@ -119,8 +146,106 @@ class SiloExperiment(Experiment):
     def program(self, sampling, **common):
         """The static program sampling records with ``sampling``."""
         aggregator = silo_sgd.minibatch_aggregator(self.method.private, sampling,
-                                                   self.config.batch, self.records)  # fmt: skip
+                                                   self.config.batch, self.records,
+                                                   grid=self.grid)  # fmt: skip
         return silo_sgd.NoisyMBSGD(**common, sampling=sampling, aggregator=self.audited(aggregator))
+
+    # -- the arithmetic (``--noise``)
+    @property
+    def exact(self) -> bool:
+        """Whether the run's releases are on the integer grid (``--noise discrete``)."""
+        return self.method.private and getattr(self.base_config, "noise", "float") == "discrete"
+
+    @property
+    def grid(self) -> silo_sgd.Grid | None:
+        """The integer grid of an exact run (``None`` for float noise)."""
+        if not self.exact:
+            return None
+        assert self.grid_norm is not None  # set in __init__ for an exact run
+        return silo_sgd.Grid(self.loss.param_dim(self.task.dim), self.grid_norm)
+
+    def _grid_norm_for(self, multiplier: float) -> int:
+        """The finest grid (at most :data:`~jfed.algorithms.silo_aggregators.GRID_NORM`) whose
+        noise at ``multiplier`` (a silo's noise std over a record's share L / K, at most the
+        grid's multiplier) is in the sampler's range and on which a silo's int32 sum of all its
+        records stays exact."""
+        try:
+            return largest_grid_norm(self.loss.param_dim(self.task.dim), int(self.counts.max()),
+                                     multiplier, most=silo_aggregators.GRID_NORM)  # fmt: skip
+        except ValueError as error:
+            raise UsageError(f"method {self.name}: {error}: use --noise float") from None
+
+    def _fit_grid(self) -> bool:
+        """Narrow the grid to the largest noise calibrated so far; whether it changed (every
+        calibration on the former grid is then dropped)."""
+        share = self.record_share(self.config)
+        largest = max(
+            (float(np.max(noise)) * share / clip for (_, clip), (noise, _) in self._noise.items()),
+            default=1.0,
+        )
+        fitted = self._grid_norm_for(max(largest, 1.0))
+        if self.grid_norm is not None and fitted >= self.grid_norm:
+            return False
+        self.grid_norm = fitted
+        self._noise.clear()
+        self.__dict__.pop("_reference", None)
+        return True
+
+    def record_share(self, config) -> int:
+        """K: the minibatch mean's denominator (one record's share of it is L / K)."""
+        return config.batch
+
+    def coupling_delta(self, epsilon: float, ledger=None) -> float:
+        """``(1 + e^eps) T``: what the coupling of an exact run's noise to the continuous
+        Gaussian adds to delta at ``epsilon`` (T: the total variation over one silo's whole run,
+        :meth:`~jfed.algorithms.silo_aggregators.SiloDiscreteGaussian.coupling_total_variation`;
+        0 for float noise)."""
+        (release,) = (ledger or self.ledger()).releases
+        variation = release.aggregator.coupling_total_variation(self.rounds)
+        return 0.0 if variation == 0.0 else (1.0 + math.exp(min(epsilon, 700.0))) * variation
+
+    def noise_fields(self, epsilon: float, delta: float, ledger=None) -> dict:
+        """What a private record says of its arithmetic: ``mechanism_model`` and, on the grid,
+        ``grid_norm``, ``noise_inflation`` (a record's sensitivity on the grid over the float
+        release's), and delta's split into ``delta_accountant`` and ``delta_coupling`` (at the
+        certified ``epsilon``); a float record's notion says what it does not model."""
+        if not self.exact:
+            from jfed.methods.dp_fedavg import IDEAL
+
+            return {"mechanism_model": IDEAL, "notion": f"{self.method.notion} ({IDEAL})"}
+        aggregator = self.grid_release(ledger)
+        coupling = self.coupling_delta(epsilon, ledger)
+        return {"mechanism_model": EXACT_MODEL, "grid_norm": self.grid_norm,
+                "noise_inflation": aggregator.noise_inflation(),
+                "delta_accountant": delta - coupling, "delta_coupling": coupling}  # fmt: skip
+
+    def grid_release(self, ledger=None) -> silo_aggregators.SiloDiscreteGaussian:
+        """An exact run's release of one silo (Local SGD's steps, an audit's inner release)."""
+        (release,) = (ledger or self.ledger()).releases
+        aggregator = getattr(release.aggregator, "inner", release.aggregator)
+        assert isinstance(aggregator, silo_aggregators.SiloDiscreteGaussian)  # self.exact
+        return aggregator
+
+    def grid_noise(self, noise_std: float, config) -> float:
+        """The noise std of the release whose guarantee is the float release's of
+        ``noise_std`` (itself for float noise): on the grid, the one whose continuous coupling
+        (:func:`~jfed.privacy.discrete_accounting.coupled_gaussian`) has that multiplier."""
+        if not self.exact:
+            return noise_std
+        return self.grid_release().noise_std_for(noise_std, config.gradient_clip)
+
+    def check_noise(self, hyper) -> None:
+        """An exact run's noise that its grid cannot draw is refused, naming the flags."""
+        if not self.exact:
+            return
+        (release,) = self.ledger().releases
+        try:
+            self.grid_release().check(_params_as_ran(release, hyper))
+        except ValueError as error:
+            raise UsageError(
+                f"method {self.name} with --noise discrete: {error} (run the eps of a sweep "
+                "together so the grid fits the smallest, or use --noise float)"
+            ) from None
 
     # -- the audit (``--audit-canaries``)
     @property
@@ -143,8 +268,11 @@ class SiloExperiment(Experiment):
 
     @property
     def outputs(self):
-        """The kept arrays; an audited run also keeps its canaries' final state."""
-        return AUDITED_OUTPUTS if self.canaries else OUTPUTS
+        """The kept arrays; a run on the grid also keeps its rounding fallbacks (summed over the
+        rounds), an audited run its canaries' final state."""
+        declared = (*_KEPT, *((_FALLBACKS,) if self.exact else ()),
+                    *((_CANARIES,) if self.canaries else ()))  # fmt: skip
+        return OUTPUTS if declared == _KEPT else declared_outputs(declared, "SiloExperiment")
 
     def audit_fields(self, outputs: dict, config) -> dict:
         """The audit of an audited run: the one-run lower bound at the run's delta from its
@@ -213,32 +341,49 @@ class SiloExperiment(Experiment):
         sampler composes."""
         (release,) = (ledger or self.ledger()).releases  # a silo round releases once
         event = release.aggregator.event(_params_as_ran(release, hyper))
-        return rounds_of(event, self.sampling.rounds_composed(self.rounds))
+        # an exact release is accounted as the continuous Gaussian it is coupled to (its total
+        # variation is added to delta: coupling_delta)
+        return rounds_of(coupled_gaussian(event), self.sampling.rounds_composed(self.rounds))
 
     def run_event(self, hyper, ledger=None):
         """:meth:`composed_event` silo by silo (the worst silo's guarantee is stated)."""
         return per_branch(self.composed_event(hyper, ledger))
 
-    def certified_epsilon(self, hyper, delta: float, accountant, ledger=None) -> float:
+    def certified_epsilon(
+        self, hyper, delta: float, accountant, ledger=None, reserve: float = 0.0
+    ) -> float:  # fmt: skip
         """eps that ``accountant`` certifies at ``delta`` for the run's events (replace-one
-        adjacency of one record)."""
-        return spent(self.run_event(hyper, ledger), delta, accountant=accountant,
-                     adjacency=Adjacency.REPLACE_ONE)  # fmt: skip
+        adjacency of one record), less, for an exact run, the coupling's share of delta
+        (:meth:`coupling_delta` at ``reserve``, or at the eps found where that is larger)."""
+        event = self.run_event(hyper, ledger)
+        while True:
+            share = self.coupling_delta(reserve, ledger)
+            epsilon = spent(event, delta - share, accountant=accountant,
+                            adjacency=Adjacency.REPLACE_ONE)  # fmt: skip
+            if self.coupling_delta(epsilon, ledger) <= share:
+                return epsilon
+            reserve = epsilon
 
     def prepare(self, configs) -> None:
         """Calibrate every (eps, clip) of ``configs`` up front, the eps of one clip together (the
-        exact calibration then shares its PLD work across them)."""
+        exact calibration then shares its PLD work across them); an exact run's grid is then
+        narrowed to the largest noise, and calibrated again on it where it changed."""
         wanted: dict[float, set] = {}
         for config in configs:
             epsilon = getattr(config, "epsilon", math.inf)
             wanted.setdefault(config.gradient_clip, set()).add(epsilon)
-        for clip, epsilons in wanted.items():
-            missing = sorted(e for e in epsilons if (e, clip) not in self._noise)
-            if missing:
-                results = self.calibrate_many(
-                    self.config.replace(gradient_clip=clip), missing, self.delta
-                )
-                self._noise.update({(e, clip): r for e, r in zip(missing, results, strict=True)})
+        for _ in range(8):
+            for clip, epsilons in wanted.items():
+                missing = sorted(e for e in epsilons if (e, clip) not in self._noise)
+                if missing:
+                    results = self.calibrate_many(
+                        self.config.replace(gradient_clip=clip), missing, self.delta
+                    )
+                    self._noise.update({(e, clip): r for e, r in
+                                        zip(missing, results, strict=True)})  # fmt: skip
+            if not (self.exact and self._fit_grid()):
+                return
+        raise UsageError(f"method {self.name}: no grid holds the noise of every eps of the sweep")
 
     def calibrate(self, config) -> tuple:
         key = (getattr(config, "epsilon", math.inf), config.gradient_clip)
@@ -248,7 +393,10 @@ class SiloExperiment(Experiment):
         fields = dict(fields, sigma=float(np.max(noise)))
         if not np.all(noise == noise[0]):
             fields["sigma_per_silo"] = noise.tolist()
-        return self.hyperparams(config, noise), fields
+        hyper = self.hyperparams(config, noise)
+        if self.method.private:
+            self.check_noise(hyper)
+        return hyper, fields
 
     def _optimum(self, X, y, radius: float, split: str) -> np.ndarray:
         if (split, radius) not in self._optima:
@@ -292,6 +440,8 @@ class SiloExperiment(Experiment):
             "available_per_round": np.asarray(outputs["available"]).tolist(),
             "clipped_fraction": float(outputs["clipped_fraction"]),
         }
+        if self.exact:  # records its conditional rounding sent as zeros (a diagnostic)
+            metrics["rounding_fallbacks"] = int(outputs["rounding_fallbacks"])
         if not self.loss.regression:
             metrics["optimum_test_error"] = report(w_star)
         return metrics | self.audit_fields(outputs, config)
@@ -339,9 +489,11 @@ class MBSGDExperiment(SiloExperiment):
 
 
 def local_sgd_program(experiment: SiloExperiment, sampling, **common) -> silo_sgd.LocalSGD:
-    """Local SGD of ``experiment``'s fixed fields, its steps private or not as its method."""
+    """Local SGD of ``experiment``'s fixed fields, its steps private or not as its method (on
+    its grid with ``--noise discrete``)."""
     aggregator = silo_sgd.local_sgd(experiment.method.private, experiment.loss, sampling,
-                                    experiment.config.batch, experiment.records)  # fmt: skip
+                                    experiment.config.batch, experiment.records,
+                                    experiment.grid)  # fmt: skip
     return silo_sgd.LocalSGD(**common, sampling=sampling, aggregator=aggregator)
 
 
@@ -385,10 +537,6 @@ class CalibratedExperiment(SiloExperiment):
             )
         return sampling
 
-    def record_share(self, config) -> int:
-        """K: the minibatch mean's denominator (one record's share of it is L / K)."""
-        return config.batch
-
     def formula_noise(self, calibration, n: int, config, epsilon: float, delta: float) -> float:
         """sigma of a silo of n records by the formula ``calibration``."""
         return calibration.minibatch_noise(n, config.batch, config.rounds, epsilon, delta,
@@ -417,9 +565,11 @@ class CalibratedExperiment(SiloExperiment):
                 hyper = self.hyperparams(config, noise_std)
                 return branches(self.composed_event(hyper))[silo]
 
+            # an exact run's coupling takes its share of delta at the largest target
+            reserved = delta - self.coupling_delta(max(epsilons))
             found = silo_privacy.exact_noises(silo_event, self.record_share(config),
                                               config.gradient_clip, list(epsilons),
-                                              delta)  # fmt: skip
+                                              reserved)  # fmt: skip
             noises[:, silos] = np.asarray(found)[:, None]
         return noises
 
@@ -431,17 +581,21 @@ class CalibratedExperiment(SiloExperiment):
         if calibration.certifies:
             noises = self.exact_noises(config, epsilons, delta)
         else:
-            noises = np.array([[self.formula_noise(calibration, int(n), config, e, delta)
+            # a formula's noise for the float release, on the grid the noise of the same
+            # guarantee (the record's sensitivity inflated by the rounding)
+            noises = np.array([[self.grid_noise(self.formula_noise(calibration, int(n), config,
+                                                                   e, delta), config)
                                 for n in self.counts] for e in epsilons])  # fmt: skip
         label = (f"pld-{self.sampling.name}-replace-one" if calibration.certifies
                  else self.formula_label(calibration))  # fmt: skip
         calibrated = []
-        for noise in noises:
+        for epsilon, noise in zip(epsilons, noises, strict=True):
             hyper = self.hyperparams(config, noise)
             reference = None if calibration.certifies else self.reference_ledger(config)
-            exact = self.certified_epsilon(hyper, delta, silo_privacy.EXACT, reference)
+            exact = self.certified_epsilon(hyper, delta, silo_privacy.EXACT, reference, epsilon)
             fields = _isrl_fields(self.method, exact if calibration.certifies else None, label,
                                   delta, exact_epsilon=exact)  # fmt: skip
+            fields |= self.noise_fields(exact, delta, reference)
             calibrated.append((noise, fields))
         return calibrated
 
@@ -467,7 +621,8 @@ class AcceleratedExperiment(CalibratedExperiment):
             silo_sgd.multistage_schedule(self.config.rounds) if self.config.multistage else None
         )
         aggregator = silo_sgd.minibatch_aggregator(self.method.private, sampling,
-                                                   self.config.batch, self.records)  # fmt: skip
+                                                   self.config.batch, self.records,
+                                                   grid=self.grid)  # fmt: skip
         return silo_sgd.AcceleratedMBSGD(**common, sampling=sampling, stages=stages,
                                          aggregator=aggregator)  # fmt: skip
 
@@ -478,15 +633,17 @@ class AcceleratedExperiment(CalibratedExperiment):
         calibration = self.calibration(config)
         calibrated = []
         for epsilon in epsilons:
-            result = silo_privacy.one_pass_noise(batch, epsilon, delta, config.gradient_clip,
+            reserved = delta - self.coupling_delta(epsilon)
+            result = silo_privacy.one_pass_noise(batch, epsilon, reserved, config.gradient_clip,
                                                  calibration)  # fmt: skip
-            noise = np.full(len(self.counts), result.noise_std)
+            noise = np.full(len(self.counts), self.grid_noise(result.noise_std, config))
             # one Gaussian release of sensitivity 2L/K per record: its exact eps certifies it
-            certified = self.certified_epsilon(self.hyperparams(config, noise), delta, Analytic())
+            certified = self.certified_epsilon(self.hyperparams(config, noise), delta, Analytic(),
+                                               reserve=epsilon)  # fmt: skip
             fields = _isrl_fields(
                 self.method, certified, f"{result.calibration}+parallel-composition", delta
             )
-            calibrated.append((noise, fields))
+            calibrated.append((noise, fields | self.noise_fields(certified, delta)))
         return calibrated
 
 
@@ -577,5 +734,6 @@ class ShuffleExperiment(SiloExperiment):
                 epsilon_per_round=chain.epsilon_round,
                 shuffled_messages_per_round=chain.messages,
             )  # fmt: skip
+            fields |= self.noise_fields(chain.epsilon, delta)  # float32 messages only
             calibrated.append((np.full(len(self.counts), chain.noise_std), fields))
         return calibrated

@@ -43,6 +43,13 @@ distributed-DP accounting does; it holds for any mechanism with the given RDP cu
 discrete Gaussian's curve equals the continuous Gaussian's, but the Gaussian's sharper subsampled
 analysis (Mironov et al. 2019) is proved for the continuous Gaussian only, so it is not used.
 
+The central discrete Gaussian can also be certified by the continuous Gaussian's accountants
+(PLD, any sampling and adjacency they cover): ``N_Z(0, sigma^2)`` is, to within a total
+variation of 10^-77 per coordinate, the continuous ``N(0, sigma^2 - 9)`` followed by a
+data-independent randomization (:func:`coupled_gaussian`, :func:`coupling_total_variation`),
+so the continuous mechanism's (eps, delta) holds for the discrete one with ``(1 + e^eps)`` times
+the run's total variation added to delta.
+
 :class:`DiscreteRdpAccountant` composes all of these (and Gaussian, Poisson-subsampled Gaussian
 and zCDP events, as dp-accounting's RDP accountant does) over integer orders and converts with
 dp-accounting's RDP-to-(eps, delta) conversion; :class:`jfed.privacy.DiscreteRdp` makes it in the
@@ -312,6 +319,89 @@ def discrete_gaussian_epsilon(delta: float, sigma_squared: float, sensitivity: i
         else:
             low = middle
     return high
+
+
+# --------------------------------------------------------------------- the continuous coupling
+
+COUPLING_VARIANCE = 9.0
+"""``s^2`` of the coupling of ``N_Z(0, sigma^2)`` to the continuous ``N(0, sigma^2 - s^2)``
+(:func:`coupled_gaussian`): it costs the continuous mechanism ``s^2`` of its variance (a relative
+``9 / sigma^2``: 10^-6 on jfed's grids) and leaves a total variation of about ``2 e^{-2 pi^2
+s^2}`` (10^-77) per coordinate."""
+
+
+def coupling_total_variation(draws: int) -> float:
+    """Upper bound on the total variation distance between ``draws`` coordinates of discrete
+    Gaussian noise as jfed's sampler draws them (:func:`jfed.privacy.discrete.discrete_gaussian`,
+    each ``N_Z(0, sigma^2)`` with ``sigma^2 > s^2`` = :data:`COUPLING_VARIANCE`) and the same
+    coordinates drawn as ``K(N(0, sigma^2 - s^2))``: a continuous Gaussian followed by the
+    kernel ``K(g)`` that draws an integer ``n`` with probability proportional to ``exp(-(n -
+    g)^2 / (2 s^2))``, which commutes with integer shifts and reads no data.
+
+    Per coordinate (``phi_v`` the ``N(0, v)`` density): ``K(N(0, sigma^2 - s^2))`` puts mass
+    ``int phi_(sigma^2 - s^2)(g) phi_(s^2)(n - g) / (Z_s(g) / sqrt(2 pi s^2)) dg`` on ``n``, with
+    ``Z_s(g) = sum_m exp(-(m - g)^2 / (2 s^2))``, and ``N_Z(0, sigma^2)`` puts ``phi_(sigma^2)(n)
+    / c``, ``c = sum_m phi_(sigma^2)(m)``. By Poisson summation ``Z_s(g) / sqrt(2 pi s^2)`` and
+    ``c`` lie within ``1 +- eta``, ``eta = 2 sum_(k >= 1) exp(-2 pi^2 s^2 k^2) <= 2 e^{-2 pi^2
+    s^2} / (1 - e^{-6 pi^2 s^2})`` (``sigma^2 >= s^2``), and the convolution of the two
+    Gaussian densities is ``phi_(sigma^2)``: both masses are ``phi_(sigma^2)(n)`` times a factor
+    in ``[1 / (1 + eta), 1 / (1 - eta)]``, so their total variation is at most ``eta (1 + eta) /
+    (1 - eta)^2``. The sampler's own law is the exact one conditioned on the int32 range, which
+    adds :func:`jfed.privacy.discrete.int32_conditioning_mass` per coordinate (0 in float64).
+    Total variation adds over independent coordinates and over the releases of a run (each
+    release's noise is independent of the past given its input)."""
+    from jfed.privacy.discrete import int32_conditioning_mass
+
+    if int(draws) != draws or draws < 0:
+        raise ValueError(f"expected an integer draws >= 0, got draws={draws}")
+    tail = math.exp(-2.0 * math.pi**2 * COUPLING_VARIANCE)
+    eta = 2.0 * tail / (1.0 - tail**3)
+    per_coordinate = eta * (1.0 + eta) / (1.0 - eta) ** 2 + int32_conditioning_mass(16)
+    return float(draws) * per_coordinate
+
+
+def coupled_gaussian(event: events.DpEvent) -> events.DpEvent:
+    """``event`` with every central discrete Gaussian (:class:`DiscreteGaussianDpEvent`, one
+    share) replaced by the continuous Gaussian it is coupled to: ``GaussianDpEvent(z_1)``,
+    ``z_1 = sqrt(z^2 Delta^2 - s^2) / Delta`` (variance ``sigma^2 - s^2``, ``s^2`` =
+    :data:`COUPLING_VARIANCE`, at the event's L2 sensitivity Delta), inside any sampled,
+    composed or parallel event.
+
+    Why it certifies the discrete release: the discrete noise is, up to
+    :func:`coupling_total_variation`, the continuous ``N(0, sigma^2 - s^2)`` followed by a
+    randomization that reads no data and commutes with the integer query, i.e. a post-processing
+    of the continuous Gaussian mechanism on the same integer query; so if an accountant gives
+    the returned event (eps, delta), a run whose noise draws are ``T`` total variation away is
+    (eps, delta + (1 + e^eps) T)-DP. The continuous mechanism's accounting holds for the integer
+    query's sensitivity, under whatever sampling and adjacency the accountant models. Refused
+    for distributed shares (their sum is not a discrete Gaussian) and for a variance at most
+    ``s^2``."""
+    if isinstance(event, DiscreteGaussianDpEvent):
+        _check_event(event)
+        if event.shares != 1:
+            raise ValueError(
+                f"a sum of {event.shares} discrete Gaussian shares is not coupled to one "
+                "continuous Gaussian: account it with DiscreteRdp()"
+            )
+        variance = (event.noise_multiplier * event.l2_sensitivity) ** 2
+        if variance <= COUPLING_VARIANCE:
+            raise ValueError(
+                f"a discrete Gaussian of variance {variance:.4g} grid units is coupled to a "
+                f"continuous one only above {COUPLING_VARIANCE:g}: use a finer grid"
+            )
+        return events.GaussianDpEvent(
+            math.sqrt(variance - COUPLING_VARIANCE) / event.l2_sensitivity
+        )
+    if not attr.has(type(event)):
+        return event
+    changes: dict[str, Any] = {}
+    for field in attr.fields(type(event)):
+        value = getattr(event, field.name)
+        if isinstance(value, events.DpEvent):
+            changes[field.name] = coupled_gaussian(value)
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, events.DpEvent) for v in value):
+            changes[field.name] = type(value)(coupled_gaussian(v) for v in value)
+    return attr.evolve(event, **changes) if changes else event
 
 
 # ------------------------------------------------------------------------------- the accountant

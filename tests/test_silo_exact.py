@@ -1,0 +1,273 @@
+"""The silo methods' exact releases (``--noise discrete``, the default of noisy-mbsgd, accel-mbsgd
+and local-sgd): each record's clipped gradient on an integer grid under an exact norm bound, the
+silo's integer sum plus exact discrete Gaussian noise (``SiloDiscreteGaussian``).
+
+- the certified eps equals dp-accounting's for the continuous Gaussian the discrete noise is
+  coupled to, written out here from the closed forms of the grid's bound B and the coupling
+  (rel 1e-9); negative control: the float release's reference at the same noise is told apart;
+- a silo's integer sum moves by a vector of squared norm at most 4B, exactly, when one record is
+  replaced by an adversarial one; negative control: rounding without the condition exceeds B;
+- in the program, the noise on the server's average has variance sigma^2 / N (tolerance from
+  its known variance); negative control: 0.9 and 1.1 times the noise std are rejected;
+- training with the exact release and with the float one ends within the seed spread of each
+  other; negative control: four times the noise does not (the same compiled program).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_silo_privacy import (
+    CLIP,
+    PRIVATE_BATCH,
+    PRIVATE_ROUNDS,
+    SIZES,
+    _float32,
+    _local_steps,
+    _minibatch,
+    _one_pass,
+)
+from test_silo_sgd import logistic_silos
+
+from jfed.algorithms import silo_aggregators, silo_sgd
+from jfed.algorithms.losses import Loss
+from jfed.data.silos import SiloData
+from jfed.engine import simulate
+from jfed.privacy import discrete
+
+COUPLING = 9.0  # the continuous Gaussian the discrete noise is accounted as has variance s^2 - 9
+
+
+def _squared_bound(grid_norm: int, dimension: int) -> int:
+    """B at conditional rounding's default beta = e^-0.5 (sqrt(2 ln(1 / beta)) = 1): Kairouz, Liu
+    and Steinke's ``L^2 + d/4 + L + sqrt(d)/2``, or the deterministic ``(L + sqrt(d))^2``."""
+    deterministic = (grid_norm + math.sqrt(dimension)) ** 2
+    concentrated = grid_norm**2 + dimension / 4 + grid_norm + math.sqrt(dimension) / 2
+    return math.ceil(min(deterministic, concentrated))
+
+
+def _coupled_noise(noise, share, grid_norm, dimension):
+    """The float release's noise std whose Gaussian certifies the grid release of noise std
+    ``noise`` (per silo, on the mean of ``share`` records): the grid's least variance is ``(sigma
+    share G / L)^2`` grid units, the continuous Gaussian's ``9`` less, its sensitivity
+    ``sqrt(B)`` grid units where the float one's is ``L / share``."""
+    bound = _squared_bound(grid_norm, dimension)
+    return [math.sqrt((s * share * grid_norm / CLIP) ** 2 - COUPLING) / math.sqrt(bound)
+            * CLIP / share for s in noise]  # fmt: skip
+
+
+def _coupling_delta(draws: int, epsilon: float) -> float:
+    """``(1 + e^eps)`` times the total variation of ``draws`` discrete Gaussian coordinates from
+    their continuous coupling: ``eta (1 + eta) / (1 - eta)^2`` each, ``eta = 2 e^{-2 pi^2 s^2} /
+    (1 - e^{-6 pi^2 s^2})`` at s^2 = 9."""
+    eta = 2 * math.exp(-2 * math.pi**2 * COUPLING) / (1 - math.exp(-6 * math.pi**2 * COUPLING))
+    return (1 + math.exp(epsilon)) * draws * eta * (1 + eta) / (1 - eta) ** 2
+
+
+def _settings():
+    from jfed.methods import AcceleratedMBSGD, LocalSGD, NoisyMBSGD
+
+    common = dict(rounds=PRIVATE_ROUNDS, batch=PRIVATE_BATCH, gradient_clip=CLIP, epsilon=1.0)
+    return {  # name: (configuration, certified, reference, record share, releases a round)
+        "noisy-mbsgd exact": (NoisyMBSGD(**common), True, _minibatch, PRIVATE_BATCH, 1),
+        "accel-mbsgd one-pass": (AcceleratedMBSGD(**common), True, _one_pass, PRIVATE_BATCH, 1),
+        "local-sgd experiments": (LocalSGD(calibration="experiments", **common), False,
+                                  _local_steps, 1, PRIVATE_BATCH),
+    }  # fmt: skip
+
+
+SLOW_SETTINGS = ("local-sgd experiments",)  # its K R steps' PLD; the one-record steps' grid
+
+
+@pytest.fixture(scope="module")
+def uneven():
+    """Three logistic silos of two sizes (30, 45, 45 records), as tests/test_silo_privacy.py's."""
+    return logistic_silos(SIZES, 3)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SETTINGS else n for n in _settings()],
+)
+def test_exact_silo_methods_certify_the_coupled_gaussian_of_their_grid(name, uneven):
+    """The record's eps (``exact_epsilon`` for a formula calibration) is dp-accounting's for the
+    float release at the noise the grid's release is coupled to (B and the coupling written out
+    above, the noise the run reads), at delta less the coupling's share, to rel 1e-9; the record
+    says so (``mechanism_model``, ``grid_norm``, ``delta_coupling``). Negative control: the
+    float release's reference at the noise as it is (no rounding inflation, no coupling) is
+    told apart."""
+    from jfed.methods import build_experiment
+
+    config, certifies, reference, share, releases = _settings()[name]
+    assert config.noise == "discrete"  # the default
+    experiment = build_experiment(config, task=uneven)
+    hyper, fields = experiment.calibrate(config)
+    noise, delta = _float32(hyper.noise_std), experiment.delta
+    dimension = Loss("logistic").param_dim(uneven.dim)
+    draws = PRIVATE_ROUNDS * releases * dimension
+    coupled = _coupled_noise(noise, share, fields["grid_norm"], dimension)
+    expected = reference(coupled, hyper, delta - _coupling_delta(draws, config.epsilon), 1.0)
+    stated = fields["epsilon_certified"] if certifies else fields["exact_epsilon"]
+    assert stated == pytest.approx(expected, rel=1e-9)
+    if certifies:
+        assert stated <= config.epsilon * (1 + 1e-9)
+    assert fields["mechanism_model"].startswith("exact")
+    assert fields["grid_norm"] == 4096 and fields["adjacency"] == "replace-one"
+    assert fields["delta_coupling"] == pytest.approx(_coupling_delta(draws, stated), rel=1e-9)
+    assert 0 < fields["delta_coupling"] < 1e-60
+    assert fields["noise_inflation"] == pytest.approx(
+        math.sqrt(_squared_bound(4096, dimension)) / 4096, rel=1e-12
+    )
+    assert stated != pytest.approx(reference(noise, hyper, delta, 1.0), rel=1e-6)
+
+
+def test_a_float_record_says_it_is_the_ideal_mechanisms(uneven):
+    from jfed.methods import NoisyMBSGD, build_experiment
+
+    config = NoisyMBSGD(rounds=PRIVATE_ROUNDS, batch=PRIVATE_BATCH, calibration="theorem",
+                        noise="float")  # fmt: skip
+    _, fields = build_experiment(config, task=uneven).calibrate(config)
+    ideal = "ideal real-valued mechanism; floating-point sampling not modelled"
+    assert fields["mechanism_model"] == ideal and fields["notion"].endswith(f"({ideal})")
+    assert "grid_norm" not in fields
+
+
+# -- the release itself: one jitted silo message on a small grid
+
+DIMENSION, GRID, BATCH, ROWS = 9, 4096, 4, 6
+
+
+def _aggregator(max_tries: int = 32) -> silo_aggregators.SiloDiscreteGaussian:
+    return silo_aggregators.SiloDiscreteGaussian(
+        silo_aggregators.POISSON, BATCH, None, 1, DIMENSION, GRID, max_tries=max_tries
+    )
+
+
+def _adversarial_rows() -> np.ndarray:
+    """``f32[ROWS, DIMENSION]`` gradients (clip norm 1): a row just inside the clip norm whose
+    every grid coordinate has fractional part 1/2 (seven at 1365.5 grid units, two at 1364.5:
+    4095.83 units long), a row 10^30 long (clipped), one along an axis, one of tiny entries, the
+    first row negated and with alternating signs."""
+    tight = np.array([1365.5] * 7 + [1364.5] * 2) / GRID
+    rows = [tight, 1e30 * np.linspace(-1, 1, DIMENSION), np.eye(DIMENSION)[3], 1e-30 * tight,
+            -tight, tight * np.where(np.arange(DIMENSION) % 2 == 0, 1.0, -1.0)]  # fmt: skip
+    return np.asarray(rows, np.float32)
+
+
+@pytest.fixture(scope="module")
+def integer_records():
+    """``i64[draws, ROWS, DIMENSION]``: every row's rounded record, over 256 keys (row j's
+    record: the silo's integer sum with only row j in its minibatch)."""
+    aggregator = _aggregator()
+    params = silo_aggregators.SiloNoiseParams(jnp.float32(1.0), jnp.zeros(1, jnp.float32))
+    rows = jnp.asarray(_adversarial_rows())
+
+    @jax.jit
+    def records(key):
+        def one(row):
+            weights = jnp.where(jnp.arange(ROWS) == row, 1.0 / BATCH, 0.0)
+            return aggregator.integer_rows(params, rows, weights, key)[0]
+
+        return jax.vmap(one)(jnp.arange(ROWS))
+
+    keys = jax.random.split(jax.random.key(7), 256)
+    return np.asarray(jax.vmap(records)(keys), np.int64)
+
+
+def test_one_record_moves_the_integer_sum_by_at_most_two_sqrt_b_exactly(integer_records):
+    """Every rounded record has squared norm at most B, in exact integers, over 256 draws of
+    every adversarial row; so replacing any record of a silo's minibatch by any other moves its
+    integer sum by a vector of squared norm at most 4B (checked on every pair). Negative control:
+    the half-fraction row rounded without the condition exceeds B in some of the draws."""
+    bound = _squared_bound(GRID, DIMENSION)
+    squared = np.sum(integer_records**2, axis=-1)
+    assert squared.max() <= bound
+    assert squared[:, 0].min() >= 4094**2  # rounded (each coordinate within 1/2), not zeros
+    moved = integer_records[:, :, None, :] - integer_records[:, None, :, :]
+    assert np.sum(moved**2, axis=-1).max() <= 4 * bound
+    plain = jax.vmap(lambda key: discrete.randomized_round(key, jnp.asarray(
+        _adversarial_rows()[0] * GRID)))(jax.random.split(jax.random.key(8), 256))  # fmt: skip
+    unconditioned = np.sum(np.asarray(plain, np.int64) ** 2, axis=-1)
+    assert unconditioned.max() > bound
+
+
+# -- the program: Noisy MB-SGD on the grid and in float32, at the same noise
+
+SILOS, RECORDS, FEATURES, STEPS, SEEDS, NOISE = 8, 120, 5, 12, 24, 0.3
+
+
+def _silos(signal: float) -> SiloData:
+    """8 silos of 120 records, features N(0, I / 9), labels from a logistic model of weights
+    ``signal * (3, -2, 1, 0, 2)`` (0: fair coins; the same shapes either way)."""
+    rng = np.random.default_rng(3)
+    X = [rng.normal(size=(RECORDS, FEATURES)) / 3 for _ in range(SILOS)]
+    weights = signal * np.array([3.0, -2.0, 1.0, 0.0, 2.0])
+    y = [(rng.random(RECORDS) < 1 / (1 + np.exp(-x @ weights))).astype(float) for x in X]
+    return SiloData.from_lists(X, y)
+
+
+def _program(grid: silo_sgd.Grid | None) -> silo_sgd.NoisyMBSGD:
+    aggregator = silo_sgd.minibatch_aggregator(True, silo_aggregators.POISSON, 6,
+                                               (RECORDS,) * SILOS, grid=grid)  # fmt: skip
+    return silo_sgd.NoisyMBSGD(Loss("logistic"), FEATURES, SILOS, 6, STEPS, sampling="poisson",
+                               aggregator=aggregator)  # fmt: skip
+
+
+EXACT = _program(silo_sgd.Grid(FEATURES, 4096))
+
+
+def _runs(program, data, noise: float, seeds: int):
+    """``(w_average f64[seeds, p], w per round f64[seeds, rounds, p])`` of ``seeds`` runs."""
+    hp = silo_sgd.hyperparams(SILOS, step_size=1.0, noise_std=noise)
+    finals, iterates = [], []
+    for seed in range(seeds):
+        state, infos = simulate(program, data, hp, jax.random.key(seed), STEPS)
+        finals.append(np.asarray(state.w_average, np.float64))
+        iterates.append(np.asarray(infos.w, np.float64))
+    return np.asarray(finals), np.asarray(iterates)
+
+
+def test_the_noise_on_the_servers_average_has_its_stated_variance():
+    """Silos whose records are all zeros send their noise alone (a zero gradient rounds to 0):
+    each round moves the iterate by minus the average of 8 silos' noise, of variance sigma^2 / 8
+    per coordinate (the grid's variance exceeds ``(sigma K G / L)^2`` by less than 10^-4 of it
+    here). Over 50 seeds x 12 rounds x 5 coordinates the sample variance is within 5 standard
+    errors of a sample variance (``v sqrt(2 / (n - 1))``). Negative control: 0.9 and 1.1 times
+    sigma are rejected by the same test. The program is the exact one of the training test
+    below (one compile)."""
+    zeros = SiloData.from_lists([np.zeros((RECORDS, FEATURES))] * SILOS,
+                                [np.zeros(RECORDS)] * SILOS)  # fmt: skip
+    _, iterates = _runs(EXACT, zeros, NOISE, 50)
+    steps = np.diff(np.concatenate([np.zeros_like(iterates[:, :1]), iterates], axis=1), axis=1)
+    n = steps.size
+    variance = float(np.mean(steps**2))  # the mean is 0: the law is symmetric
+
+    def consistent(std: float) -> bool:
+        expected = std**2 / SILOS
+        return abs(variance - expected) <= 5 * expected * math.sqrt(2 / (n - 1))
+
+    assert consistent(NOISE)
+    assert not consistent(0.9 * NOISE) and not consistent(1.1 * NOISE)
+
+
+def test_training_with_the_exact_release_ends_within_the_seed_spread_of_the_float_one():
+    """Noisy MB-SGD (Poisson-sampled, 8 silos of 120 records with a logistic signal, 12 rounds)
+    with the same noise std on the grid and in float32: the mean training losses of the averaged
+    iterate over 24 seeds differ by less than 3 standard errors of their difference (measured:
+    1.3). Negative control: the exact program with four times the noise ends more than 3 standard
+    errors above the float one (measured: 4.0)."""
+    data = _silos(1.0)
+    X, y = (np.asarray(a, np.float64) for a in data.pooled())
+
+    def losses(program, noise):
+        finals, _ = _runs(program, data, noise, SEEDS)
+        return np.mean(np.logaddexp(0.0, -(2 * y - 1)[None, :] * (finals @ X.T)), axis=1)
+
+    def standard_errors(a, b) -> float:
+        return (a.mean() - b.mean()) / math.sqrt(a.var(ddof=1) / SEEDS + b.var(ddof=1) / SEEDS)
+
+    exact, floating = losses(EXACT, NOISE), losses(_program(None), NOISE)
+    assert abs(standard_errors(exact, floating)) < 3
+    assert standard_errors(losses(EXACT, 4 * NOISE), floating) > 3
