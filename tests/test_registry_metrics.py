@@ -4,6 +4,7 @@ tunes on; the experiment's metric attributes of earlier versions are deprecated.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import warnings
 from dataclasses import dataclass
@@ -95,8 +96,9 @@ def test_the_records_selection_section_is_the_declarations(clean_registry):
 def test_a_plugin_record_states_its_declared_metrics_end_to_end(clean_registry, monkeypatch):
     """The example plug-in declares its metrics on its Method (its experiment sets none): a run
     through jfed.run records them and prints its reported metric."""
-    monkeypatch.syspath_prepend(str(EXAMPLES / "plugin"))
-    from jfed_noisy_mean import METHOD, NoisyMeanConfig
+    monkeypatch.syspath_prepend(str(EXAMPLES / "plugin"))  # the example, not a dependency
+    plugin = importlib.import_module("jfed_noisy_mean")
+    METHOD, NoisyMeanConfig = plugin.METHOD, plugin.NoisyMeanConfig
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)  # nothing deprecated is read
