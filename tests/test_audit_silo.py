@@ -6,9 +6,10 @@ one-run lower bound stays below its certified eps, and the same run with its noi
 tenth of its scale (a deliberately broken release, not a user option: the record still certifies
 the calibrated noise) audits ABOVE the eps it claims (measured: 1.91 against 1 with the default
 exact noise, 2.01 with --noise float). The certificate and the calibrated noise do not change
-with the audit; the flag's misuses are refused in one line. Where the model has few parameters (digits-evenodd's 50) the real records' gradients
-dominate each canary's cosine with its silo's release and the audit has no power: the broken
-run audits at 0 there too (said in the audit tutorial).
+with the audit; the flag's misuses are refused in one line. Where the model has few parameters
+(digits-evenodd's 50) the real records' gradients dominate each canary's cosine with its silo's
+release and the audit has no power: the broken run audits at 0 there too (said in the audit
+tutorial).
 """
 
 from __future__ import annotations
