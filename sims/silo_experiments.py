@@ -2,6 +2,7 @@
 vs their non-private versions, over eps, with the step size tuned per (algorithm, eps).
 
     python sims/silo_experiments.py --out results/silo_experiments [--repeats 3]
+        [--experiments fair-sorted digits-bylabel] [--noise discrete|float]
 
 Experiments (docs/specs/silo_sgd.md): logistic regression on ``digits-evenodd`` (25 silos, one
 (even, odd) digit pair each, p = 0), linear regression on ``fair-sorted`` (10 silos by sorted
@@ -15,6 +16,9 @@ times) and the notes say so. Noisy MB-SGD is run with the exact calibration (PLD
 Poisson sampling) and with the seed's theorem formula (sampling with replacement; its eps is the
 formula's claim, not certified); ISRL-DP Local SGD with the exact calibration (PLD over its K R
 Poisson-sampled local steps), so the two private methods are compared at equal certified eps.
+The private arms release with ``--noise`` (discrete: exact discrete Gaussian noise on an integer
+grid, the methods' default; float: float32 Gaussian noise, what ``sims/reference/`` was first
+computed with); ``--experiments`` runs some of the three.
 
 Writes ``<dataset>/<algorithm>.jsonl`` (every run), ``results.csv`` (one row per (dataset,
 algorithm, eps)) and ``silo_experiments.png`` / ``.pdf`` (test metric vs eps, one panel per
@@ -56,14 +60,17 @@ CONFIGS = {"noisy-mbsgd": NoisyMBSGD, "local-sgd": LocalSGD, "mbsgd": MBSGD, "fe
 
 
 def run_experiment(
-    dataset: str, n_silos: int | None, task, label: str, out: str, repeats: int
-) -> list[dict]:
-    """The tuned rows (one per eps) of one algorithm on one experiment."""
+    dataset: str, n_silos: int | None, task, label: str, out: str, repeats: int,
+    noise: str = "discrete",
+) -> list[dict]:  # fmt: skip
+    """The tuned rows (one per eps) of one algorithm on one experiment (its private releases
+    with ``noise``)."""
     name, calibration, private, steps = ALGORITHMS[label]
     fields = dict(dataset=dataset, silos=n_silos, batch=K, rounds=R, gradient_clip=CLIP,
                   radius=RADIUS)  # fmt: skip
     if private:
         fields["calibration"] = calibration
+        fields["noise"] = noise
     base = CONFIGS[name](**fields)
     adapter = build_experiment(base, task=task)
     # the non-private runs have no eps: they are reported as eps = inf
@@ -115,24 +122,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/silo_experiments")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--experiments", nargs="+", choices=[d for d, _ in EXPERIMENTS],
+                        default=[d for d, _ in EXPERIMENTS])  # fmt: skip
+    parser.add_argument("--noise", choices=("discrete", "float"), default="discrete")
     args = parser.parse_args()
+    experiments = [(d, n) for d, n in EXPERIMENTS if d in args.experiments]
     results = []
-    for dataset, n_silos in EXPERIMENTS:
+    for dataset, n_silos in experiments:
         task = load_silos(dataset, n_silos=n_silos)
         os.makedirs(os.path.join(args.out, dataset), exist_ok=True)
         for label in ALGORITHMS:
-            results += run_experiment(dataset, n_silos, task, label, args.out, args.repeats)
+            results += run_experiment(dataset, n_silos, task, label, args.out, args.repeats,
+                                      args.noise)  # fmt: skip
     with open(os.path.join(args.out, "results.csv"), "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, list(results[0]))
         writer.writeheader()
         writer.writerows(results)
-    plot(results, args.out)
-    print_table(results)
+    plot(results, args.out, experiments)
+    print_table(results, experiments)
 
 
-def plot(results: list[dict], out: str) -> None:
-    figure, axes = plt.subplots(1, len(EXPERIMENTS), figsize=(5 * len(EXPERIMENTS), 4))
-    for axis, (dataset, _) in zip(axes, EXPERIMENTS, strict=True):
+def plot(results: list[dict], out: str, experiments=EXPERIMENTS) -> None:
+    figure, axes = plt.subplots(1, len(experiments), figsize=(5 * len(experiments), 4),
+                                squeeze=False)  # fmt: skip
+    for axis, (dataset, _) in zip(axes[0], experiments, strict=True):
         rows = [r for r in results if r["dataset"] == dataset]
         for index, label in enumerate(ALGORITHMS):
             mine = [r for r in rows if r["algorithm"] == label]
@@ -149,20 +162,20 @@ def plot(results: list[dict], out: str) -> None:
         axis.set_ylabel(rows[0]["metric"].replace("_", " "))
         axis.set_title(dataset)
         axis.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    axes[0][0].legend(fontsize=7)
     figure.tight_layout()
     for extension in ("png", "pdf"):
         figure.savefig(os.path.join(out, f"silo_experiments.{extension}"), dpi=110)
 
 
-def print_table(results: list[dict]) -> None:
+def print_table(results: list[dict], experiments=EXPERIMENTS) -> None:
     print(
         "test metric, mean (se) over repeats; eps: ISRL-DP per record of a silo (replace-one), "
         "certified by PLD with Poisson sampling for the exact arms; the seed theorem arm's eps "
         "is the formula's claim, not certified"
     )
     print(f"{'dataset':16s} {'algorithm':28s} " + " ".join(f"{e:>12g}" for e in EPSILONS))
-    for dataset, _ in EXPERIMENTS:
+    for dataset, _ in experiments:
         for label in ALGORITHMS:
             rows = [r for r in results if r["dataset"] == dataset and r["algorithm"] == label]
             cells = [f"{r['mean']:.3f}({r['se']:.3f})" for r in rows]

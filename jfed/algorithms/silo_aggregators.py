@@ -401,8 +401,8 @@ GRID_NORM = 2**12
 @dataclass(frozen=True)
 class SiloDiscreteGaussian(SiloGaussian):
     """ISRL-DP on an integer grid: the release of :class:`SiloGaussian` (silo i's minibatch mean
-    plus noise of std sigma_i per coordinate), made exactly, so that the guarantee holds for the
-    program as it runs.
+    plus noise), made exactly, with the guarantee the float release of noise std sigma_i states,
+    so that it holds for the program as it runs.
 
     Silo i: every record of its minibatch (every row of weight ``1 / K``; rows of weight 0 are
     records not drawn, and every sampler weights its rows 0 or ``1 / K``) has its gradient
@@ -411,10 +411,11 @@ class SiloDiscreteGaussian(SiloGaussian):
     :attr:`squared_bound` (checked in exact integer arithmetic; after ``max_tries`` failures the
     record is sent as zeros and counted in ``rounding_fallbacks``): one client's record of
     :class:`~jfed.privacy.discrete_aggregators.DiscreteGaussianSum`, one record a client. The
-    silo sums its records' integers (int32, exact), adds ``N_Z(0, s^2)`` per coordinate with
-    ``s^2 >= (sigma_i K G / L)^2`` (the discrete Gaussian, sampled exactly in integer arithmetic)
-    and only then scales back: its message is ``(sum + noise) L / (G K)`` in float32, the
-    minibatch mean plus noise of std at least sigma_i (post-processing of the integers).
+    silo sums its records' integers (int32, exact), adds ``N_Z(0, s^2)`` per coordinate, sampled
+    exactly in integer arithmetic, with ``s^2 >= (sigma_i K / L)^2 B + 9`` grid units, and only
+    then scales back: its message is ``(sum + noise) L / (G K)`` in float32, the minibatch mean
+    plus noise of std about ``sigma_i`` :meth:`noise_inflation` (post-processing of the
+    integers).
 
     Sensitivity. Whatever a record's gradient and its rounding's draws, its integer contribution
     ``r`` has ``||r||^2 <= B`` exactly. Replacing one record of the silo by another changes the
@@ -422,10 +423,11 @@ class SiloDiscreteGaussian(SiloGaussian):
     ``||r - r'|| <= 2 sqrt(B)``; the mean's ``1 / K`` is applied after the noise, so the
     integer sum's sensitivity does not depend on K (K enters the noise). In the mean's units that
     is ``2 sqrt(B) L / (G K)``: the float release's ``2 L / K`` times :meth:`noise_inflation`
-    (``sqrt(B) / G``, 1.0003 at G = 4096 and p = 64 coordinates).
+    (``sqrt(B) / G``, 1.0001 at G = 4096 and p = 50 coordinates), and the noise is inflated by the
+    same factor.
 
     Event. Silo i's release is ``DiscreteGaussianDpEvent(z_i, sqrt(B), min(B, sqrt(p B)), p)``,
-    ``z_i = sigma_i K G / (L sqrt(B))`` (noise std over ``sqrt(B)``, the distance a record's
+    ``z_i = sqrt((sigma_i K / L)^2 + 9 / B)`` (noise std over ``sqrt(B)``, the distance a record's
     contribution moves the sum under add-or-remove: the float event's convention, which an
     accountant under replace-one doubles), wrapped by the silo's sampler, :attr:`releases` times
     a round; the run's event is their parallel composition over silos (:meth:`event`). It is
@@ -433,7 +435,9 @@ class SiloDiscreteGaussian(SiloGaussian):
     Gaussian for one pass, as the float release) through
     :func:`~jfed.privacy.discrete_accounting.coupled_gaussian`: the discrete noise is, to within
     :meth:`coupling_total_variation`, a post-processing of the continuous Gaussian of variance
-    ``s^2 - 9``, so the stated delta adds ``(1 + e^eps)`` times that total variation.
+    ``s^2 - 9``, whose multiplier is the float release's ``sigma_i K / L``. So the exact release
+    is certified exactly as the float release of ``sigma_i`` is, its delta less ``(1 + e^eps)``
+    times that total variation (10^-77 a coordinate), whatever the grid.
 
     Attributes (beyond :class:`SiloGaussian`'s):
       dimension: p, the coordinates of a gradient (static).
@@ -464,22 +468,23 @@ class SiloDiscreteGaussian(SiloGaussian):
         return self.grid.squared_bound
 
     def noise_inflation(self) -> float:
-        """``sqrt(B) / G``: one record's sensitivity over the float release's (and the noise
-        std a target eps needs over the float release's)."""
+        """``sqrt(B) / G``: one record's sensitivity over the float release's, and about the
+        noise std on the mean over ``sigma_i``."""
         return self.grid.noise_inflation()
 
-    def _multiplier(self) -> float:
-        """``K G / sqrt(B)``: a silo's noise multiplier on the grid is ``sigma_i`` times this
-        over L."""
-        return self.batch * self.grid_norm / math.sqrt(self.squared_bound)
+    def _coupling_share(self) -> float:
+        """``9 / B``: the coupling's variance in units of the squared sensitivity."""
+        from jfed.privacy.discrete_accounting import COUPLING_VARIANCE
+
+        return COUPLING_VARIANCE / self.squared_bound
 
     def grid_params(self, params: SiloNoiseParams, silo_id: jax.Array) -> DiscreteGaussianSumParams:
-        """Device: the grid's parameters of silo ``silo_id``: L and ``z_i = sigma_i K G / (L
-        sqrt(B))`` in float32 (a few roundings of 2^-24 each, which the integer variance's
+        """Device: the grid's parameters of silo ``silo_id``: L and ``z_i = sqrt((sigma_i K /
+        L)^2 + 9 / B)`` in float32 (a few roundings of 2^-24 each, which the integer variance's
         relative margin of 2^-16 covers: the noise is never below what the event states)."""
-        multiplier = np.float32(self._multiplier())
+        multiplier = params.noise_std[silo_id] * np.float32(self.batch) / params.clip_norm
         return DiscreteGaussianSumParams(
-            params.clip_norm, params.noise_std[silo_id] * multiplier / params.clip_norm
+            params.clip_norm, jnp.sqrt(multiplier * multiplier + np.float32(self._coupling_share()))
         )
 
     def integer_rows(self, params, gradients: jax.Array, weights: jax.Array, key: jax.Array):
@@ -520,30 +525,19 @@ class SiloDiscreteGaussian(SiloGaussian):
 
     def release_event(self, clip_norm: float, noise_std: float) -> dp_accounting.DpEvent:
         """``DiscreteGaussianDpEvent(z, sqrt(B), min(B, sqrt(p B)), p)`` of one silo's release,
-        unsampled, ``z = sigma K G / (L sqrt(B))`` (host, float64 of the float32 values that
-        ran)."""
+        unsampled, ``z = sqrt((sigma K / L)^2 + 9 / B)`` (host, float64 of the float32 values
+        that ran): its continuous coupling is ``Gaussian(sigma K / L)``, the float release's."""
         from jfed.privacy.discrete_accounting import DiscreteGaussianDpEvent
 
-        noise_std = check_positive("noise_std", noise_std)
+        multiplier = check_positive("noise_std", noise_std) * self.batch / clip_norm
         bound = self.squared_bound
-        return DiscreteGaussianDpEvent(noise_std * self._multiplier() / clip_norm,
+        return DiscreteGaussianDpEvent(math.sqrt(multiplier**2 + self._coupling_share()),
                                        math.sqrt(bound), l1_bound(bound, self.dimension),
                                        self.dimension)  # fmt: skip
 
-    def noise_std_for(self, float_noise_std: float, clip_norm: float) -> float:
-        """Host: the least sigma whose release is certified as the float release of noise std
-        ``float_noise_std``: its continuous coupling's multiplier ``sqrt(z^2 B - 9) / sqrt(B)``
-        equals the float ``sigma_f K / L``, i.e. ``sigma = L sqrt((sigma_f K / L)^2 B + 9) /
-        (K G)``."""
-        float_multiplier = check_positive("noise_std", float_noise_std) * self.batch / clip_norm
-        from jfed.privacy.discrete_accounting import COUPLING_VARIANCE
-
-        grid_std = math.sqrt(float_multiplier**2 * self.squared_bound + COUPLING_VARIANCE)
-        return grid_std * clip_norm / (self.batch * self.grid_norm)
-
     def check(self, params) -> None:
         """Host: ``ValueError`` naming the numbers unless every silo's noise is in the sampler's
-        range on this grid (and above the continuous coupling's 9 grid units)."""
+        range on this grid (and coupled to a continuous Gaussian: any positive noise is)."""
         from jfed.privacy.discrete_accounting import coupled_gaussian
 
         clip = check_positive("clip_norm", params.clip_norm)

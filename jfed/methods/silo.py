@@ -176,8 +176,9 @@ class SiloExperiment(Experiment):
             raise UsageError(f"method {self.name}: {error}: use --noise float") from None
 
     def _fit_grid(self) -> bool:
-        """Narrow the grid to the largest noise calibrated so far; whether it changed (every
-        calibration on the former grid is then dropped)."""
+        """Narrow the grid to the largest noise calibrated so far (each silo's release is
+        certified as the float release of its noise std, on any grid: nothing is calibrated
+        again); whether it changed."""
         share = self.record_share(self.config)
         largest = max(
             (float(np.max(noise)) * share / clip for (_, clip), (noise, _) in self._noise.items()),
@@ -187,9 +188,13 @@ class SiloExperiment(Experiment):
         if self.grid_norm is not None and fitted >= self.grid_norm:
             return False
         self.grid_norm = fitted
-        self._noise.clear()
         self.__dict__.pop("_reference", None)
         return True
+
+    def certify(self, config, epsilon: float, noise, label: str, delta: float) -> dict:
+        """The privacy fields of a run at each silo's ``noise`` (calibrated for ``epsilon``)
+        (the calibrated methods')."""
+        raise NotImplementedError
 
     def record_share(self, config) -> int:
         """K: the minibatch mean's denominator (one record's share of it is L / K)."""
@@ -206,18 +211,25 @@ class SiloExperiment(Experiment):
 
     def noise_fields(self, epsilon: float, delta: float, ledger=None) -> dict:
         """What a private record says of its arithmetic: ``mechanism_model`` and, on the grid,
-        ``grid_norm``, ``noise_inflation`` (a record's sensitivity on the grid over the float
-        release's), and delta's split into ``delta_accountant`` and ``delta_coupling`` (at the
-        certified ``epsilon``); a float record's notion says what it does not model."""
+        delta's split into ``delta_accountant`` and ``delta_coupling`` (at the certified
+        ``epsilon``); a float record's notion says what it does not model. (The grid's own
+        fields: :meth:`grid_fields`.)"""
         if not self.exact:
             from jfed.methods.dp_fedavg import IDEAL
 
             return {"mechanism_model": IDEAL, "notion": f"{self.method.notion} ({IDEAL})"}
-        aggregator = self.grid_release(ledger)
         coupling = self.coupling_delta(epsilon, ledger)
-        return {"mechanism_model": EXACT_MODEL, "grid_norm": self.grid_norm,
-                "noise_inflation": aggregator.noise_inflation(),
-                "delta_accountant": delta - coupling, "delta_coupling": coupling}  # fmt: skip
+        return {"mechanism_model": EXACT_MODEL, "delta_accountant": delta - coupling,
+                "delta_coupling": coupling}  # fmt: skip
+
+    def grid_fields(self) -> dict:
+        """An exact run's grid: ``grid_norm`` and ``noise_inflation`` (a record's sensitivity on
+        the grid over the float release's, and about the noise std on the mean over ``sigma``);
+        nothing for float noise."""
+        if not self.exact:
+            return {}
+        return {"grid_norm": self.grid_norm,
+                "noise_inflation": self.grid_release().noise_inflation()}  # fmt: skip
 
     def grid_release(self, ledger=None) -> silo_aggregators.SiloDiscreteGaussian:
         """An exact run's release of one silo (Local SGD's steps, an audit's inner release)."""
@@ -225,14 +237,6 @@ class SiloExperiment(Experiment):
         aggregator = getattr(release.aggregator, "inner", release.aggregator)
         assert isinstance(aggregator, silo_aggregators.SiloDiscreteGaussian)  # self.exact
         return aggregator
-
-    def grid_noise(self, noise_std: float, config) -> float:
-        """The noise std of the release whose guarantee is the float release's of
-        ``noise_std`` (itself for float noise): on the grid, the one whose continuous coupling
-        (:func:`~jfed.privacy.discrete_accounting.coupled_gaussian`) has that multiplier."""
-        if not self.exact:
-            return noise_std
-        return self.grid_release().noise_std_for(noise_std, config.gradient_clip)
 
     def check_noise(self, hyper) -> None:
         """An exact run's noise that its grid cannot draw is refused, naming the flags."""
@@ -396,7 +400,7 @@ class SiloExperiment(Experiment):
         hyper = self.hyperparams(config, noise)
         if self.method.private:
             self.check_noise(hyper)
-        return hyper, fields
+        return hyper, fields | self.grid_fields()
 
     def _optimum(self, X, y, radius: float, split: str) -> np.ndarray:
         if (split, radius) not in self._optima:
@@ -581,23 +585,23 @@ class CalibratedExperiment(SiloExperiment):
         if calibration.certifies:
             noises = self.exact_noises(config, epsilons, delta)
         else:
-            # a formula's noise for the float release, on the grid the noise of the same
-            # guarantee (the record's sensitivity inflated by the rounding)
-            noises = np.array([[self.grid_noise(self.formula_noise(calibration, int(n), config,
-                                                                   e, delta), config)
+            noises = np.array([[self.formula_noise(calibration, int(n), config, e, delta)
                                 for n in self.counts] for e in epsilons])  # fmt: skip
         label = (f"pld-{self.sampling.name}-replace-one" if calibration.certifies
                  else self.formula_label(calibration))  # fmt: skip
-        calibrated = []
-        for epsilon, noise in zip(epsilons, noises, strict=True):
-            hyper = self.hyperparams(config, noise)
-            reference = None if calibration.certifies else self.reference_ledger(config)
-            exact = self.certified_epsilon(hyper, delta, silo_privacy.EXACT, reference, epsilon)
-            fields = _isrl_fields(self.method, exact if calibration.certifies else None, label,
-                                  delta, exact_epsilon=exact)  # fmt: skip
-            fields |= self.noise_fields(exact, delta, reference)
-            calibrated.append((noise, fields))
-        return calibrated
+        return [(noise, self.certify(config, epsilon, noise, label, delta))
+                for epsilon, noise in zip(epsilons, noises, strict=True)]  # fmt: skip
+
+    def certify(self, config, epsilon: float, noise, label: str, delta: float) -> dict:
+        """What PLD certifies for the run at ``noise`` (for a formula's noise, had the silos
+        sampled by Poisson: ``exact_epsilon`` beside a target that is not certified)."""
+        calibration = self.calibration(config)
+        reference = None if calibration.certifies else self.reference_ledger(config)
+        hyper = self.hyperparams(config, noise)
+        exact = self.certified_epsilon(hyper, delta, silo_privacy.EXACT, reference, epsilon)
+        fields = _isrl_fields(self.method, exact if calibration.certifies else None, label,
+                              delta, exact_epsilon=exact)  # fmt: skip
+        return fields | self.noise_fields(exact, delta, reference)
 
     def formula_label(self, calibration) -> str:
         """The record's accountant field for a formula calibration."""
@@ -636,15 +640,20 @@ class AcceleratedExperiment(CalibratedExperiment):
             reserved = delta - self.coupling_delta(epsilon)
             result = silo_privacy.one_pass_noise(batch, epsilon, reserved, config.gradient_clip,
                                                  calibration)  # fmt: skip
-            noise = np.full(len(self.counts), self.grid_noise(result.noise_std, config))
-            # one Gaussian release of sensitivity 2L/K per record: its exact eps certifies it
-            certified = self.certified_epsilon(self.hyperparams(config, noise), delta, Analytic(),
-                                               reserve=epsilon)  # fmt: skip
-            fields = _isrl_fields(
-                self.method, certified, f"{result.calibration}+parallel-composition", delta
-            )
-            calibrated.append((noise, fields | self.noise_fields(certified, delta)))
+            noise = np.full(len(self.counts), result.noise_std)
+            label = f"{result.calibration}+parallel-composition"
+            calibrated.append((noise, self.certify(config, epsilon, noise, label, delta)))
         return calibrated
+
+    def certify(self, config, epsilon: float, noise, label: str, delta: float) -> dict:
+        """One pass: one Gaussian release of sensitivity 2L/K per record, certified by its exact
+        (analytic) eps, whatever the calibration."""
+        if not self.sampling.disjoint_rounds:
+            return super().certify(config, epsilon, noise, label, delta)
+        hyper = self.hyperparams(config, noise)
+        certified = self.certified_epsilon(hyper, delta, Analytic(), reserve=epsilon)
+        fields = _isrl_fields(self.method, certified, label, delta)
+        return fields | self.noise_fields(certified, delta)
 
 
 class LocalSGDExperiment(CalibratedExperiment):
