@@ -71,8 +71,8 @@ EXACT_MODEL = (
     "exact: each record's clipped gradient rounded to an integer grid (conditional randomized "
     "rounding, its norm bound checked in integers), the silo's integer sum, discrete Gaussian "
     "noise sampled exactly in integer arithmetic, scaled back after the noise; certified as the "
-    "continuous Gaussian of variance sigma^2 - 9 grid units it is coupled to, the coupling's "
-    "total variation added to delta"
+    "float release of the same sigma through the continuous Gaussian the discrete noise is "
+    "coupled to (its variance less 9 grid units), the coupling's total variation added to delta"
 )
 """What an exact silo release's record says of its arithmetic (``mechanism_model``)."""
 
