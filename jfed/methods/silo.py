@@ -18,12 +18,12 @@ calibration certifies nothing (``epsilon_certified`` None) and its record carrie
 program with Poisson sampling, traced).
 
 Arithmetic (``--noise``). Noisy MB-SGD, its accelerated variant and Local SGD release on an
-integer grid by default (``discrete``: :class:`~jfed.algorithms.silo_aggregators.
-SiloDiscreteGaussian`, exact discrete Gaussian noise), so the guarantee holds for the program
-as it runs; their events are certified by the accountants of the float release through the
-continuous Gaussian the discrete noise is coupled to
+integer grid by default (``discrete``: exact discrete Gaussian noise,
+:class:`~jfed.algorithms.silo_aggregators.SiloDiscreteGaussian`), so the guarantee holds for
+the program as it runs; their events are certified by the accountants of the float release
+through the continuous Gaussian the discrete noise is coupled to
 (:func:`jfed.privacy.discrete_accounting.coupled_gaussian`), the coupling's total variation
-added to delta (``delta_coupling``, about 10^-68). ``float`` keeps the float32 Gaussian, whose
+added to delta (``delta_coupling``, about 10^-73). ``float`` keeps the float32 Gaussian, whose
 records, like shuffle-mbsgd's (float only), say "ideal real-valued mechanism; floating-point
 sampling not modelled" in their notion and ``mechanism_model``.
 """
