@@ -16,7 +16,8 @@ from docs_blocks import ROOT
 
 SOURCES = {
     "docs/papers/modulated.md": ["sims/reference/modulated_*", "sims/reference/population_study*",
-                                 "sims/reference/one_shot_ridge*"],
+                                 "sims/reference/one_shot_ridge*",
+                                 "bench/results/modulated_round*"],
     "docs/papers/ldp_fl.md": ["sims/reference/ldp_fl_table1*", "bench/results/ldp_fl_fraction*",
                               "bench/results/ldp_fl_gpu*", "bench/results/ldp_fl_cpu*"],
     "docs/papers/silos.md": ["sims/reference/silo_*"],
