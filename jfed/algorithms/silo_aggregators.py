@@ -315,8 +315,9 @@ class SiloClippedSum:
         """The sum of the available silos' messages, with their number and counts
         (``clipped_count``: the clipped fractions summed; ``rounding_fallbacks`` on the grid)."""
         del params, key
-        counts = {name: value for name, value in summed.items() if name not in ("value", "clipped")}
-        return summed["value"], state, {**counts, "clipped_count": summed["clipped"]}
+        counts = dict(summed)
+        value, clipped = counts.pop("value"), counts.pop("clipped")
+        return value, state, {**counts, "clipped_count": clipped}
 
     def coupling_total_variation(self, rounds: int) -> float:
         """The total variation between the run's noise and the continuous Gaussian it is

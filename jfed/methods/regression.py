@@ -160,10 +160,6 @@ def iterate_outputs(*extra: Output) -> tuple[Output, ...]:
     )
 
 
-GRID_NOISES = {"float": False, "discrete": True}
-"""Whether each ``--noise`` of the one-sample methods releases on the integer grid."""
-
-
 class RegressionExperiment(Experiment):
     """Shared by the regression methods: the task, the OLS reference and R^2 metrics, and the
     calibration and certificate of the private ones (T releases of a local randomizer per
@@ -194,7 +190,7 @@ class RegressionExperiment(Experiment):
     @property
     def exact(self) -> bool:
         """Whether the messages are released on the integer grid (``--noise discrete``)."""
-        return GRID_NOISES[getattr(self.base_config, "noise", "float")]
+        return declared.common.GRID_NOISES[getattr(self.base_config, "noise", "float")]
 
     @property
     def grid_norm(self) -> int | None:

@@ -154,7 +154,10 @@ class SiloExperiment(Experiment):
     @property
     def exact(self) -> bool:
         """Whether the run's releases are on the integer grid (``--noise discrete``)."""
-        return self.method.private and getattr(self.base_config, "noise", "float") == "discrete"
+        return (
+            self.method.private
+            and declared.common.GRID_NOISES[getattr(self.base_config, "noise", "float")]
+        )
 
     @property
     def grid(self) -> silo_sgd.Grid | None:
