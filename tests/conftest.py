@@ -45,6 +45,17 @@ def fair_task():
 
 
 @pytest.fixture
+def forget_registered_methods():
+    """Forget the methods a test registers (the registry is the process's)."""
+    from jfed.methods import METHODS
+
+    before = set(METHODS)
+    yield
+    for name in set(METHODS) - before:
+        METHODS.remove(name)
+
+
+@pytest.fixture
 def on_cpu():
     """The test's computations on the host CPU whatever JAX's default backend is: for claims of
     bit-for-bit equality that are the CPU's (against the 8 forced CPU devices, or between vector

@@ -47,12 +47,9 @@ def declaration(**changes) -> Method:
 
 
 @pytest.fixture
-def clean_registry():
+def clean_registry(forget_registered_methods):
     """Forget the methods a test registers."""
-    before = set(METHODS)
     yield
-    for name in set(METHODS) - before:
-        METHODS.remove(name)
 
 
 def test_a_good_method_registers_and_binds_its_config(clean_registry):

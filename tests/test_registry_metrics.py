@@ -57,11 +57,9 @@ def toy(experiment: type = ToyExperiment, **changes) -> Method:
 
 
 @pytest.fixture
-def clean_registry():
-    before = set(METHODS)
+def clean_registry(forget_registered_methods):
+    """Forget the methods a test registers, and the toy configuration's method."""
     yield
-    for name in set(METHODS) - before:
-        METHODS.remove(name)
     ToyConfig.method = ""
 
 
