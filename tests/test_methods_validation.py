@@ -133,3 +133,37 @@ def test_a_checked_configuration_equals_hashes_and_records_as_before():
     assert checked == fresh and hash(checked) == hash(fresh)
     assert dataclasses.asdict(checked) == dataclasses.asdict(fresh)
     assert repr(checked) == repr(fresh)
+
+
+@pytest.mark.parametrize(
+    ("refused", "message", "inside"),
+    [
+        ({"clients": 10, "fraction": 0.12}, "got 0.12 x 10 -> 1 client: raise --fraction",
+         {"clients": 10, "fraction": 0.2}),
+        ({"clients": 1}, "got 1 x 1 -> 1 client: raise --clients", {"clients": 2}),
+        ({"clients": 1439}, "expected --clients in [1, 1438] (the training images of digits)",
+         {"clients": 1438, "batch": 1}),
+        ({"clients": 200, "batch": 8}, "expected --batch in [1, 7] (the images of each of 200",
+         {"clients": 200, "batch": 7}),
+    ],
+)  # fmt: skip
+def test_ldp_fl_refusals_are_the_configurations_not_the_command_lines(refused, message, inside):
+    """LDP-FL's shares of the images and its shuffle's two clients are refused by the
+    configuration's check, so ``jfed.run`` refuses what the command line does (negative control:
+    the same configuration just inside each bound passes)."""
+    from jfed.methods.declared.ldp_fl import LDPFL
+
+    with pytest.raises(ValueError) as error:
+        LDPFL(**refused).check()
+    assert message in str(error.value)
+    LDPFL(**inside).check()
+
+
+def test_run_given_a_methods_name_says_how_to_build_its_configuration():
+    """``jfed.run("ldp-fl")`` is refused with the call that builds the configuration, not an
+    AttributeError from inside the runner."""
+    import jfed
+
+    for call in (jfed.run, jfed.run_grid):
+        with pytest.raises(TypeError, match=r"build one with jfed\.methods\.method\('ldp-fl'\)"):
+            call("ldp-fl")

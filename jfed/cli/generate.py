@@ -138,7 +138,7 @@ PRIVACY_FIELDS = ("epsilon", "delta")
 def check_given(args: argparse.Namespace, config: Config, extra: dict | None = None) -> None:
     """Refuse (``UsageError`` naming the flag) what the declared ranges alone let pass: a field
     given where it does not apply even at its default value (``--dataset fair --synthetic``),
-    eps or delta given to a setting that adds no noise, and an LDP-FL round of one client."""
+    eps or delta given to a setting that adds no noise."""
     given = {**given_fields(args, config), **(extra or {})}
     declared = field_map(config)
     for name in given:
@@ -152,57 +152,12 @@ def check_given(args: argparse.Namespace, config: Config, extra: dict | None = N
                 f"--{name} applies only to a private setting: --{switch.replace('_', '-')} none "
                 "adds no noise and certifies no eps"
             )
-    check_shuffled_clients(config, given)
-    check_image_shares(config)
-
-
-# training images of the image data sets, shared equally among the clients (jfed.data.images:
-# scikit-learn's 1,797 digits less the 20% held out; the procedural MNIST-shaped set)
-TRAINING_IMAGES = {"digits": 1438, "procedural-mnist": 60_000}
-
-
-def check_image_shares(config: Config) -> None:
-    """Each client of an image data set gets ``images // clients`` images: at least one, and at
-    least a local batch of them."""
-    dataset, clients = getattr(config, "dataset", None), getattr(config, "clients", None)
-    images = TRAINING_IMAGES.get(dataset) if isinstance(dataset, str) else None
-    if images is None or clients is None:
-        return
-    if clients > images:
-        raise UsageError(
-            f"expected --clients in [1, {images}] (the training images of {dataset}), "
-            f"got --clients={clients}"
-        )
-    share = images // clients
-    batch = getattr(config, "batch", None)
-    if batch is not None and batch > share:
-        raise UsageError(
-            f"expected --batch in [1, {share}] (the images of each of {clients} clients), got "
-            f"--batch={batch}"
-        )
 
 
 def _sweep_epsilon_given(args: argparse.Namespace) -> bool:
     return getattr(args, "command", None) == "sweep" and getattr(
         args, "epsilon", DEFAULT_EPSILONS
     ) not in (None, DEFAULT_EPSILONS)
-
-
-def check_shuffled_clients(config: Config, given: dict) -> None:
-    """A configuration that selects ``max(1, round(fraction x clients))`` clients a round and
-    shuffles their reports must select at least two: one client alone has nobody to hide among,
-    so the anonymity its eps assumes is void."""
-    fraction, clients = getattr(config, "fraction", None), getattr(config, "clients", None)
-    if fraction is None or clients is None:
-        return
-    selected = max(1, round(fraction * clients))
-    if selected < 2:
-        flag = "--fraction" if "fraction" in given else "--clients"
-        raise UsageError(
-            f"expected --fraction x --clients to select at least 2 clients a round (split and "
-            f"shuffle hides each among the others), got {fraction:g} x {clients} -> {selected} "
-            f"client: raise {flag}"
-        )
 
 
 def build_config(args: argparse.Namespace, extra: dict | None = None) -> Config:

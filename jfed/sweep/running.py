@@ -11,6 +11,19 @@ from jfed.methods import Config, build_experiment
 from jfed.sweep.runner import configurations, run_sweep
 
 
+def _configuration(config: object, caller: str) -> Config:
+    """``config`` if it is a method's configuration; else a ``TypeError`` saying how to build one
+    (a method's name given where its configuration is expected is the usual slip)."""
+    if isinstance(config, Config):
+        return config
+    example = f"jfed.methods.method({config!r}).config(...)" if isinstance(config, str) else (
+        "jfed.methods.method('dp-fedavg').config(epsilon=2)")  # fmt: skip
+    raise TypeError(
+        f"{caller} takes a method's configuration (a jfed.methods.Config), got "
+        f"{type(config).__name__} {config!r:.60}: build one with {example}"
+    )
+
+
 def run(
     config: Config,
     plan: ExecutionPlan | None = None,
@@ -27,7 +40,11 @@ def run(
         is a terminal).
       data: ``task=`` / ``reference=`` to reuse loaded data (see
         :func:`jfed.methods.experiment`).
+
+    Raises:
+      TypeError: ``config`` is not a method's configuration (a method's name, say).
     """
+    config = _configuration(config, "jfed.run")
     (record,) = run_sweep(build_experiment(config, **data), [config], None, plan=plan,
                           progress=progress, share_noise=False)  # fmt: skip
     return record
@@ -45,6 +62,7 @@ def run_grid(
     """Every configuration of eps x ``grid`` x seeds on the fixed fields of ``base``, in one
     compiled program; rows written to ``out/runs.jsonl`` when ``out`` is given (``options``: see
     :func:`jfed.sweep.runner.run_sweep`)."""
+    base = _configuration(base, "jfed.run_grid")
     data = {k: options.pop(k) for k in ("task", "reference") if k in options}
     configs = configurations(base, epsilons, seeds, grid)
     results = os.path.join(out, "runs.jsonl") if out is not None else None

@@ -4,8 +4,10 @@ in :mod:`jfed.methods.ldp_fl`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
 
 from jfed import catalog
+from jfed._validation import UsageError
 from jfed.methods.config import Rounds
 from jfed.methods.cost import (
     CLIENT_OPERATIONS,
@@ -77,6 +79,44 @@ class LDPFL(Rounds):
                               range=integers(1, 1000))  # fmt: skip
     batch: int = batch(4, 10**6)
     learning_rate: float = learning_rate(0.1)
+
+    def check(self) -> Self:
+        super().check()  # the fields' ranges first: the shares below divide by --clients
+        check_image_shares(self)
+        check_shuffled_clients(self)
+        return self
+
+
+def check_image_shares(config: LDPFL) -> None:
+    """Each client gets ``images // clients`` training images: at least one, and at least a
+    local batch of them."""
+    images = IMAGES[config.dataset][1]
+    if config.clients > images:
+        raise UsageError(
+            f"expected --clients in [1, {images}] (the training images of {config.dataset}), "
+            f"got --clients={config.clients}"
+        )
+    share = images // config.clients
+    if config.batch > share:
+        raise UsageError(
+            f"expected --batch in [1, {share}] (the images of each of {config.clients} clients), "
+            f"got --batch={config.batch}"
+        )
+
+
+def check_shuffled_clients(config: LDPFL) -> None:
+    """A round selects ``max(1, round(fraction x clients))`` clients and shuffles their reports:
+    it must select at least two, since one client alone has nobody to hide among and the
+    anonymity its eps assumes is void."""
+    selected = max(1, round(config.fraction * config.clients))
+    if selected < 2:
+        # raising --fraction helps only where it is below 1
+        flag = "--fraction" if config.fraction < 1.0 else "--clients"
+        raise UsageError(
+            f"expected --fraction x --clients to select at least 2 clients a round (split and "
+            f"shuffle hides each among the others), got {config.fraction:g} x {config.clients} "
+            f"-> {selected} client: raise {flag}"
+        )
 
 
 # ------------------------------------------------------------------------------------- costs
