@@ -30,6 +30,7 @@ SOURCES = {
     "docs/concepts/engine.md": ["bench/results/*"],
     "docs/guide/own_algorithm.md": ["bench/results/*"],
     "docs/guide/sweeps.md": ["bench/results/*"],
+    "docs/performance.md": ["bench/results/*"],
 }  # fmt: skip
 NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d+(?:e[+-]?\d+)?(?![\w.])")
 
