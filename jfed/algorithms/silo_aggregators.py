@@ -698,26 +698,31 @@ class CanaryRecords(CanaryWrapper):
     def read(self, hyper) -> SiloNoiseParams:
         return self.inner.read(hyper)
 
-    def _canary_weights(self, update: SiloMessage, state, key: jax.Array) -> jax.Array:
-        """``f32[M]``: each canary's weight in THIS silo's minibatch (``1 / K`` if it is in it,
-        else 0; 0 in every silo but the canaries')."""
+    def canary_weights(self, included: jax.Array, silo_id: jax.Array, available: jax.Array,
+                       key: jax.Array) -> jax.Array:  # fmt: skip
+        """``f32[M]``: each canary's weight in silo ``silo_id``'s minibatch drawn from ``key``
+        (``1 / K`` if it is in it, else 0; 0 in every silo but the canaries' and where the silo
+        is unavailable). ``included: bool[M]``: the canaries' coins."""
         ids = jnp.arange(self.canaries, dtype=jnp.int32)
         stream = jfed_random.named(key, PARTICIPATION_STREAM)
         sampled = jax.vmap(lambda i: jfed_random.uniform(jax.random.fold_in(stream, i)))(ids)
-        in_batch = state.included & (sampled < self.sampling_rate)
-        in_batch = in_batch & (update.silo_id == self.silo) & (update.available > 0)
-        return in_batch.astype(update.weights.dtype) / self.inner.batch
+        in_batch = included & (sampled < self.sampling_rate)
+        in_batch = in_batch & (silo_id == self.silo) & (available > 0)
+        return in_batch.astype(jnp.float32) / self.inner.batch
 
-    def _canary_sum(self, params, weights: jax.Array, template: jax.Array,
-                    key: jax.Array) -> jax.Array:  # fmt: skip
-        """``f32[p]``: the canaries' rows as their silo's aggregator puts rows in its message
-        (clipped and weighted; on the grid, rounded from ``key`` too), summed (``weights:
-        f32[M]``)."""
+    def canary_gradients(self, template: jax.Array) -> jax.Array:
+        """``f32[M, p]``: the canaries' gradients, ``canary_scale u_i`` (as ``template``)."""
         shape = jax.ShapeDtypeStruct(template.shape, template.dtype)
         ids = jnp.arange(self.canaries, dtype=jnp.int32)
-        gradients = jax.vmap(lambda i: canary_lib.canary_update(
+        return jax.vmap(lambda i: canary_lib.canary_update(
             self.audit_key(), i, shape, self.canary_scale))(ids)  # fmt: skip
-        return self.inner.rows_sum(params, gradients, weights, key).astype(template.dtype)
+
+    def canary_rows(self, params, weights: jax.Array, gradients: jax.Array,
+                    key: jax.Array) -> jax.Array:  # fmt: skip
+        """``f32[p]``: the canaries' rows (``gradients``: :meth:`canary_gradients`) as their
+        silo's aggregator puts rows in its message (clipped and weighted; on the grid, rounded
+        from ``key`` too), summed (``weights: f32[M]``)."""
+        return self.inner.rows_sum(params, gradients, weights, key).astype(gradients.dtype)
 
     def preprocess(self, params, state, update: SiloMessage, key: jax.Array) -> dict:
         """ONE silo's record (the inner aggregator's, of its real records), plus
@@ -729,7 +734,7 @@ class CanaryRecords(CanaryWrapper):
         them with weight 0): a row's clipped value does not depend on the others, and the
         silo's message is the sum of its rows plus its noise, so the release is the one the
         silo would have sent with the canaries in its minibatch."""
-        weights = self._canary_weights(update, state, key)
+        weights = self.canary_weights(state.included, update.silo_id, update.available, key)
         record = self.inner.preprocess(params, state.inner, update, key)
         holds = (update.silo_id == self.silo).astype(record["value"].dtype)
         return dict(record, canary_release=holds * record["value"], canary_weights=weights)
@@ -739,8 +744,9 @@ class CanaryRecords(CanaryWrapper):
         the canaries scored against their silo's released value."""
         summed = dict(summed)
         weights = summed.pop("canary_weights")
-        canaries = self._canary_sum(
-            params, weights, summed["value"], jfed_random.named(key, PREPROCESS_STREAM)
+        gradients = self.canary_gradients(summed["value"])
+        canaries = self.canary_rows(
+            params, weights, gradients, jfed_random.named(key, PREPROCESS_STREAM)
         )
         audited = summed.pop("canary_release") + canaries
         summed["value"] = summed["value"] + canaries

@@ -26,6 +26,7 @@ Algorithms (all ``init`` + ``round``):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -34,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfed import random as jfed_random
 from jfed._validation import check_int_range, check_nonnegative, check_positive
 from jfed.algorithms.linear import project_to_ball
 from jfed.algorithms.losses import _Loss
@@ -41,6 +43,7 @@ from jfed.algorithms.silo_aggregators import (
     ONE_PASS,
     POISSON,
     WITH_REPLACEMENT,
+    CanaryRecords,
     Sampling,
     ShuffledMessages,
     SiloClippedSum,
@@ -50,6 +53,8 @@ from jfed.algorithms.silo_aggregators import (
     named,
     sampling_named,
 )
+from jfed.privacy import canaries as canary_lib
+from jfed.privacy.canary_aggregator import PREPROCESS_STREAM, CanaryState, CanaryWrapper
 from jfed.privacy.guarantee import Adjacency
 
 RELEASE_STREAM = 1
@@ -580,6 +585,15 @@ class LocalSteps:
         """ONE silo's K-th local iterate (0 when unavailable) and its counts: the clipped
         fraction over its steps (and, on the grid, the records sent as zeros)."""
         del state
+        return self.local_steps(params, update, key)[0]
+
+    def local_steps(
+        self, params, update: LocalStart, key: jax.Array, added: Callable | None = None
+    ) -> tuple[dict, Any]:  # fmt: skip
+        """:meth:`preprocess`'s record, and what ``added`` observed at each step (stacked over
+        the K steps; ``()`` without it). ``added(gradient, key) -> (gradient, observed)``, given
+        a step's released gradient ``f32[p]`` and the step's privacy key, returns it with rows
+        added (an audit's canary records) and what it observes of it."""
         silo = update.silo
 
         def step(w, keys):
@@ -589,15 +603,19 @@ class LocalSteps:
             message = SiloMessage(self.loss.per_example_gradients(w, X, y), weights,
                                   jnp.float32(1.0), silo.silo_id)  # fmt: skip
             gradient, counts = self.inner.privatize(params, message, noise_key)
-            return w - update.step_size * gradient, counts
+            observed = ()
+            if added is not None:
+                gradient, observed = added(gradient, noise_key)
+            return w - update.step_size * gradient, (counts, observed)
 
         keys = (jax.random.split(update.key, self.steps), jax.random.split(key, self.steps))
-        w, counts = jax.lax.scan(step, update.w, keys)
+        w, (counts, observed) = jax.lax.scan(step, update.w, keys)
         counts = {name: jnp.sum(count) for name, count in counts.items()}
         counts["clipped"] = counts["clipped"] / self.steps
         available = update.available
-        return {"value": available * w, "available": available,
-                **{name: available * count for name, count in counts.items()}}  # fmt: skip
+        record = {"value": available * w, "available": available,
+                  **{name: available * count for name, count in counts.items()}}  # fmt: skip
+        return record, observed
 
     def release(self, params, state, summed: dict, key: jax.Array):
         return self.inner.release(params, state, summed, key)
@@ -609,6 +627,97 @@ class LocalSteps:
     def coupling_total_variation(self, rounds: int) -> float:
         """The inner aggregator's (its K releases a round counted there)."""
         return self.inner.coupling_total_variation(rounds)
+
+
+@dataclass(frozen=True)
+class LocalStepCanaries(CanaryWrapper):
+    """:class:`LocalSteps` with M canary RECORDS in one silo, for an empirical audit of Local
+    SGD (the one-run lower bound; :class:`~jfed.algorithms.silo_aggregators.CanaryRecords` is
+    the same audit of one release a round, whose rules these follow step by step).
+
+    Each local step of the canaries' silo is a Poisson-sampled release of its own (rate
+    ``1 / n_s``, one record expected), and the event counts K of them a round, so the canaries
+    join every step as the silo's records do: an included canary (coin 1/2, once per run) is in
+    step k's sample with probability ``1 / n_s`` (drawn from a named stream of the step's privacy
+    key, which the step's noise does not read), its row ``L u_i`` clipped (and, on the grid,
+    rounded) as a record's and added to the step's released gradient, which moves the silo's
+    next local iterate. Every step's released gradient of that silo (the canaries' rows in it)
+    is an observation: each canary's score is updated with its cosine with it (K observations a
+    round). The rows are added inside the silo's steps, not at the server: a step's gradient
+    moves the iterate at which the next step's real gradients are taken.
+
+    Nothing of the real records' draws changes (their indices and noise come from the same keys
+    as without canaries), nor the event: a canary is one record, protected as any other. Their
+    trajectory does change where a canary is sampled, as it would with one more record. Cost: the
+    canaries' rows ``M x p`` at every step of every silo (masked to zero outside the canaries'
+    silo), as the silos' steps run in one vmapped map.
+
+    Attributes:
+      inner: the Local SGD steps audited, Poisson-sampled (:class:`LocalSteps` over a
+        :class:`SiloGaussian` knowing every silo's records).
+      canaries: M >= 2.
+      silo: the silo holding the canary records.
+      seed: the audit key's seed: the canaries' directions and coins.
+      canary_scale: the norm a canary's gradient is sent with, far above the clip norm.
+    """
+
+    inner: LocalSteps
+    canaries: int
+    silo: int = 0
+    seed: int = 0
+    canary_scale: float = 1e6
+
+    def __post_init__(self) -> None:
+        self.step_canaries  # noqa: B018 (its checks: a Poisson-sampled SiloGaussian, the silo)
+
+    @property
+    def step_canaries(self) -> CanaryRecords:
+        """The canaries of one step: :class:`CanaryRecords` of the steps' inner release."""
+        return CanaryRecords(self.inner.inner, self.canaries, self.silo, self.seed,
+                             self.canary_scale)  # fmt: skip
+
+    def read(self, hyper):
+        return self.inner.read(hyper)
+
+    def preprocess(self, params, state, update: LocalStart, key: jax.Array) -> dict:
+        """ONE silo's local steps (:meth:`LocalSteps.local_steps`) with the canaries' rows added
+        to each step's gradient, plus ``canary_releases: f32[K, p]``, the steps' released
+        gradients where it is the canaries' silo (else 0), and ``canary_taking_part``: the
+        canaries sampled into its steps, summed over them."""
+        canaries = self.step_canaries
+        holds = (update.silo.silo_id == self.silo).astype(jnp.float32) * update.available
+        # drawn once for the K steps (the directions are fixed for the run)
+        gradients = canaries.canary_gradients(update.w)
+
+        def added(gradient: jax.Array, step_key: jax.Array):
+            weights = canaries.canary_weights(state.included, update.silo.silo_id,
+                                              update.available, step_key)  # fmt: skip
+            rows_key = jfed_random.named(step_key, PREPROCESS_STREAM)
+            gradient = gradient + canaries.canary_rows(params, weights, gradients, rows_key)
+            return gradient, (holds * gradient, jnp.sum(weights > 0, dtype=jnp.int32))
+
+        record, (releases, taking_part) = self.inner.local_steps(params, update, key, added)
+        return dict(record, canary_releases=releases, canary_taking_part=jnp.sum(taking_part))
+
+    def release(self, params, state, summed: dict, key: jax.Array):
+        """The inner release of the silos' K-th iterates; the canaries scored against each of
+        their silo's K released step gradients in turn."""
+        summed = dict(summed)
+        releases = summed.pop("canary_releases")
+        taking_part = summed.pop("canary_taking_part")
+        value, inner_state, diagnostics = self.inner.release(params, state.inner, summed, key)
+        ids = jnp.arange(self.canaries, dtype=jnp.int32)
+
+        def score(scores, released):
+            return canary_lib.update_scores(scores, self.audit_key(), ids, released), None
+
+        scores, _ = jax.lax.scan(score, state.scores, releases)
+        diagnostics = dict(diagnostics, canaries_taking_part=taking_part)
+        return value, CanaryState(inner_state, state.included, scores), diagnostics
+
+    def event(self, params):
+        """The steps' event: a canary is one record, protected as any other."""
+        return self.inner.event(params)
 
 
 def _local_client(broadcast, silo, key) -> LocalStart:

@@ -42,7 +42,6 @@ from jfed.algorithms.silo_aggregators import (
     POISSON,
     SAMPLINGS,
     CanaryRecords,
-    PoissonSampling,
     ShuffledMessages,
 )
 from jfed.data.silos import SiloTask, load_silos
@@ -125,12 +124,6 @@ class SiloExperiment(Experiment):
                 f"the one-pass algorithm, got {config.rounds} * {config.batch}"
             )
         self.availability = silo_sgd.AVAILABILITIES[config.availability]
-        if self.canaries and not isinstance(self.sampling, PoissonSampling):
-            raise UsageError(
-                f"--audit-canaries places canary records in a silo's Poisson-sampled minibatches "
-                f"(the exact calibration's sampling): use --sampling poisson, not "
-                f"{self.sampling.name}"
-            )
         self.report_metric = "relative_rmse" if self.loss.regression else "test_error"
         self._noise: dict = {}
         self._optima: dict = {}
@@ -237,8 +230,9 @@ class SiloExperiment(Experiment):
     def grid_release(self, ledger=None) -> silo_aggregators.SiloDiscreteGaussian:
         """An exact run's release of one silo (Local SGD's steps, an audit's inner release)."""
         (release,) = (ledger or self.ledger()).releases
-        aggregator = getattr(release.aggregator, "inner", release.aggregator)
-        assert isinstance(aggregator, silo_aggregators.SiloDiscreteGaussian)  # self.exact
+        aggregator = release.aggregator
+        while not isinstance(aggregator, silo_aggregators.SiloDiscreteGaussian):
+            aggregator = aggregator.inner  # an audit's, Local SGD's steps' (self.exact)
         return aggregator
 
     def check_noise(self, hyper) -> None:
@@ -267,10 +261,13 @@ class SiloExperiment(Experiment):
         return int(np.argmin(self.counts))
 
     def audited(self, aggregator):
-        """``aggregator`` with the audit's canary records (:class:`CanaryRecords`), or as it is
-        without ``--audit-canaries``."""
+        """``aggregator`` with the audit's canary records (:class:`CanaryRecords`; Local SGD's
+        steps: :class:`~jfed.algorithms.silo_sgd.LocalStepCanaries`), or as it is without
+        ``--audit-canaries``."""
         if not self.canaries:
             return aggregator
+        if isinstance(aggregator, silo_sgd.LocalSteps):
+            return silo_sgd.LocalStepCanaries(aggregator, self.canaries, self.canary_silo)
         return CanaryRecords(aggregator, self.canaries, self.canary_silo)
 
     @property
@@ -501,7 +498,8 @@ def local_sgd_program(experiment: SiloExperiment, sampling, **common) -> silo_sg
     aggregator = silo_sgd.local_sgd(experiment.method.private, experiment.loss, sampling,
                                     experiment.config.batch, experiment.records,
                                     experiment.grid)  # fmt: skip
-    return silo_sgd.LocalSGD(**common, sampling=sampling, aggregator=aggregator)
+    return silo_sgd.LocalSGD(**common, sampling=sampling,
+                             aggregator=experiment.audited(aggregator))  # fmt: skip
 
 
 class FedAvgExperiment(SiloExperiment):
@@ -631,7 +629,7 @@ class AcceleratedExperiment(CalibratedExperiment):
                                                    self.config.batch, self.records,
                                                    grid=self.grid)  # fmt: skip
         return silo_sgd.AcceleratedMBSGD(**common, sampling=sampling, stages=stages,
-                                         aggregator=aggregator)  # fmt: skip
+                                         aggregator=self.audited(aggregator))  # fmt: skip
 
     def calibrate_many(self, config, epsilons, delta):
         if not self.sampling.disjoint_rounds:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Self
+from typing import ClassVar, Self
 
 from jfed import catalog
 from jfed._validation import UsageError
@@ -117,6 +117,37 @@ class SiloPrivacy(SiloTraining):
         None, "target delta of each silo", kind=float, range=OPEN_UNIT,
         default_text="1 / n_min^2, n_min the smallest silo", group="privacy",
     )  # fmt: skip
+    audit_canaries: int = param(
+        0, "canary records M added to the smallest silo for an empirical privacy audit of the "
+        "run (Steinke, Nasr and Jagielski's one-run lower bound; 0: no audit): each a record whose "
+        "gradient is a fixed random direction at the clip norm, in the silo with probability 1/2, "
+        "Poisson-sampled, clipped and noised as the silo's own records (--sampling poisson)",
+        unit="canary records", range=integers(0, 1_000_000), group="privacy",
+    )  # fmt: skip
+
+    poisson_hint: ClassVar[str] = "use --sampling poisson"
+    """How a run of the method samples by Poisson (what the audit's refusal says)."""
+
+    @property
+    def drawn_sampling(self) -> str:
+        """The name of the sampler the run draws its records with (``--sampling`` resolved)."""
+        return "with-replacement"
+
+    def check(self) -> Self:
+        """The audit's refusals: one canary, and a sampler whose draws a canary record would
+        change. A canary record joins its silo's minibatches as its records do only under
+        Poisson sampling, where each record is drawn on its own coin: with replacement, without
+        replacement or in one pass, a silo's K draws are shared among its records, so a canary
+        drawn would displace a real record's draw (or change the minibatch's size)."""
+        if self.audit_canaries == 1:
+            raise UsageError("expected --audit-canaries 0 (no audit) or at least 2 (the audit "
+                             "compares included with excluded canaries), got 1")  # fmt: skip
+        if self.audit_canaries and self.drawn_sampling != "poisson":
+            raise UsageError(
+                "--audit-canaries places canary records in a silo's Poisson-sampled minibatches "
+                f"(each record on its own coin), not {self.drawn_sampling}: {self.poisson_hint}"
+            )
+        return super().check()
 
 
 SILO_NOISES = ("discrete", "float")
@@ -144,24 +175,16 @@ class Calibrated(SiloPrivacy):
         default_text="poisson with --calibration exact, else with-replacement",
     )  # fmt: skip
 
+    @property
+    def drawn_sampling(self) -> str:
+        from jfed.algorithms.silo_privacy import CALIBRATIONS
+
+        return self.sampling or CALIBRATIONS[self.calibration].sampling
+
 
 @dataclass(frozen=True)
 class NoisyMBSGD(Calibrated):
     """ISRL-DP Noisy MB-SGD (Algorithm 2 of the silo paper)."""
-
-    audit_canaries: int = param(
-        0, "canary records M added to the smallest silo for an empirical privacy audit of the "
-        "run (Steinke, Nasr and Jagielski's one-run lower bound; 0: no audit): each a record whose "
-        "gradient is a fixed random direction at the clip norm, in the silo with probability 1/2, "
-        "Poisson-sampled, clipped and noised as the silo's own records (--sampling poisson)",
-        unit="canary records", range=integers(0, 1_000_000), group="privacy",
-    )  # fmt: skip
-
-    def check(self) -> Self:
-        if self.audit_canaries == 1:
-            raise UsageError("expected --audit-canaries 0 (no audit) or at least 2 (the audit "
-                             "compares included with excluded canaries), got 1")  # fmt: skip
-        return super().check()
 
 
 @dataclass(frozen=True)
@@ -177,6 +200,10 @@ class AcceleratedMBSGD(Calibrated):
     ridge: float = param(0.0, RIDGE, range=NONNEGATIVE, tunable=True)
     multistage: bool = param(False, "multi-stage restarts")
 
+    @property
+    def drawn_sampling(self) -> str:
+        return self.sampling or "one-pass"
+
 
 @dataclass(frozen=True)
 class ShuffleMBSGD(SiloPrivacy):
@@ -186,6 +213,9 @@ class ShuffleMBSGD(SiloPrivacy):
     # the shuffling bound needs more than 16 ln(2 / delta) messages a round: 25 silos x 20
     # records are 500, enough at the default delta of every built-in data set
     batch: int = batch(20, 10**7)
+    poisson_hint: ClassVar[str] = (
+        "shuffle-mbsgd's silos sample with replacement only (audit noisy-mbsgd --sampling poisson)"
+    )
 
 
 @dataclass(frozen=True)
