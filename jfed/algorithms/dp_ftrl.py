@@ -33,6 +33,7 @@ Factorization Mechanism for Differentially Private ML", 2024.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -72,11 +73,15 @@ class ServerState(NamedTuple):
     aggregator: PyTree
 
 
-def ftrl_aggregator(noise: Any, participation: Any, denominator: float) -> FixedDenominatorMean:
+def ftrl_aggregator(
+    noise: Any, participation: Any, denominator: float, wrap: Callable[[Any], Any] | None = None
+) -> FixedDenominatorMean:
     """The clipped sum with correlated noise ``noise`` (a strategy of
     :mod:`jfed.privacy.correlated`) calibrated for ``participation``, over the fixed
-    ``denominator``."""
-    return FixedDenominatorMean(CorrelatedGaussianSum(noise, participation), denominator)
+    ``denominator``; ``wrap`` puts an aggregator around the sum (e.g. the canary clients of an
+    audit, :class:`~jfed.privacy.canary_aggregator.WithCanaries`)."""
+    correlated = CorrelatedGaussianSum(noise, participation)
+    return FixedDenominatorMean(wrap(correlated) if wrap else correlated, denominator)
 
 
 @dataclass(frozen=True)

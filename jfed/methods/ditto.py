@@ -40,7 +40,8 @@ class DittoExperiment(FederatedExperiment):
     """Ditto or DP-Ditto (the method's privacy decides the aggregator)."""
 
     config: Any  # a Ditto or DP-Ditto configuration
-    outputs = (
+    canary_source = "state.server.aggregator"
+    kept = (
         Output("params", "state.server.params"),
         Output("personal", "state.clients.params"),
         Output("visits", "state.clients.visits"),
@@ -54,7 +55,8 @@ class DittoExperiment(FederatedExperiment):
         return ditto.Ditto(
             model=self.model, training=self.training,
             personal_training=LocalTraining(self.n_max, c.batch, c.personal_epochs),
-            cohort=self.cohort, aggregator=aggregator_of(self.private, self.expected_cohort),
+            cohort=self.cohort, aggregator=aggregator_of(self.private, self.expected_cohort,
+                                     canaries=self.canaries, participation=min(1.0, self.rate)),
             optimizer=c.server_optimizer,
         )  # fmt: skip
 

@@ -13,6 +13,14 @@ strategy's sensitivity under the pattern. A record states the sensitivity and th
 round adds to the released mean (``mean_increment_noise_std``: the std of a coordinate of a
 round's noise increment on the mean, averaged over the rounds; ``prefix_noise_std_final``: the
 std of the noise on the running sum of the releases after the last round).
+
+Audit (``--audit-canaries M``): the cohort is a schedule, not a sample, so each canary takes
+part as the schedule lets a client take part: canary i, if its coin (probability 1/2) includes
+it, in the rounds ``t = i (mod b)``, b the schedule's period (once per group cycle, epoch or
+min-separation), through the same clipping and the same correlated noise. Its score is its
+largest cosine with a round's release (the model increment, a difference of the released noised
+prefix sums): post-processing of what the mechanism releases, so the one-run lower bound holds
+for the run's certified guarantee whatever the noise's correlation across rounds.
 """
 
 from __future__ import annotations
@@ -87,7 +95,11 @@ class FtrlExperiment(FederatedExperiment):
     """DP-FTRL or BLT-DP-FTRL (the configuration's class decides the noise)."""
 
     config: Any  # a DP-FTRL or BLT-DP-FTRL configuration
-    outputs = (
+    audited_release = (
+        "the rounds' released increments of the noised prefix sums (post-processing of the "
+        "releases; the canaries take part once every schedule period, in turn)"
+    )
+    kept = (
         Output("params", "state.params"),
         Output("clipped_fraction", "infos.clipped_fraction"),
         Output("cohort_size", "infos.cohort_size"),
@@ -117,7 +129,10 @@ class FtrlExperiment(FederatedExperiment):
 
     @property
     def algorithm(self) -> dp_ftrl.DPFTRL:
-        aggregator = dp_ftrl.ftrl_aggregator(self.noise, self.participation, self.expected_cohort)
+        aggregator = dp_ftrl.ftrl_aggregator(
+            self.noise, self.participation, self.expected_cohort,
+            lambda correlated: self.with_canaries(correlated, period(self.cohort)),
+        )  # fmt: skip
         return dp_ftrl.DPFTRL(self.model, self.training, self.cohort, aggregator)
 
     def hyperparams(self, config: Any, noise_multiplier: float | None) -> dp_ftrl.Hyperparams:

@@ -8,10 +8,18 @@ composed by the engine's ledger (:meth:`jfed.engine.Ledger.event`: one sampled e
 and round), calibrated to the configuration's eps and certified for what ran. A Poisson cohort
 runs at a capacity that keeps its overflow term (:meth:`jfed.engine.Poisson.overflow_delta`) at
 most 1% of delta at the largest eps of a sweep; that term is added to the stated delta.
+
+Audit (``--audit-canaries M``, as DP-FedAvg's): the private release is wrapped by
+:class:`~jfed.privacy.canary_aggregator.WithCanaries` (:meth:`FederatedExperiment.with_canaries`),
+so M canary clients go through its clipping, the cohort's sampling (or the schedule's turns) and
+its noise; the record gets the one-run lower bound beside the certified eps
+(:class:`~jfed.methods.dp_fedavg.CanaryAudit`). A subclass declares its kept arrays as ``kept``
+and where the wrapper's state lies in the run's state as ``canary_source``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -27,13 +35,25 @@ from jfed.methods.dp_fedavg import (
     CALIBRATION_DISCRETIZATION,
     CALIBRATION_TOLERANCE,
     MOMENTUM_DEFAULTS,
+    NOISE_CHOICES,
     OVERFLOW_SHARE,
+    CanaryAudit,
     build_model,
     evaluate_accuracy,
     load_population,
 )
-from jfed.methods.experiment import Experiment, guarantee_fields, non_private_fields
+from jfed.methods.experiment import (
+    Experiment,
+    Output,
+    Outputs,
+    declared_outputs,
+    guarantee_fields,
+    non_private_fields,
+)
+from jfed.privacy.canary_aggregator import WithCanaries
 
+FLOAT_NOISE = NOISE_CHOICES["float"]
+"""The noise of these methods' releases: float32 Gaussian (the ideal mechanism's guarantee)."""
 SAMPLED_COHORTS = {"poisson": Poisson, "uniform": Uniform}
 """The cohort kind each ``--cohort`` names (a sampled cohort)."""
 
@@ -44,10 +64,16 @@ def server_momentum(config: FederatedTraining) -> float:
     return MOMENTUM_DEFAULTS[config.server_optimizer] if momentum is None else momentum
 
 
-class FederatedExperiment(Experiment[FederatedTraining]):
+class FederatedExperiment(CanaryAudit, Experiment[FederatedTraining]):
     """The shared part of an experiment on DP-FedAvg's populations (see the module docstring);
-    a subclass gives ``algorithm`` and ``hyperparams``, and extends ``outputs`` and
-    ``evaluate``. Tuned on the training clients' accuracy, reported on the held-out data."""
+    a subclass gives ``algorithm``, ``hyperparams``, its ``kept`` arrays and its
+    ``canary_source``, and extends ``evaluate``. Tuned on the training clients' accuracy,
+    reported on the held-out data."""
+
+    kept: tuple[Output, ...] = ()
+    """The arrays the run keeps (an audited run keeps its canaries' state too)."""
+    canary_source: str = "state.aggregator"
+    """Where the audited aggregator's state lies in the run's state."""
 
     def __init__(self, config: FederatedTraining) -> None:
         super().__init__(config)
@@ -57,6 +83,22 @@ class FederatedExperiment(Experiment[FederatedTraining]):
         self.n_clients = int(self.population.n_clients)
         self.private = self.method.private
         self.cohort = self.make_cohort([config])
+
+    @property
+    def outputs(self) -> Outputs:  # type: ignore[override]
+        """``kept``, and an audited run's canaries."""
+        return declared_outputs(self.kept + self.canary_outputs(self.canary_source),
+                                type(self).__name__)  # fmt: skip
+
+    def with_canaries(self, inner: Any, period: int | None = None) -> Any:
+        """``inner`` (a private sum that clips) with the run's canary clients, each taking part
+        at the cohort's sampling rate, or under a schedule of ``period`` rounds once a period;
+        ``inner`` itself without ``--audit-canaries``."""
+        if not self.canaries:
+            return inner
+        if period is not None:
+            return WithCanaries(inner, self.canaries, period=period)
+        return WithCanaries(inner, self.canaries, min(1.0, self.rate))
 
     # -- the clients
     @property
@@ -146,17 +188,19 @@ class FederatedExperiment(Experiment[FederatedTraining]):
         )  # fmt: skip
         hyper = self.hyperparams(config, z)
         guarantee = self.certify_run(hyper, delta - extra, accountant)
-        stated_extra = 0.0
-        if isinstance(cohort, Poisson):
-            stated_extra = cohort.overflow_delta(guarantee.epsilon, config.rounds, self.n_clients)
+        # the releases' float32 Gaussian noise: the guarantee is the ideal mechanism's
+        guarantee = dataclasses.replace(guarantee, notion=guarantee.notion + FLOAT_NOISE.suffix)
         fields = guarantee_fields(guarantee, z * config.update_clip)
+        # the stated delta is the target (as DP-FedAvg's): the accountant's share plus the
+        # overflow term at the target eps, which bounds it at the smaller certified eps
         fields |= {
-            "delta": guarantee.delta + stated_extra,
+            "delta": delta,
             "delta_accountant": guarantee.delta,
-            "delta_overflow": stated_extra,
+            "delta_overflow": extra,
             "overflow_probability_per_round": per_round,
             "noise_multiplier": z,
             "sampling_rate": self.rate if isinstance(cohort, Poisson) else None,
+            "mechanism_model": FLOAT_NOISE.model,
         }
         return hyper, fields
 
@@ -177,4 +221,4 @@ class FederatedExperiment(Experiment[FederatedTraining]):
             "clipped_fraction": float(clipped.mean()) if self.private else 0.0,
             "clipped_fraction_per_round": clipped.tolist() if self.private else [],
             "mean_cohort_size": float(np.mean(outputs["cohort_size"])),
-        }
+        } | self.audit_fields(outputs, config)

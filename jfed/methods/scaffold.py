@@ -7,6 +7,12 @@ clipped model updates (clip C, fixed denominator K) and the noised sum of the cl
 control-variate updates (clip C_c), both with noise multiplier z. The engine's ledger wraps them
 once by the cohort's sampling, as one Gaussian of multiplier ``z / sqrt(2)``; z is calibrated
 for that composition over the rounds and certified for it.
+
+Audit (``--audit-canaries M``): the canaries take part in the model release only (they send a
+model update and no control-variate update) and are scored against it. The bound they give is
+a lower bound on the eps of that release alone, hence on the run's, which composes both: a
+correct run audits well below its certified eps (the certificate also pays for the control
+release), and a release noised below its calibration still shows above it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from jfed.methods.federated import FederatedExperiment, server_momentum
 class ScaffoldExperiment(FederatedExperiment):
     """SCAFFOLD or DP-SCAFFOLD (the method's privacy decides the aggregators)."""
 
-    outputs = (
+    canary_source = "state.server.model_aggregator"
+    audited_release = "the model release (the noised mean of the clipped model updates)"
+    kept = (
         Output("params", "state.server.params"),
         Output("control_norm", "infos.control_norm", reduce="last"),
         Output("clipped_fraction", "infos.clipped_fraction"),
@@ -37,7 +45,7 @@ class ScaffoldExperiment(FederatedExperiment):
     def algorithm(self) -> scaffold.Scaffold:
         if self.private:
             model_aggregator: Any = privacy.FixedDenominatorMean(
-                privacy.GaussianSum(), self.expected_cohort
+                self.with_canaries(privacy.GaussianSum()), self.expected_cohort
             )
             control_aggregator: Any = privacy.GaussianSum()
         else:

@@ -9,13 +9,18 @@ an audit of its own releases (:mod:`jfed.privacy.canaries`, :mod:`jfed.privacy.c
   clipping brings it to the clip norm C, exactly as it clips a real client's large update;
 - canary i takes part in the run with probability 1/2 (its coin, drawn once per run), and an
   included canary takes part in each release with probability ``sampling_rate`` (the cohort's
-  sampling rate; 1 when every client takes part), drawn per release and canary;
+  sampling rate; 1 when every client takes part), drawn per release and canary; or, under a
+  participation schedule (``period`` b: cyclic groups, min-separation b, epochs of b rounds),
+  in the releases ``t`` with ``t = i (mod b)``: once every b releases, as the schedule lets a
+  client take part (no sampling);
 - each taking part is ``inner.preprocess`` on the canary's update (the same clipping, and for a
   local randomizer the same local noise from a key of its own), added to the cohort's sum
   before ``inner.release``, which adds its noise as it would to the real clients' sum alone;
 - after each release the canaries are scored against the released value (a pytree like the
   update): ``inner_product_sum`` and ``max_cosine`` of
-  :class:`~jfed.privacy.canaries.CanaryScores`, the white-box observation of every round.
+  :class:`~jfed.privacy.canaries.CanaryScores`, the white-box observation of every round (under
+  a schedule, of the rounds of each canary's turn: which rounds those are follows from its id,
+  not from its coin, so the score stays a function of the releases and public facts).
 
 Nothing of the real clients changes: ``inner`` receives the same key, its parameters and event
 are ``inner``'s (one canary is one client, protected as any other), and the real clients' draws
@@ -79,11 +84,14 @@ class CanaryState(NamedTuple):
       inner: the inner aggregator's state.
       included: ``bool[M]`` each canary's coin (fixed for the run).
       scores: the canaries' :class:`~jfed.privacy.canaries.CanaryScores` so far.
+      releases: ``i32[]`` releases made so far (:class:`WithCanaries`; None for a wrapper that
+        does not count them).
     """
 
     inner: PyTree
     included: jax.Array
     scores: canary_lib.CanaryScores
+    releases: jax.Array | None = None
 
 
 class CanaryWrapper:
@@ -132,6 +140,8 @@ class WithCanaries(CanaryWrapper):
         (0, 1] (the cohort's Poisson rate; 1 for every client).
       seed: the audit key's seed (``jax.random.key(seed)``): the canaries' directions and coins.
       canary_scale: the norm a canary's update is sent with, far above the clip norm.
+      period: a participation schedule's period b (None: sampled at ``sampling_rate``): an
+        included canary i takes part in the releases ``t = i (mod b)``, ``t`` counted from 0.
     """
 
     inner: Any
@@ -139,11 +149,35 @@ class WithCanaries(CanaryWrapper):
     sampling_rate: float = 1.0
     seed: int = 0
     canary_scale: float = 1e6
+    period: int | None = None
 
     def __post_init__(self) -> None:
         check_int_range("canaries", self.canaries, 2, 2**31 - 1)
         if not 0.0 < float(self.sampling_rate) <= 1.0:
             raise ValueError(f"expected sampling_rate in (0, 1], got {self.sampling_rate}")
+        if self.period is not None:
+            check_int_range("period", self.period, 1, 2**31 - 1)
+
+    @property
+    def participation_rate(self) -> float:
+        """The share of the included canaries in one release: q, or 1 / b under a schedule."""
+        return float(self.sampling_rate) if self.period is None else 1.0 / self.period
+
+    def init(self, params: Any, template: PyTree) -> CanaryState:
+        return super().init(params, template)._replace(releases=jnp.int32(0))
+
+    def _taking_part(self, state: CanaryState, ids: jax.Array, key: jax.Array) -> jax.Array:
+        """``bool[M]``: the canaries in this release (their coin, then the cohort's sampling
+        or the schedule's turn)."""
+        if self.period is not None:
+            return state.included & (ids % self.period == state.releases % self.period)
+        participation_key = jfed_random.named(key, PARTICIPATION_STREAM)
+        sampled = jax.vmap(
+            lambda i: (
+                jfed_random.uniform(jax.random.fold_in(participation_key, i)) < self.sampling_rate
+            )
+        )(ids)
+        return state.included & sampled
 
     def preprocess(self, params: Any, state: CanaryState, update: PyTree, key: jax.Array) -> Any:
         """A real client's record: ``inner``'s."""
@@ -174,7 +208,7 @@ class WithCanaries(CanaryWrapper):
                 params, state.inner, update, jax.random.fold_in(preprocess_key, canary_id)
             )
 
-        capacity = canary_capacity(self.canaries, self.sampling_rate)
+        capacity = canary_capacity(self.canaries, self.participation_rate)
         chunk = min(capacity, canary_chunk(capacity, canary_lib.parameter_count(template)))
         count = jnp.sum(taking_part, dtype=jnp.int32)
         chunks = -(-self.canaries // chunk)
@@ -196,20 +230,27 @@ class WithCanaries(CanaryWrapper):
         )
         return total
 
+    def _scored_in_turn(
+        self, state: CanaryState, ids: jax.Array, scores: canary_lib.CanaryScores
+    ) -> canary_lib.CanaryScores:
+        """Under a schedule, each canary's scores move only in the releases of its turn (public:
+        they follow from its id, not from its coin), so the releases it cannot be in do not
+        dilute them."""
+        turn = ids % self.period == state.releases % self.period
+        return scores._replace(
+            inner_product_sum=jnp.where(turn, scores.inner_product_sum,
+                                        state.scores.inner_product_sum),
+            max_cosine=jnp.where(turn, scores.max_cosine, state.scores.max_cosine),
+        )  # fmt: skip
+
     def release(
         self, params: Any, state: CanaryState, summed: PyTree, key: jax.Array
     ) -> tuple[PyTree, CanaryState, dict]:
         """``inner``'s release of the real clients' sum plus the canaries', the canaries scored
         against it."""
         template = jax.eval_shape(lambda: self.inner.release(params, state.inner, summed, key)[0])
-        participation_key = jfed_random.named(key, PARTICIPATION_STREAM)
         ids = jnp.arange(self.canaries, dtype=jnp.int32)
-        sampled = jax.vmap(
-            lambda i: (
-                jfed_random.uniform(jax.random.fold_in(participation_key, i)) < self.sampling_rate
-            )
-        )(ids)
-        taking_part = state.included & sampled
+        taking_part = self._taking_part(state, ids, key)
         canary_sum = self._canary_sum(params, state, template, taking_part, key)
         together = jax.tree.map(jnp.add, summed, canary_sum)
         value, inner_state, _ = self.inner.release(params, state.inner, together, key)
@@ -217,8 +258,11 @@ class WithCanaries(CanaryWrapper):
         # for its statistics: the compiler drops its unused noise)
         _, _, diagnostics = self.inner.release(params, state.inner, summed, key)
         scores = canary_lib.update_scores(state.scores, self.audit_key(), ids, value)
+        if self.period is not None:
+            scores = self._scored_in_turn(state, ids, scores)
         diagnostics = dict(diagnostics, canaries_taking_part=jnp.sum(taking_part, dtype=jnp.int32))
-        return value, CanaryState(inner_state, state.included, scores), diagnostics
+        new_state = CanaryState(inner_state, state.included, scores, state.releases + 1)
+        return value, new_state, diagnostics
 
     def event(self, params: Any):
         """``inner``'s event: a canary is one client, protected as any other."""

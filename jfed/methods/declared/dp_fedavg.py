@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 from jfed import catalog
 from jfed._validation import UsageError
@@ -67,6 +67,36 @@ def _fixed_clients(config) -> bool:
     return config.dataset != "shakespeare" and not (
         config.dataset == "femnist" and config.split in (None, "natural")
     )
+
+
+REPLACE_ONE_COHORTS = frozenset({"uniform"})
+"""Cohorts accounted under replace-one adjacency (sampling without replacement)."""
+NO_REPLACE_ONE_SAMPLING = frozenset({"pld"})
+"""Accountants without sampling without replacement (dp-accounting's PLD)."""
+
+
+def audit_canaries_param() -> Any:
+    """The ``--audit-canaries`` field of a private configuration on these populations
+    (DP-FedAvg's, and :class:`~jfed.methods.declared.private_training.PrivateTraining`'s)."""
+    return param(
+        0, "canary clients M added for an empirical privacy audit of the run (Steinke, Nasr and "
+        "Jagielski's one-run lower bound; 0: no audit): each a fixed random direction at the "
+        "clip norm, included with probability 1/2, sampled (or scheduled) and noised as a real "
+        "client", unit="canaries", range=integers(0, 1_000_000), group="privacy",
+    )  # fmt: skip
+
+
+def check_central_privacy(config: Any) -> None:
+    """The refusals every private configuration on these populations shares (its cohort with
+    its ``accountant``, its ``audit_canaries``)."""
+    if config.cohort in REPLACE_ONE_COHORTS and config.accountant in NO_REPLACE_ONE_SAMPLING:
+        raise UsageError(
+            "--cohort uniform is accounted with --accountant rdp (replace-one adjacency: "
+            "dp-accounting's PLD has no sampling without replacement); got --accountant pld"
+        )
+    if config.audit_canaries == 1:
+        raise UsageError("expected --audit-canaries 0 (no audit) or at least 2 (the audit "
+                         "compares included with excluded canaries), got 1")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -255,12 +285,7 @@ class DPFedAvg(FederatedTraining):
         0.2, "adaptive clipping: geometric step eta_C", range=POSITIVE,
         requires=(lambda c: c.adaptive_clip, "only with --adaptive-clip"),
     )  # fmt: skip
-    audit_canaries: int = param(
-        0, "canary clients M added for an empirical privacy audit of the run (Steinke, Nasr and "
-        "Jagielski's one-run lower bound; 0: no audit): each a fixed random direction at the "
-        "clip norm, included with probability 1/2, sampled and noised as a real client",
-        unit="canaries", range=integers(0, 1_000_000), group="privacy",
-    )  # fmt: skip
+    audit_canaries: int = audit_canaries_param()
     count_noise: float | None = param(
         None, "adaptive clipping: noise std sigma_b on the count of unclipped clients",
         kind=float, unit="clients", range=POSITIVE, default_text="K / 20",
@@ -268,11 +293,7 @@ class DPFedAvg(FederatedTraining):
     )  # fmt: skip
 
     def check(self) -> Self:
-        if self.cohort == "uniform" and self.accountant == "pld":
-            raise ValueError(
-                "--cohort uniform is accounted with --accountant rdp (replace-one adjacency: "
-                "dp-accounting's PLD has no sampling without replacement); got --accountant pld"
-            )
+        check_central_privacy(self)
         float_noise = self.noise == "float"
         if float_noise and self.accountant == "discrete-rdp":
             raise UsageError("--accountant discrete-rdp composes the integer-grid noises; with "

@@ -13,27 +13,23 @@ from dataclasses import dataclass
 from typing import Self
 
 from jfed import catalog
-from jfed._validation import UsageError
 from jfed.methods.cost import FLOAT32, Cost, CostPlan
 from jfed.methods.declared.dp_fedavg import (
     POPULATIONS,
     ROLES,
     FederatedTraining,
     _model_shape,
+    audit_canaries_param,
+    check_central_privacy,
     federated_cost,
 )
 from jfed.methods.fields import EPSILON, OPEN_UNIT, POSITIVE, param
-
-REPLACE_ONE_COHORTS = frozenset({"uniform"})
-"""Cohorts accounted under replace-one adjacency (sampling without replacement)."""
-NO_REPLACE_ONE_SAMPLING = frozenset({"pld"})
-"""Accountants without sampling without replacement (dp-accounting's PLD)."""
 
 
 @dataclass(frozen=True)
 class PrivateTraining(FederatedTraining):
     """A federated population trained with user-level central DP: eps, delta, the accountant,
-    the clip norm of a client's update."""
+    the clip norm of a client's update, and the canaries of an audit of the run."""
 
     epsilon: float = param(2.0, "target user-level eps of the whole run", range=EPSILON,
                            group="privacy")  # fmt: skip
@@ -49,12 +45,10 @@ class PrivateTraining(FederatedTraining):
     update_clip: float = param(1.0, "clip norm C of a client's update (adaptive: C_0)",
                                unit="update norm", range=POSITIVE, tunable=True)  # fmt: skip
 
+    audit_canaries: int = audit_canaries_param()
+
     def check(self) -> Self:
-        if self.cohort in REPLACE_ONE_COHORTS and self.accountant in NO_REPLACE_ONE_SAMPLING:
-            raise UsageError(
-                "--cohort uniform is accounted with --accountant rdp (replace-one adjacency: "
-                "dp-accounting's PLD has no sampling without replacement); got --accountant pld"
-            )
+        check_central_privacy(self)
         return super().check()
 
 
