@@ -23,6 +23,7 @@ from jfed._validation import UsageError
 from jfed.methods.declared.ditto import DPDitto
 from jfed.methods.declared.dp_ftrl import DPFTRL
 from jfed.methods.declared.scaffold import DPScaffold
+from jfed.methods.dp_fedavg import IDEAL
 from jfed.privacy import aggregators, correlated
 from jfed.sweep import runner
 
@@ -77,6 +78,8 @@ def test_a_correct_run_audits_at_or_below_its_certified_epsilon(name):
     assert record["audit_epsilon_lower"] <= record["epsilon_certified"] <= 1.0
     assert record["audit_delta"] == pytest.approx(record["delta"], rel=1e-6)
     assert "canaries in and scored against" in record["audit_notion"]
+    # float32 Gaussian noise: the guarantee is the ideal mechanism's, and the record says so
+    assert record["mechanism_model"] == IDEAL and record["notion"].endswith(f"({IDEAL})")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -99,6 +102,11 @@ def test_one_canary_is_refused_as_for_dp_fedavg(config_class):
     with pytest.raises(UsageError, match=r"--audit-canaries 0 .* or at least 2"):
         config_class(clients=100, cohort_size=10, audit_canaries=1).check()
     config_class(clients=100, cohort_size=10, audit_canaries=2).check()
+
+
+def test_a_uniform_cohort_under_pld_is_refused_as_for_dp_fedavg():
+    with pytest.raises(UsageError, match="--cohort uniform is accounted with --accountant rdp"):
+        DPDitto(clients=100, cohort_size=10, cohort="uniform", accountant="pld").check()
 
 
 # the broken runs come last: they forget every compiled program after them
