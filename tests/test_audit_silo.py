@@ -18,10 +18,16 @@ only) is refused.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import jfed
 from jfed._validation import UsageError
+from jfed.algorithms import silo_aggregators, silo_sgd
+from jfed.algorithms.losses import Loss
+from jfed.data.silos import SiloData
 from jfed.methods import build_experiment, declared
 from jfed.sweep import run_sweep
 
@@ -124,3 +130,36 @@ def test_an_audit_the_silo_method_cannot_run_is_refused(method, changes, message
         config.check()
     with pytest.raises(UsageError, match=message):
         jfed.run(config)
+
+
+@pytest.mark.parametrize("records", [
+    3,
+    pytest.param(1, marks=pytest.mark.xfail(strict=True, reason="negative control: a silo of "
+                                            "one record samples every canary at every step")),
+])  # fmt: skip
+def test_local_sgd_steps_are_the_same_until_a_canary_record_is_sampled(records):
+    """One silo's K local steps with canary records (:class:`LocalStepCanaries`) against the
+    same steps without: with every canary's coin excluded, the K-th iterate and the counts are
+    the plain steps' bit for bit (the real records' indices and noise come from the same keys
+    as without canaries) and no canary takes part. The negative control includes every canary
+    in a silo of one record (rate 1): every step then holds every canary, and the iterate moves
+    (the same checks, run on it, must fail)."""
+    steps, canaries, dim = 5, 4, 3
+    rng = np.random.default_rng(0)
+    silo = SiloData.from_lists(
+        [rng.normal(size=(records, dim))], [rng.integers(0, 2, records).astype(float)]
+    ).record(jnp.int32(0))
+    inner = silo_aggregators.SiloGaussian(silo_aggregators.POISSON, 1, (records,), steps)
+    local = silo_sgd.LocalSteps(Loss("logistic", 1), silo_aggregators.POISSON, steps, inner)
+    audited = silo_sgd.LocalStepCanaries(local, canaries)
+    params = inner.read(silo_sgd.hyperparams(1, step_size=0.1, noise_std=0.5))
+    w = jnp.zeros(local.loss.param_dim(dim), jnp.float32)
+    state = audited.init(params, w)
+    state = state._replace(included=jnp.full(canaries, records == 1))
+    update = silo_sgd.LocalStart(w, jnp.float32(0.1), jnp.float32(1.0), silo, jax.random.key(1))
+    plain = local.preprocess(params, (), update, jax.random.key(2))
+    got = audited.preprocess(params, state, update, jax.random.key(2))
+    assert got["canary_releases"].shape == (steps, w.size)
+    for name, value in plain.items():
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(value), err_msg=name)
+    assert int(got["canary_taking_part"]) == 0
