@@ -190,7 +190,13 @@ class NoisyMBSGD(Calibrated):
 @dataclass(frozen=True)
 class AcceleratedMBSGD(Calibrated):
     """Accelerated (AC-SA) Noisy MB-SGD (Algorithm 1 of the silo paper): one pass, ERM, or
-    multi-stage restarts."""
+    multi-stage restarts.
+
+    Its audit (``--audit-canaries``) needs ``--sampling poisson``: one pass deals each silo's
+    records out of a permutation fixed for the run, K a round, so a canary record joining that
+    order would take a real record's place in it (or grow a round's batch past K) and the real
+    records' draws would change with the audit; under Poisson sampling a canary is drawn on a coin
+    of its own, as each record is."""
 
     sampling: str | None = param(None, MINIBATCH, kind=str, choices=catalog.SAMPLINGS,
                                  default_text="one-pass")  # fmt: skip
