@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -170,7 +170,7 @@ class WithCanaries(CanaryWrapper):
         """``bool[M]``: the canaries in this release (their coin, then the cohort's sampling
         or the schedule's turn)."""
         if self.period is not None:
-            return state.included & (ids % self.period == state.releases % self.period)
+            return state.included & self._in_turn(state, ids)
         participation_key = jfed_random.named(key, PARTICIPATION_STREAM)
         sampled = jax.vmap(
             lambda i: (
@@ -230,13 +230,18 @@ class WithCanaries(CanaryWrapper):
         )
         return total
 
+    def _in_turn(self, state: CanaryState, ids: jax.Array) -> jax.Array:
+        """``bool[M]``: the canaries whose turn this release is under the schedule."""
+        period, releases = cast(int, self.period), cast(jax.Array, state.releases)
+        return ids % period == releases % period
+
     def _scored_in_turn(
         self, state: CanaryState, ids: jax.Array, scores: canary_lib.CanaryScores
     ) -> canary_lib.CanaryScores:
         """Under a schedule, each canary's scores move only in the releases of its turn (public:
         they follow from its id, not from its coin), so the releases it cannot be in do not
         dilute them."""
-        turn = ids % self.period == state.releases % self.period
+        turn = self._in_turn(state, ids)
         return scores._replace(
             inner_product_sum=jnp.where(turn, scores.inner_product_sum,
                                         state.scores.inner_product_sum),
@@ -261,7 +266,8 @@ class WithCanaries(CanaryWrapper):
         if self.period is not None:
             scores = self._scored_in_turn(state, ids, scores)
         diagnostics = dict(diagnostics, canaries_taking_part=jnp.sum(taking_part, dtype=jnp.int32))
-        new_state = CanaryState(inner_state, state.included, scores, state.releases + 1)
+        releases = cast(jax.Array, state.releases) + 1
+        new_state = CanaryState(inner_state, state.included, scores, releases)
         return value, new_state, diagnostics
 
     def event(self, params: Any):
