@@ -1,19 +1,18 @@
 """The silo methods' audit (``--audit-canaries M`` on noisy-mbsgd, accel-mbsgd and local-sgd):
-canary RECORDS in the smallest silo, Poisson-sampled at the silo's rate, clipped and noised with
-its own records (Local SGD: in every local step's release).
+canary RECORDS in the smallest silo, Poisson-sampled at the silo's rate, clipped and noised with its
+own records (Local SGD: in every local step's release).
 
-At fixed seeds, on digits-bylabel (a softmax model of 64 x 10 parameters, eps 1, 200 canaries):
-a correct run's one-run lower bound stays below its certified eps (measured 0 for all three),
-and the same run with its noise drawn at a tenth of its scale (a deliberately broken release,
-not a user option: the record still certifies the calibrated noise) audits ABOVE the eps it
-claims (measured: noisy-mbsgd 1.91 with the default exact noise, 2.01 with --noise float;
-accel-mbsgd --sampling poisson --batch 10, exact noise, 1.91; local-sgd --noise float 2.29, and
-2.29 with exact noise too, untested here: about 30 s a run). The certificate and the calibrated noise
-do not change with the audit; the flag's misuses are refused in one line by the configuration's
-check. Where the model has few parameters (digits-evenodd's 50) the real records' gradients
-dominate each canary's cosine with its silo's release and the audit has no power: the broken run
-audits at 0 there too (said in the audit tutorial). shuffle-mbsgd (sampling with replacement
-only) is refused.
+   At fixed seeds, on digits-bylabel (a softmax model of 64 x 10 parameters, eps 1, 200 canaries): a
+correct run's one-run lower bound stays below its certified eps (measured 0 for all three), and the
+same run with its noise drawn at a tenth of its scale (a deliberately broken release, not a user
+option: the record still certifies the calibrated noise) audits ABOVE the eps it claims (measured:
+noisy-mbsgd 1.91 with the default exact noise, 2.01 with --noise float; accel-mbsgd --sampling
+poisson --batch 10, exact noise, 1.91; local-sgd --noise float 2.29, and 2.29 with exact noise too,
+untested here: about 30 s a run). The certificate and the calibrated noise do not change with the
+audit; the flag's misuses are refused in one line by the configuration's check. Where the model has
+few parameters (digits-evenodd's 50) the real records' gradients dominate each canary's cosine with
+its silo's release and the audit has no power: the broken run audits at 0 there too (said in the
+audit tutorial). shuffle-mbsgd (sampling with replacement only) is refused.
 """
 
 from __future__ import annotations
