@@ -673,8 +673,10 @@ class LocalStepCanaries(CanaryWrapper):
     @property
     def step_canaries(self) -> CanaryRecords:
         """The canaries of one step: :class:`CanaryRecords` of the steps' inner release."""
-        return CanaryRecords(self.inner.inner, self.canaries, self.silo, self.seed,
-                             self.canary_scale)  # fmt: skip
+        steps = self.inner.inner
+        if not isinstance(steps, SiloGaussian):
+            raise ValueError(f"canary records need noised steps: got {steps!r}")
+        return CanaryRecords(steps, self.canaries, self.silo, self.seed, self.canary_scale)
 
     def read(self, hyper):
         return self.inner.read(hyper)
