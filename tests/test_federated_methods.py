@@ -165,7 +165,9 @@ def test_tree_dp_ftrl_certifies_dp_accountings_tree_aggregation_eps():
         assert fields["participations"] == 3 and fields["min_separation"] == 4
         node = fields["sigma"] / config.update_clip
         tree = dp_accounting.SingleEpochTreeAggregationDpEvent(node, [4])
-        expected = _rdp_epsilon(dp_accounting.SelfComposedDpEvent(tree, 3), config.delta, SPECIAL)
+        # at the accountant's share of delta (the float noise's reach takes the rest)
+        expected = _rdp_epsilon(dp_accounting.SelfComposedDpEvent(tree, 3),
+                                fields["delta_accountant"], SPECIAL)  # fmt: skip
         assert fields["epsilon_certified"] == pytest.approx(expected, rel=1e-6)
         assert fields["epsilon_certified"] <= config.epsilon
         # negative control: a tree without restarts is deeper, the same noise spends more
@@ -196,10 +198,10 @@ def test_blt_and_independent_noise_certify_the_brute_force_sensitivity(monkeypat
         sens = _brute_force_sensitivity(coefficients, 12, 4)
         assert fields["sensitivity"] == pytest.approx(sens, rel=1e-9)
         event = dp_accounting.GaussianDpEvent(fields["sigma"] / (config.update_clip * sens))
-        expected = _rdp_epsilon(event, config.delta)
+        expected = _rdp_epsilon(event, fields["delta_accountant"])
         assert fields["epsilon_certified"] == pytest.approx(expected, rel=1e-6)
         once = dp_accounting.GaussianDpEvent(fields["sigma"] / config.update_clip)
-        assert _rdp_epsilon(once, config.delta) < 0.9 * expected
+        assert _rdp_epsilon(once, fields["delta_accountant"]) < 0.9 * expected
 
 
 def test_dp_ditto_reports_personal_and_global_accuracy():
@@ -208,3 +210,46 @@ def test_dp_ditto_reports_personal_and_global_accuracy():
         assert 0.0 <= record[name] <= 1.0, name
     assert 0 < record["clients_personalised"] <= 30
     assert record["epsilon_certified"] <= 8.0
+
+
+# -- the float noise's bounded reach ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["DPDitto", "DPScaffold", "DPFTRL"])
+def test_the_float_noises_bounded_reach_is_reserved_from_delta_and_large_eps_refused(name):
+    """The float32 normals never leave 9 standard deviations, so an output whose noise would
+    have to lie beyond them under a neighbouring input is impossible there: that mass is added
+    to delta. Its value equals the union bound computed here from the normal tail (Q(9 - s), s
+    the shift in standard deviations per release: 1 / z for each sampled release at rate K / N
+    over R rounds; for DP-FTRL every fresh draw of the run at rate 1); the accountant's delta
+    plus it stays within the stated delta. Negative control: at a noise multiplier of 0.12 the
+    reach alone needs more than half the delta, which the calibration refuses (DP-FTRL: at eps
+    100; the sampled methods' small populations refuse that eps for their cohort's overflow
+    first)."""
+    from scipy.stats import norm
+
+    from jfed._validation import UsageError
+
+    ftrl = name == "DPFTRL"
+    config = declared.DPFTRL(**FTRL) if ftrl else getattr(declared, name)(
+        **DIGITS, rounds=5, cohort_size=6, epsilon=4.0, delta=1e-4, accountant="rdp")  # fmt: skip
+    experiment, hyper, fields = _certified(config)
+
+    def union_bound(z: float) -> float:
+        if ftrl:
+            noise = experiment.algorithm.aggregator.inner.noise
+            return sum(noise.draws(t) for t in range(config.rounds)) * norm.sf(9.0 - 1.0 / z)
+        releases = len(experiment.ledger().releases)
+        return config.rounds * (6 / 30) * releases * norm.sf(9.0 - 1.0 / z)
+
+    assert fields["delta_sampler"] == pytest.approx(
+        union_bound(float(hyper.privacy.noise_multiplier) if ftrl else fields["noise_multiplier"]),
+        rel=1e-6,
+    )
+    assert fields["delta_accountant"] + fields["delta_overflow"] + fields["delta_sampler"] \
+        <= fields["delta"] * (1 + 1e-12)  # fmt: skip
+    small = experiment.reach_delta(experiment.hyperparams(config, 0.12), config)
+    assert small == pytest.approx(min(1.0, union_bound(0.12)), rel=1e-6) and small > 0.5e-4
+    if ftrl:
+        with pytest.raises(UsageError, match="bounded reach alone adds delta"):
+            _certified(config.replace(epsilon=100.0))

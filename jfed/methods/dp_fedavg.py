@@ -118,6 +118,36 @@ SAMPLER_SHARE = 1e-3
 (:func:`jfed.privacy.reach_delta`); where the reach needs more (large eps), z is searched again
 at what is left."""
 
+
+def noise_multiplier_within_reach(
+    least: Callable[[float], float],
+    reach: Callable[[float], float] | None,
+    delta: float,
+    what: str,
+    remedy: str,
+) -> tuple[float, float]:
+    """``(z, reserve)``: the least z (``least(share)``: the least z at the target delta less
+    ``share``) once the delta that float noise's bounded reach adds at z (``reach(z)``; None for
+    exact noise, which reserves nothing) is reserved: first :data:`SAMPLER_SHARE` of delta, then,
+    where the reach needs more (large eps), what it needs (more noise reaches less far, so the
+    term only shrinks when z grows). A reach of half the target delta or more is refused with
+    ``what`` and ``remedy`` in the message."""
+    if reach is None:
+        return least(0.0), 0.0
+    reserve = SAMPLER_SHARE * delta
+    z = least(reserve)
+    needed = reach(z)
+    if needed > reserve:
+        if needed >= 0.5 * delta:
+            raise UsageError(
+                f"{what}: the float32 normals' bounded reach alone adds delta {needed:.2g} "
+                f"(target {delta:g}); {remedy}"
+            )
+        reserve = needed
+        z = least(reserve)
+    return z, reserve
+
+
 MOMENTUM_DEFAULTS = {"sgd": 0.0, "adam": 0.9, "adagrad": 0.0, "yogi": 0.9}
 
 COHORT_KINDS = {"poisson": Poisson, "uniform": Uniform}
@@ -663,7 +693,6 @@ class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):
         search = privacy.Pld(CALIBRATION_DISCRETIZATION) if isinstance(accountant, privacy.Pld) \
             else accountant  # fmt: skip
         delta = self.delta_of(config)
-        reserve = 0.0 if self.noise_choice.grid else SAMPLER_SHARE * delta
 
         def least(share: float) -> float:
             return self.noise_multiplier_for(
@@ -671,17 +700,14 @@ class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):
                 delta - extra - share, search, CALIBRATION_TOLERANCE,
             )  # fmt: skip
 
-        z = least(reserve)
-        reach = self.reach_delta(self.hyperparams(config, z), config)
-        if reach > reserve:  # more noise than z reaches less far: the term only shrinks
-            if reach >= 0.5 * delta:
-                raise UsageError(
-                    f"method {self.name}: eps={config.epsilon} with --noise float: the float32 "
-                    f"normals' bounded reach alone adds delta {reach:.2g} (target {delta:g}); "
-                    "use --noise discrete (exact, no reach)"
-                )
-            reserve = reach
-            z = least(reserve)
+        def reach(z: float) -> float:
+            return self.reach_delta(self.hyperparams(config, z), config)
+
+        z, reserve = noise_multiplier_within_reach(
+            least, None if self.noise_choice.grid else reach, delta,
+            f"method {self.name}: eps={config.epsilon} with --noise float",
+            "use --noise discrete (exact, no reach)",
+        )  # fmt: skip
         return z, accountant, delta - extra - reserve
 
     def reach_delta(self, hyper: dp_fedavg.Hyperparams, config: declared.DPFedAvg) -> float:

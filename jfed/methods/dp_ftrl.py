@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfed import privacy
 from jfed.algorithms import dp_ftrl
 from jfed.engine.schedules import CyclicGroups, MinSeparation, ShuffledEpochs
 from jfed.methods.experiment import Output
@@ -144,6 +145,18 @@ class FtrlExperiment(FederatedExperiment):
             privacy=jax.tree.map(f32, CorrelatedGaussianSumParams(config.update_clip,
                                                                   noise_multiplier)),
         )  # fmt: skip
+
+    def reach_delta(self, hyper: Any, config: Any) -> float:
+        """The delta the float32 draws' bounded reach adds: the released noise is a fixed linear
+        map of the fresh draws (``C^{-1} z``, or the tree's nodes), so an output is possible
+        under an input exactly when the draws it needs lie within reach, and one client moves
+        the draws by the mechanism's sensitivity, at most ``1 / z`` of a draw's standard
+        deviation in any one of them; a union bound over every fresh draw of the run (every
+        client takes part by the schedule: no sampling)."""
+        noise = self.algorithm.aggregator.inner.noise
+        draws = sum(int(noise.draws(t)) for t in range(config.rounds))
+        multiplier = float(hyper.privacy.noise_multiplier)
+        return privacy.reach_delta([1.0 / multiplier], 1.0, draws)
 
     def calibrate(self, config: Any) -> tuple[Any, dict]:
         """z calibrated and certified for the run's event (:meth:`FederatedExperiment.calibrate`),

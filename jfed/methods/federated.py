@@ -7,7 +7,10 @@ Privacy of a sampled cohort (as DP-FedAvg's, docs/specs/dp_fedavg.md): the round
 composed by the engine's ledger (:meth:`jfed.engine.Ledger.event`: one sampled event per cohort
 and round), calibrated to the configuration's eps and certified for what ran. A Poisson cohort
 runs at a capacity that keeps its overflow term (:meth:`jfed.engine.Poisson.overflow_delta`) at
-most 1% of delta at the largest eps of a sweep; that term is added to the stated delta.
+most 1% of delta at the largest eps of a sweep; that term is added to the stated delta. The
+releases' noise is float32: the guarantee is the ideal real-valued mechanism's (labelled), and
+the delta its normals' bounded reach adds (:meth:`FederatedExperiment.reach_delta`) is reserved
+from the target delta and stated (``delta_sampler``), as DP-FedAvg's float noise does.
 
 Audit (``--audit-canaries M``, as DP-FedAvg's): the private release is wrapped by
 :class:`~jfed.privacy.canary_aggregator.WithCanaries` (:meth:`FederatedExperiment.with_canaries`),
@@ -41,6 +44,7 @@ from jfed.methods.dp_fedavg import (
     build_model,
     evaluate_accuracy,
     load_population,
+    noise_multiplier_within_reach,
 )
 from jfed.methods.experiment import (
     Experiment,
@@ -182,27 +186,57 @@ class FederatedExperiment(CanaryAudit, Experiment[FederatedTraining]):
         # z it finds certifies eps <= the target at the finer one too
         search = privacy.Pld(CALIBRATION_DISCRETIZATION) if isinstance(accountant, privacy.Pld) \
             else accountant  # fmt: skip
-        z = self.noise_multiplier_for(
-            config, lambda z: self.hyperparams(config, z), config.epsilon, delta - extra, search,
-            CALIBRATION_TOLERANCE,
+
+        def least(share: float) -> float:
+            return self.noise_multiplier_for(
+                config, lambda z: self.hyperparams(config, z), config.epsilon,
+                delta - extra - share, search, CALIBRATION_TOLERANCE,
+            )  # fmt: skip
+
+        def reach(z: float) -> float:
+            return self.reach_delta(self.hyperparams(config, z), config)
+
+        z, reserve = noise_multiplier_within_reach(
+            least, reach, delta, f"method {self.name}: eps={config.epsilon}",
+            "lower --epsilon (its float32 noise cannot certify this one)",
         )  # fmt: skip
         hyper = self.hyperparams(config, z)
-        guarantee = self.certify_run(hyper, delta - extra, accountant)
+        guarantee = self.certify_run(hyper, delta - extra - reserve, accountant)
         # the releases' float32 Gaussian noise: the guarantee is the ideal mechanism's
         guarantee = dataclasses.replace(guarantee, notion=guarantee.notion + FLOAT_NOISE.suffix)
         fields = guarantee_fields(guarantee, z * config.update_clip)
-        # the stated delta is the target (as DP-FedAvg's): the accountant's share plus the
-        # overflow term at the target eps, which bounds it at the smaller certified eps
+        # the stated delta is the target (as DP-FedAvg's): the accountant's share, the
+        # overflow term at the target eps (which bounds it at the smaller certified eps) and
+        # the float noise's bounded reach
         fields |= {
             "delta": delta,
             "delta_accountant": guarantee.delta,
             "delta_overflow": extra,
+            "delta_sampler": reach(z),
             "overflow_probability_per_round": per_round,
             "noise_multiplier": z,
             "sampling_rate": self.rate if isinstance(cohort, Poisson) else None,
             "mechanism_model": FLOAT_NOISE.model,
         }
         return hyper, fields
+
+    def reach_delta(self, hyper: Any, config: Any) -> float:
+        """The delta the float32 noise's bounded reach adds over the run
+        (:func:`jfed.privacy.reach_delta`): in each of the round's releases one client moves
+        the sum by ``1 / z`` of its noise's standard deviations (``2 / z`` under a uniform
+        cohort's replace-one), in a round it takes part in (probability K / N)."""
+        scale = 2.0 if isinstance(self.cohort, Uniform) else 1.0
+        shifts = []
+        for release in self.ledger().releases:
+            multiplier = getattr(release.aggregator.event(release.params(hyper)),
+                                 "noise_multiplier", None)  # fmt: skip
+            if multiplier is None:
+                raise TypeError(
+                    f"method {self.name}: a release without a Gaussian noise multiplier has no "
+                    "reach bound here: override reach_delta"
+                )
+            shifts.append(scale / float(multiplier))
+        return privacy.reach_delta(shifts, self.rate, config.rounds)
 
     # -- evaluation
     def accuracy(self, params: Any, records: Any) -> float:
