@@ -12,7 +12,7 @@ untested here: about 30 s a run). The certificate and the calibrated noise do no
 audit; the flag's misuses are refused in one line by the configuration's check. Where the model has
 few parameters (digits-evenodd's 50) the real records' gradients dominate each canary's cosine with
 its silo's release and the audit has no power: the broken run audits at 0 there too (said in the
-audit tutorial). shuffle-mbsgd (sampling with replacement only) is refused.
+audit tutorial). shuffle-mbsgd (sampling with replacement only) offers no audit.
 """
 
 from __future__ import annotations
@@ -116,7 +116,6 @@ def test_the_audit_leaves_the_certificate_and_the_calibrated_noise(audited):
     (declared.AcceleratedMBSGD, dict(sampling="one-pass"), "not one-pass"),
     (declared.LocalSGD, dict(sampling="with-replacement", calibration="theorem"),
      "not with-replacement: use --sampling poisson"),
-    (declared.ShuffleMBSGD, dict(sampling=None), "with replacement only"),
 ])  # fmt: skip
 def test_an_audit_the_silo_method_cannot_run_is_refused(method, changes, message):
     """Refused by the configuration's check, before any experiment is built (jfed.run and the
@@ -129,6 +128,20 @@ def test_an_audit_the_silo_method_cannot_run_is_refused(method, changes, message
         config.check()
     with pytest.raises(UsageError, match=message):
         jfed.run(config)
+
+
+def test_shuffle_mbsgd_offers_no_audit(capsys):
+    """shuffle-mbsgd's silos sample with replacement only, where a canary record would displace
+    real records' draws: it declares no --audit-canaries, so the flag is not offered (negative
+    control: noisy-mbsgd declares it)."""
+    import dataclasses
+
+    from jfed.cli.main import main
+
+    assert "audit_canaries" not in {f.name for f in dataclasses.fields(declared.ShuffleMBSGD)}
+    assert "audit_canaries" in {f.name for f in dataclasses.fields(declared.NoisyMBSGD)}
+    assert main(["run", "shuffle-mbsgd", "--audit-canaries", "10"]) == 2
+    assert "--audit-canaries" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("records", [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jfed._validation import UsageError
 from jfed.methods.fields import MAX_SEED, POSITIVE, integers, param
 from jfed.methods.registry import Metrics
 
@@ -66,3 +67,11 @@ def batch(default: int, high: int) -> Any:
 def replications(default: int) -> Any:
     return param(default, REPLICATIONS, unit="replications", range=integers(2, 10**6),
                  group="run")  # fmt: skip
+
+
+def check_audit_canaries(canaries: int) -> None:
+    """``--audit-canaries``: 0 (no audit) or at least 2, since the audit compares the included
+    canaries with the excluded ones."""
+    if canaries == 1:
+        raise UsageError("expected --audit-canaries 0 (no audit) or at least 2 (the audit "
+                         "compares included with excluded canaries), got 1")  # fmt: skip

@@ -20,7 +20,15 @@ from jfed.methods.cost import (
     CostPlan,
     pld_calibration_cost,
 )
-from jfed.methods.declared.common import ACCURACY, CLIENTS, MODEL, SPLIT, batch, data_seed
+from jfed.methods.declared.common import (
+    ACCURACY,
+    CLIENTS,
+    MODEL,
+    SPLIT,
+    batch,
+    check_audit_canaries,
+    data_seed,
+)
 from jfed.methods.fields import (
     EPSILON,
     MAX_ROUNDS,
@@ -94,9 +102,7 @@ def check_central_privacy(config: Any) -> None:
             "--cohort uniform is accounted with --accountant rdp (replace-one adjacency: "
             "dp-accounting's PLD has no sampling without replacement); got --accountant pld"
         )
-    if config.audit_canaries == 1:
-        raise UsageError("expected --audit-canaries 0 (no audit) or at least 2 (the audit "
-                         "compares included with excluded canaries), got 1")  # fmt: skip
+    check_audit_canaries(config.audit_canaries)
 
 
 @dataclass(frozen=True)

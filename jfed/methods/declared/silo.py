@@ -24,6 +24,7 @@ from jfed.methods.cost import (
 from jfed.methods.declared.common import (
     RIDGE,
     batch,
+    check_audit_canaries,
     data_seed,
     gradient_clip,
     projection_radius,
@@ -117,37 +118,6 @@ class SiloPrivacy(SiloTraining):
         None, "target delta of each silo", kind=float, range=OPEN_UNIT,
         default_text="1 / n_min^2, n_min the smallest silo", group="privacy",
     )  # fmt: skip
-    audit_canaries: int = param(
-        0, "canary records M added to the smallest silo for an empirical privacy audit of the "
-        "run (Steinke, Nasr and Jagielski's one-run lower bound; 0: no audit): each a record whose "
-        "gradient is a fixed random direction at the clip norm, in the silo with probability 1/2, "
-        "Poisson-sampled, clipped and noised as the silo's own records (--sampling poisson)",
-        unit="canary records", range=integers(0, 1_000_000), group="privacy",
-    )  # fmt: skip
-
-    poisson_hint: ClassVar[str] = "use --sampling poisson"
-    """How a run of the method samples by Poisson (what the audit's refusal says)."""
-
-    @property
-    def drawn_sampling(self) -> str:
-        """The name of the sampler the run draws its records with (``--sampling`` resolved)."""
-        return "with-replacement"
-
-    def check(self) -> Self:
-        """The audit's refusals: one canary, and a sampler whose draws a canary record would
-        change. A canary record joins its silo's minibatches as its records do only under
-        Poisson sampling, where each record is drawn on its own coin: with replacement, without
-        replacement or in one pass, a silo's K draws are shared among its records, so a canary
-        drawn would displace a real record's draw (or change the minibatch's size)."""
-        if self.audit_canaries == 1:
-            raise UsageError("expected --audit-canaries 0 (no audit) or at least 2 (the audit "
-                             "compares included with excluded canaries), got 1")  # fmt: skip
-        if self.audit_canaries and self.drawn_sampling != "poisson":
-            raise UsageError(
-                "--audit-canaries places canary records in a silo's Poisson-sampled minibatches "
-                f"(each record on its own coin), not {self.drawn_sampling}: {self.poisson_hint}"
-            )
-        return super().check()
 
 
 SILO_NOISES = ("discrete", "float")
@@ -175,11 +145,37 @@ class Calibrated(SiloPrivacy):
         default_text="poisson with --calibration exact, else with-replacement",
     )  # fmt: skip
 
+    audit_canaries: int = param(
+        0, "canary records M added to the smallest silo for an empirical privacy audit of the "
+        "run (Steinke, Nasr and Jagielski's one-run lower bound; 0: no audit): each a record whose "
+        "gradient is a fixed random direction at the clip norm, in the silo with probability 1/2, "
+        "Poisson-sampled, clipped and noised as the silo's own records (--sampling poisson)",
+        unit="canary records", range=integers(0, 1_000_000), group="privacy",
+    )  # fmt: skip
+
+    poisson_hint: ClassVar[str] = "use --sampling poisson"
+    """How a run of the method samples by Poisson (what the audit's refusal says)."""
+
     @property
     def drawn_sampling(self) -> str:
+        """The name of the sampler the run draws its records with (``--sampling`` resolved)."""
         from jfed.algorithms.silo_privacy import CALIBRATIONS
 
         return self.sampling or CALIBRATIONS[self.calibration].sampling
+
+    def check(self) -> Self:
+        """The audit's refusals: one canary, and a sampler whose draws a canary record would
+        change. A canary record joins its silo's minibatches as its records do only under
+        Poisson sampling, where each record is drawn on its own coin: with replacement, without
+        replacement or in one pass, a silo's K draws are shared among its records, so a canary
+        drawn would displace a real record's draw (or change the minibatch's size)."""
+        check_audit_canaries(self.audit_canaries)
+        if self.audit_canaries and self.drawn_sampling != "poisson":
+            raise UsageError(
+                "--audit-canaries places canary records in a silo's Poisson-sampled minibatches "
+                f"(each record on its own coin), not {self.drawn_sampling}: {self.poisson_hint}"
+            )
+        return super().check()
 
 
 @dataclass(frozen=True)
@@ -219,9 +215,8 @@ class ShuffleMBSGD(SiloPrivacy):
     # the shuffling bound needs more than 16 ln(2 / delta) messages a round: 25 silos x 20
     # records are 500, enough at the default delta of every built-in data set
     batch: int = batch(20, 10**7)
-    poisson_hint: ClassVar[str] = (
-        "shuffle-mbsgd's silos sample with replacement only (audit noisy-mbsgd --sampling poisson)"
-    )
+    # no --audit-canaries: its silos sample with replacement only, so a canary record in a silo's
+    # pool would displace real records' draws (the audit needs Poisson sampling: Calibrated)
 
 
 @dataclass(frozen=True)
