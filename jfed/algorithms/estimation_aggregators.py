@@ -39,6 +39,7 @@ rounds from the client's key and draws its noise from the server's key the round
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -237,13 +238,120 @@ class DiscreteLaplaceNoise:
         return totals.astype(jnp.float32) * (params.clip_norm / self.grid_norm)
 
 
+@dataclass(frozen=True)
+class DiscreteGaussianNoise(DiscreteLaplaceNoise):
+    """Exact discrete Gaussian noise on :class:`DiscreteLaplaceNoise`'s integer grid: (eps,
+    delta)-DP of the program as it runs, eps exact for the noise the device draws.
+
+    The same grid (an interval's half-width ``C`` is ``L`` grid units, randomized rounding, cut
+    to ``[-L, L]``, an integer sum, scaled back by ``C / L`` and divided by ``count``); the
+    integer sum gets ``N_Z(0, v)`` noise, ``v = 2^k m >= (z L)^2`` with ``z = sigma count / C``
+    (the float release's sigma in grid units; computed on the device in float32 with a 2^-16
+    margin, :func:`jfed.privacy.discrete.variance_at_least`), sampled exactly
+    (:func:`jfed.privacy.discrete.discrete_gaussian`). Replacing one contribution moves the
+    integer sum by an integer of at most ``2 L`` whatever the rounding drew, so one release's
+    exact (eps, delta) is Canonne, Kamath and Steinke's over every shift ``1 <= s <= 2 L``
+    (:func:`~jfed.privacy.discrete_accounting.discrete_gaussian_worst_epsilon`); its event,
+    ``DiscreteGaussianDpEvent(sqrt(v) / (2 L), 2 L, 2 L, 1)``, states ``v``, and basic
+    composition certifies it at its share of delta.
+
+    :meth:`calibrate` finds sigma by bisection on that exact delta, so the calibrated release
+    meets the target (eps, delta) on the grid (the device's ``v`` only rounds up).
+
+    Attributes:
+      grid_norm: L, as :class:`DiscreteLaplaceNoise`'s.
+    """
+
+    accountant: ClassVar[str] = (
+        "discrete Gaussian mechanism on an integer grid (exact (eps, delta), Canonne, Kamath "
+        "and Steinke)"
+    )
+    guarantee: ClassVar[str] = "(eps, delta)-DP"
+
+    @property
+    def sensitivity(self) -> int:
+        """``2 L``: the integer sum's largest move when one contribution is replaced."""
+        return 2 * self.grid_norm
+
+    def calibrate(self, sensitivity: float, epsilon: float, delta: float) -> float:
+        """sigma of one release in value units (host, float64): ``sqrt(v) sensitivity / (2 L)``
+        for the least grid variance ``v`` (bisection to a relative 1e-9) whose exact delta at
+        ``epsilon`` is at most ``delta``."""
+        from jfed.privacy.discrete_accounting import discrete_gaussian_worst_delta
+
+        def meets(variance: float) -> bool:
+            return discrete_gaussian_worst_delta(epsilon, variance, self.sensitivity) <= delta
+
+        start = float(analytic_gaussian_noise(float(self.sensitivity), epsilon, delta)) ** 2
+        low, high = 0.5 * start, 2.0 * start
+        while not meets(high):
+            low, high = high, 2.0 * high
+        while meets(low) and low > 1e-12:
+            low, high = 0.5 * low, low
+        while high - low > 1e-9 * high:
+            middle = 0.5 * (low + high)
+            low, high = (low, middle) if meets(middle) else (middle, high)
+        return math.sqrt(high) * sensitivity / self.sensitivity
+
+    def variance(self, scale: float) -> float:
+        """``sigma^2``: the discrete Gaussian's variance is below ``v``'s continuous one by at
+        most 10^-9 of it at the grid's sigma (and ``v`` rounds ``(z L)^2`` up by at most ``2^-16
+        + 2 / (z L)`` of it); rounding adds at most ``(C / L)^2 / 4`` per contribution off the
+        grid."""
+        return scale**2
+
+    def delta(self, delta: float) -> float:
+        """The delta a release states: the target's (its eps is certified at it)."""
+        return delta
+
+    def grid_variance(self, params: DiscreteLaplaceSumParams):
+        """``(k, m, in_range)``: the noise ``N_Z(0, 2^k m)``, ``2^k m >= (z L)^2``, of the grid
+        parameters ``(C, z)`` (host and device, the same integers)."""
+        least = discrete.variance_at_least(params.noise_multiplier, self.grid_norm**2)
+        bits, quotient = discrete.discrete_gaussian_parameters(least)
+        return bits, quotient, discrete.variance_in_range(least)
+
+    def release_event(self, scale: float, half_width: float, count: float):
+        """Host: ``DiscreteGaussianDpEvent(sqrt(v) / (2 L), 2 L, 2 L, 1)`` of one release, ``v``
+        the variance the device computes from the float32 parameters; ``ValueError`` if ``v``
+        leaves the sampler's range (the device would release NaN)."""
+        from jfed.privacy.discrete_accounting import DiscreteGaussianDpEvent
+
+        params = self.grid_params(*(np.float32(x) for x in (scale, half_width, count)))
+        bits, quotient, in_range = jax.jit(self.grid_variance)(
+            DiscreteLaplaceSumParams(*(jnp.float32(x) for x in params))
+        )
+        if not bool(in_range):
+            raise ValueError(
+                f"a discrete Gaussian release of sigma {scale:g} on a grid of grid_norm="
+                f"{self.grid_norm} leaves the sampler's variance range: lower grid_norm"
+            )
+        variance = float(2 ** int(bits) * int(quotient))
+        sensitivity = float(self.sensitivity)
+        return DiscreteGaussianDpEvent(math.sqrt(variance) / sensitivity, sensitivity,
+                                       sensitivity, 1)  # fmt: skip
+
+    def noised(self, key: jax.Array, integers: jax.Array, params: DiscreteLaplaceSumParams):
+        """``f32[...]``: ``C / L`` times (``integers`` plus discrete Gaussian noise, element i
+        from ``fold_in(key, i)``); NaN if the variance left the sampler's range."""
+        bits, quotient, in_range = self.grid_variance(params)
+        flat = jnp.ravel(integers)
+        noise = jax.vmap(lambda i: discrete.discrete_gaussian(
+            jax.random.fold_in(key, i), (), bits, quotient))(jnp.arange(flat.shape[0]))  # fmt: skip
+        released = self.scaled_back((flat + noise).reshape(jnp.shape(integers)), params)
+        return jnp.where(in_range, released, jnp.nan)
+
+
 NOISES: dict[str, LaplaceNoise | AnalyticGaussianNoise] = {
     "laplace": LaplaceNoise(),
     "gaussian": AnalyticGaussianNoise(),
 }
 """The float noise each ``--mechanism`` names (``--noise float``)."""
 
-EXACT_NOISES: dict[str, type[DiscreteLaplaceNoise]] = {"laplace": DiscreteLaplaceNoise}
+EXACT_NOISES: dict[str, type[DiscreteLaplaceNoise]] = {
+    "laplace": DiscreteLaplaceNoise,
+    "gaussian": DiscreteGaussianNoise,
+}
 """The exact noise each ``--mechanism`` has on the grid (``--noise discrete``), made with the
 run's ``grid_norm``."""
 

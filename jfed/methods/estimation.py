@@ -9,14 +9,14 @@ A sweep over sites, units and eps is one compiled program per setting: the progr
 largest S (and, where units are drawn one by one, the largest n) of the grid and masks the rest,
 so every grid point is a lane of the same executable.
 
-The noise's arithmetic (``--noise``): by default with Laplace noise, every release is exact, an
-integer sum of contributions rounded to a grid plus discrete Laplace noise
-(:class:`~jfed.algorithms.estimation_aggregators.DiscreteLaplaceNoise`; one grid for a sweep,
-:func:`grid_norm_for`), and the record's ``mechanism_model`` says so; with ``--noise float``
-(and the Gaussian mechanism, which has no grid release here) the noise is float32 and the
-record's notion and ``mechanism_model`` say "ideal real-valued mechanism; floating-point
-sampling not modelled", as DP-FedAvg's float records do. The functional mean's Gaussian
-release is float32 and says the same.
+The noise's arithmetic (``--noise``): by default every release is exact, an integer sum of
+contributions rounded to a grid plus discrete Laplace or discrete Gaussian noise
+(:class:`~jfed.algorithms.estimation_aggregators.DiscreteLaplaceNoise`,
+:class:`~jfed.algorithms.estimation_aggregators.DiscreteGaussianNoise`; one grid for a sweep,
+:func:`grid_norm_for`), and the record's ``mechanism_model`` says so; with ``--noise float`` the
+noise is float32 and the record's notion and ``mechanism_model`` say "ideal real-valued
+mechanism; floating-point sampling not modelled", as DP-FedAvg's float records do. The
+functional mean's Gaussian release is float32 and says the same.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from jfed._validation import UsageError
 from jfed.algorithms import estimation, functional
 from jfed.algorithms.estimation_aggregators import (
     GRID_SCALE_TARGET,
+    DiscreteGaussianNoise,
     DiscreteLaplaceNoise,
-    LaplaceNoise,
 )
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_of
-from jfed.privacy import Analytic, Basic, ParallelDpEvent, spent
+from jfed.privacy import Analytic, Basic, ParallelDpEvent, discrete, spent
 from jfed.privacy.discrete_aggregators import LAPLACE_SCALE_BITS
 from jfed.privacy.gaussian import analytic_gaussian_noise
 from jfed.privacy.mechanisms import AnisotropicGaussianMechanism, GaussianMechanism
@@ -64,9 +64,16 @@ def setting_of(config: declared.Estimation) -> estimation.Setting:
 
 EXACT_MODEL = (
     "exact: values rounded to an integer grid (randomized rounding, cut to the grid's bound), "
-    "an integer sum, discrete Laplace noise sampled exactly in integer arithmetic"
+    "an integer sum, discrete {} noise sampled exactly in integer arithmetic"
 )
-"""What an exact release's record says of its arithmetic (``mechanism_model``)."""
+"""What an exact release's record says of its arithmetic (``mechanism_model``), the noise's
+name filled in (:func:`exact_model`)."""
+
+
+def exact_model(noise: Any) -> str:
+    """:data:`EXACT_MODEL` of an exact noise (discrete Laplace or discrete Gaussian)."""
+    return EXACT_MODEL.format("Gaussian" if isinstance(noise, DiscreteGaussianNoise) else "Laplace")
+
 
 INT32_SUM_LIMIT = 2**31
 """An integer sum on the grid, its noise 40 scales wide included, stays below this."""
@@ -84,15 +91,26 @@ def grid_norm_for(configs: list[declared.Estimation]) -> int:
     - the integer sum stays exact in int32: ``N L + 40 z L < 2^31``, N the most contributions
       one release sums (:meth:`~jfed.algorithms.estimation.Setting.largest_sum`).
 
+    With ``--mechanism gaussian`` the same holds of the discrete Gaussian's standard deviation
+    ``z L`` (``z`` twice the analytic Gaussian's multiplier at the releases' share of eps and
+    delta), at most :data:`GAUSSIAN_GRID_SIGMA_TARGET` where ``L >= 2`` allows (it keeps the
+    exact (eps, delta)'s sums short), its variance in the sampler's range.
+
     :class:`~jfed._validation.UsageError` naming the flags if no grid holds them."""
     grid_norm = DiscreteLaplaceNoise.grid_norm
     for config in configs:
         setting = setting_of(config)
         if not setting.private:
             continue
-        z = 2.0 / (config.epsilon * setting.release_share)
+        share = setting.release_share
+        gaussian = config.mechanism == "gaussian"
+        if gaussian:
+            z = 2.0 * analytic_gaussian_noise(1.0, config.epsilon * share, delta_of(config) * share)
+        else:
+            z = 2.0 / (config.epsilon * share)
         largest = setting.largest_sum(config.sites, config.units)
-        while grid_norm >= 1 and not _grid_holds(grid_norm, z, largest):
+        holds = _gaussian_grid_holds if gaussian else _grid_holds
+        while grid_norm >= 1 and not holds(grid_norm, z, largest):
             grid_norm //= 2
         if grid_norm < 1:
             raise UsageError(
@@ -109,6 +127,18 @@ def _grid_holds(grid_norm: int, z: float, largest: int) -> bool:
     fine = z * grid_norm <= GRID_SCALE_TARGET or grid_norm == 1
     exact_sum = largest * grid_norm + 40.0 * scale < INT32_SUM_LIMIT
     return fine and scale <= 2.0**LAPLACE_SCALE_BITS and exact_sum
+
+
+GAUSSIAN_GRID_SIGMA_TARGET = 2**12
+"""The grid chooser keeps the discrete Gaussian's standard deviation at most this many grid units
+(where ``L >= 2`` allows)."""
+
+
+def _gaussian_grid_holds(grid_norm: int, z: float, largest: int) -> bool:
+    sigma = 1.01 * z * grid_norm  # the exact calibration's sigma is within 1% of the analytic's
+    fine = sigma <= GAUSSIAN_GRID_SIGMA_TARGET or grid_norm == 1
+    in_range = sigma**2 * (1 + 2.0**-15) + 1 < discrete.SIGMA_SQUARED_LIMIT - 2**16
+    return fine and in_range and largest * grid_norm + 40.0 * sigma < INT32_SUM_LIMIT
 
 
 def noise_of(config: declared.Estimation, grid_norm: int | None = None) -> Any:
@@ -228,7 +258,7 @@ def calibrate_mean(
     if setting.private:
         accountant = noise.accountant + setting.accountant_notes
         notion = notion.replace("eps-DP", noise.guarantee)
-        model = EXACT_MODEL if noise.exact else float_model()
+        model = exact_model(noise) if noise.exact else float_model()
         if not noise.exact:
             notion += f" ({model})"
         if ledger is None:
@@ -277,7 +307,7 @@ def search_law(config: declared.Estimation) -> dict:
     if not searching or not isinstance(estimation.DATA_MODELS[config.data],
                                        estimation.RademacherData):  # fmt: skip
         raise ValueError("the search's law is computed for local-user-large on rademacher data")
-    if not isinstance(noise_of(config), LaplaceNoise | DiscreteLaplaceNoise):
+    if config.mechanism != "laplace":
         raise ValueError("the search's law is computed for Laplace noise")
     hp, fields = calibrate_mean(config)
     S, n, mu, eps = config.sites, config.units, config.mean, config.epsilon

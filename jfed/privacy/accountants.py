@@ -54,6 +54,7 @@ from jfed.privacy._accountant_base import Walker as _Walker
 from jfed.privacy.discrete_accounting import (
     DiscreteGaussianDpEvent,
     SkellamDpEvent,
+    discrete_gaussian_worst_epsilon,
     discrete_laplace_epsilon,
     zcdp_event,
 )
@@ -274,8 +275,10 @@ class BasicComposition(_Walker):
     """Basic composition of exact single-release guarantees: a Laplace release of multiplier z
     spends eps = 1/z, randomized response its exact pure eps, an (eps_i, delta_i) release its
     own, a Gaussian release the analytic Gaussian's eps at an equal share of what remains of
-    delta; eps and delta add over releases. A :class:`ParallelDpEvent` spends its worst
-    branch's eps."""
+    delta (a one-coordinate discrete Gaussian release the exact eps of Canonne, Kamath and
+    Steinke at its share: :func:`~jfed.privacy.discrete_accounting.discrete_gaussian_worst_epsilon`
+    over every integer shift up to its sensitivity); eps and delta add over releases. A
+    :class:`ParallelDpEvent` spends its worst branch's eps."""
 
     def __init__(self, adjacency: Adjacency = Adjacency.ADD_OR_REMOVE) -> None:
         super().__init__(adjacency)
@@ -284,18 +287,25 @@ class BasicComposition(_Walker):
     def _leaf(self, event, count, do_compose):
         supported = (events.LaplaceDpEvent, events.DiscreteLaplaceDpEvent, events.GaussianDpEvent,
                      ApproximateDpEvent, events.RandomizedResponseDpEvent,
-                     ParallelDpEvent)  # fmt: skip
+                     ParallelDpEvent, DiscreteGaussianDpEvent)  # fmt: skip
         if not isinstance(event, supported):
             return (
-                "basic composition takes Laplace, discrete Laplace, Gaussian, randomized-response "
-                f"and parallel events, not {type(event).__name__} (use Pld())"
+                "basic composition takes Laplace, discrete Laplace, Gaussian, one-coordinate "
+                "discrete Gaussian, randomized-response and parallel events, not "
+                f"{type(event).__name__} (use Pld())"
+            )
+        if isinstance(event, DiscreteGaussianDpEvent) and not _one_exact_coordinate(event):
+            return (
+                "basic composition takes a discrete Gaussian release of one coordinate, one "
+                "noise share and an integer sensitivity only (use DiscreteRdp())"
             )
         if do_compose:
             self.releases.append((event, count))
         return None
 
     def _gaussians(self) -> int:
-        return sum(c for e, c in self.releases if isinstance(e, events.GaussianDpEvent))
+        gaussian = (events.GaussianDpEvent, DiscreteGaussianDpEvent)
+        return sum(c for e, c in self.releases if isinstance(e, gaussian))
 
     def _epsilon(self, delta: float) -> float:
         from jfed.privacy.gaussian import analytic_gaussian_epsilon
@@ -310,6 +320,10 @@ class BasicComposition(_Walker):
         for release, count in self.releases:
             if isinstance(release, events.GaussianDpEvent):
                 epsilon = float(analytic_gaussian_epsilon(1.0, release.noise_multiplier, share))
+            elif isinstance(release, DiscreteGaussianDpEvent):
+                sensitivity = release.l2_sensitivity
+                variance = (release.noise_multiplier * sensitivity) ** 2
+                epsilon = discrete_gaussian_worst_epsilon(share, variance, int(sensitivity))
             elif isinstance(release, ApproximateDpEvent):
                 epsilon = release.epsilon
             elif isinstance(release, ParallelDpEvent):
@@ -321,6 +335,12 @@ class BasicComposition(_Walker):
                 epsilon = pure_epsilon(release)  # type: ignore[assignment]
             total += count * epsilon
         return total
+
+
+def _one_exact_coordinate(event: DiscreteGaussianDpEvent) -> bool:
+    """Whether the exact one-dimensional (eps, delta) of Canonne, Kamath and Steinke applies."""
+    sensitivity = event.l2_sensitivity
+    return event.dimension == 1 and event.shares == 1 and float(sensitivity).is_integer()
 
 
 class ParallelComposition:

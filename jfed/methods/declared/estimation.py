@@ -20,7 +20,7 @@ ESTIMATION_PAPER = (
 TWO_STAGE = catalog.TWO_STAGE_SETTINGS
 ESTIMATION_NOISES = ("discrete", "float")
 """``--noise``: the arithmetic of a release's noise (the exact integer grid, or float32)."""
-EXACT_MECHANISMS = ("laplace",)
+EXACT_MECHANISMS = ("laplace", "gaussian")
 """The ``--mechanism`` values that have an exact release on the grid."""
 
 
@@ -50,13 +50,13 @@ class Estimation(Config):
                            group="privacy")  # fmt: skip
     noise: str | None = param(
         None, "the noise's arithmetic: discrete (values rounded to an integer grid, an integer "
-        "sum, exact discrete Laplace noise: the guarantee holds for the program as it runs) or "
+        "sum, exact discrete Laplace or Gaussian noise: the guarantee holds for the program as it "
+        "runs) or "
         "float (float32 noise: the ideal real-valued mechanism, floating-point sampling not "
         "modelled)", kind=str, choices=ESTIMATION_NOISES, group="privacy",
-        default_text="discrete with --mechanism laplace, float with --mechanism gaussian",
+        default_text="discrete",
         requires=(lambda c: c.noise != "discrete" or c.mechanism in EXACT_MECHANISMS,
-                  "as discrete only with --mechanism laplace (the Gaussian release is float32 "
-                  "only)"),
+                  "as discrete only with --mechanism laplace or gaussian"),
     )  # fmt: skip
     delta: float | None = param(None, "delta of each release", kind=float, range=OPEN_UNIT,
                                 group="privacy", default_text="1e-5",
