@@ -25,10 +25,12 @@ mechanism's constants and widths included), where the theory omits constants and
 ``local-user-large`` is exponential in S: its slope is of log MSE against S eps^2 (the theory
 says negative, exp(-c S eps^2), without c).
 
-Arithmetic: the Laplace releases run as the library runs them by default, on the integer grid
-(exact discrete Laplace noise: the stated pure eps holds for the program as it runs); ``--noise
-float`` runs them with float32 Laplace noise instead (the ideal real-valued mechanism). The
-Gaussian mechanism's rows (``--full``) are float32 (``mechanism_model`` in the rows says which).
+Arithmetic: the releases run as the library runs them by default, on the integer grid (exact
+discrete Laplace noise: the stated pure eps holds for the program as it runs; the Gaussian
+mechanism's rows, ``--full`` only, exact discrete Gaussian noise at its exact (eps, delta));
+``--noise float`` runs them with float32 noise instead (the ideal real-valued mechanism;
+``mechanism_model`` in the rows says which). The Gaussian rows of ``--full`` were last run with
+float32 noise.
 """
 
 from __future__ import annotations
