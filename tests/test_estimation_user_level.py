@@ -35,7 +35,8 @@ def test_the_central_user_estimate_is_projected_onto_the_parameter_set(row_of):
     average about 0.9) often carries the average past +-1 (mu = 0.9): every estimate lies in
     [-1, 1]. Negative control, in the same run: over 10% of the estimates sit exactly at +-1,
     where the noise alone puts almost no mass (the grid's outputs are C / (L S) apart), so
-    without the projection those would have left [-1, 1]. (The program of the Gaussian unbiasedness check: eps and mu are its numbers.)"""
+    without the projection those would have left [-1, 1]. (The program of the Gaussian
+    unbiasedness check: eps and mu are its numbers.)"""
     config = config_of("central-user", "gaussian", epsilon=0.05, mean=0.9)
     estimates = row_of(config)["errors"] + config.mean
     assert np.all(np.abs(estimates) <= 1.0 + 1e-6)
