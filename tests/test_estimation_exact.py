@@ -274,3 +274,26 @@ def test_the_exact_noise_is_unbiased_with_the_float_releases_variance():
     assert variance_matches(float_sigma**2)
     wrong = float(analytic_gaussian_noise(2.0, 0.9, 1e-5)) ** 2
     assert not variance_matches(wrong)
+
+
+def test_basic_composition_takes_one_exact_discrete_gaussian_coordinate_only():
+    """Basic composition states the exact one-dimensional (eps, delta) of a discrete Gaussian
+    release of one coordinate and an integer sensitivity (the estimation releases'); a release
+    of two coordinates, or of a non-integer sensitivity (DP-FedAvg's ``sqrt(B)``), is refused
+    rather than certified by the one-dimensional formula."""
+    from jfed.privacy import Basic, spent
+    from jfed.privacy.discrete_accounting import (
+        DiscreteGaussianDpEvent,
+        discrete_gaussian_epsilon,
+    )
+    from jfed.privacy.guarantee import Adjacency
+
+    def certified(event) -> float:
+        return spent(event, 1e-5, accountant=Basic(), adjacency=Adjacency.BOUNDED)
+
+    one = DiscreteGaussianDpEvent(2.0, 6.0, 6.0, 1)
+    assert certified(one) == pytest.approx(discrete_gaussian_epsilon(1e-5, 144.0, 6), rel=1e-9)
+    for refused in (DiscreteGaussianDpEvent(2.0, 6.0, 6.0, 2),
+                    DiscreteGaussianDpEvent(2.0, 6.5, 6.5, 1)):  # fmt: skip
+        with pytest.raises(Exception, match="one coordinate"):
+            certified(refused)

@@ -105,7 +105,8 @@ def grid_norm_for(configs: list[declared.Estimation]) -> int:
         share = setting.release_share
         gaussian = config.mechanism == "gaussian"
         if gaussian:
-            z = 2.0 * analytic_gaussian_noise(1.0, config.epsilon * share, delta_of(config) * share)
+            sigma = analytic_gaussian_noise(1.0, config.epsilon * share, delta_of(config) * share)
+            z = 2.0 * float(sigma)
         else:
             z = 2.0 / (config.epsilon * share)
         largest = setting.largest_sum(config.sites, config.units)
