@@ -34,8 +34,10 @@ from jfed._validation import UsageError
 from jfed.algorithms import estimation, functional
 from jfed.algorithms.estimation_aggregators import (
     GRID_SCALE_TARGET,
+    AnalyticGaussianNoise,
     DiscreteGaussianNoise,
     DiscreteLaplaceNoise,
+    LaplaceNoise,
 )
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_of
@@ -103,7 +105,7 @@ def grid_norm_for(configs: list[declared.Estimation]) -> int:
         if not setting.private:
             continue
         share = setting.release_share
-        gaussian = config.mechanism == "gaussian"
+        gaussian = isinstance(estimation.MECHANISMS[config.mechanism], AnalyticGaussianNoise)
         if gaussian:
             sigma = analytic_gaussian_noise(1.0, config.epsilon * share, delta_of(config) * share)
             z = 2.0 * float(sigma)
@@ -308,7 +310,7 @@ def search_law(config: declared.Estimation) -> dict:
     if not searching or not isinstance(estimation.DATA_MODELS[config.data],
                                        estimation.RademacherData):  # fmt: skip
         raise ValueError("the search's law is computed for local-user-large on rademacher data")
-    if config.mechanism != "laplace":
+    if not isinstance(estimation.MECHANISMS[config.mechanism], LaplaceNoise):
         raise ValueError("the search's law is computed for Laplace noise")
     hp, fields = calibrate_mean(config)
     S, n, mu, eps = config.sites, config.units, config.mean, config.epsilon
