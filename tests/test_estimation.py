@@ -120,7 +120,12 @@ def unbiased_cases(settings, slow: dict[str, str]) -> list:
 
 # the settings of one release (the user-level ones are in test_estimation_user_level.py)
 ONE_RELEASE = [setting for setting in SETTINGS if setting not in UNBIASED]
-SLOW_ONE_RELEASE = {"none-gaussian": "nothing is released: none-laplace runs the same estimator"}
+SLOW_ONE_RELEASE = {
+    "none-gaussian": "nothing is released: none-laplace runs the same estimator",
+    "local-item-gaussian": "a discrete Gaussian draw per unit (18 s): local-item-laplace runs the "
+    "same estimator on the same grid, central-item-gaussian the same noise "
+    "(tests/test_estimation_exact.py checks its mean and variance)",
+}
 
 
 @pytest.mark.parametrize("setting, mechanism", unbiased_cases(ONE_RELEASE, SLOW_ONE_RELEASE))
