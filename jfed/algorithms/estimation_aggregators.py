@@ -227,9 +227,8 @@ class DiscreteLaplaceNoise:
         from ``fold_in(key, i)``)."""
         divisor = self.grid.divisor(params)
         flat = jnp.ravel(integers)
-        noise = jax.vmap(lambda i: discrete.discrete_laplace(
-            jax.random.fold_in(key, i), (), LAPLACE_SCALE_BITS, divisor))(
-            jnp.arange(flat.shape[0]))  # fmt: skip
+        noise = by_element(lambda k: discrete.discrete_laplace(k, (), LAPLACE_SCALE_BITS, divisor),
+                           key, flat.shape[0])  # fmt: skip
         return self.scaled_back((flat + noise).reshape(jnp.shape(integers)), params)
 
     def scaled_back(self, totals: jax.Array, params: DiscreteLaplaceSumParams) -> jax.Array:
@@ -336,8 +335,8 @@ class DiscreteGaussianNoise(DiscreteLaplaceNoise):
         from ``fold_in(key, i)``); NaN if the variance left the sampler's range."""
         bits, quotient, in_range = self.grid_variance(params)
         flat = jnp.ravel(integers)
-        noise = jax.vmap(lambda i: discrete.discrete_gaussian(
-            jax.random.fold_in(key, i), (), bits, quotient))(jnp.arange(flat.shape[0]))  # fmt: skip
+        noise = by_element(lambda k: discrete.discrete_gaussian(k, (), bits, quotient), key,
+                           flat.shape[0])  # fmt: skip
         released = self.scaled_back((flat + noise).reshape(jnp.shape(integers)), params)
         return jnp.where(in_range, released, jnp.nan)
 
@@ -362,7 +361,13 @@ def noise_draws(noise: Any, key: jax.Array, shape: tuple[int, ...]) -> jax.Array
     m draws the same numbers)."""
     if shape == ():
         return noise.draw(key)
-    return jax.vmap(lambda i: noise.draw(jax.random.fold_in(key, i)))(jnp.arange(shape[0]))
+    return by_element(noise.draw, key, shape[0])
+
+
+def by_element(draw: Callable[[jax.Array], jax.Array], key: jax.Array, count: int) -> jax.Array:
+    """``[count]`` draws, element i ``draw(fold_in(key, i))``: the first elements do not depend
+    on ``count`` (a program padded to a larger count draws the same numbers)."""
+    return jax.vmap(lambda i: draw(jax.random.fold_in(key, i)))(jnp.arange(count))
 
 
 # ------------------------------------------------------------------ the mean's noisy releases

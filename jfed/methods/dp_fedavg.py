@@ -66,6 +66,7 @@ from jfed.engine import Poisson, Uniform
 from jfed.engine.cohort import poisson_capacity
 from jfed.methods import declared
 from jfed.methods.experiment import (
+    CanaryAudit,
     Experiment,
     Output,
     declared_outputs,
@@ -411,41 +412,6 @@ clients) or a side channel no guarantee here models (the run's wall-clock time):
 guarantee, listed in every private record's ``not_private_fields``."""
 GRID_NOT_PRIVATE = ("rounding_fallbacks",)
 SECURE_NOT_PRIVATE = ("mean_survivors", "withheld_rounds", "wrapped_coordinates")
-
-
-class CanaryAudit:
-    """What an experiment audited by canary clients (``--audit-canaries M``, through
-    :class:`~jfed.privacy.canary_aggregator.WithCanaries`) shares: the canary count, the output
-    that keeps their final state, and the record's audit fields. A subclass names the release
-    its canaries are scored against (``audited_release``) when the run makes more than one."""
-
-    base_config: Any
-    audited_release: str | None = None
-    """The release the canaries take part in and are scored against (None: the run's one)."""
-
-    @property
-    def canaries(self) -> int:
-        """Canary clients of the run's audit (``--audit-canaries``; 0: none)."""
-        return int(getattr(self.base_config, "audit_canaries", 0))
-
-    def canary_outputs(self, source: str) -> tuple[Output, ...]:
-        """The output of the canaries' final state at ``source`` (the wrapper's state in the
-        run's state) for an audited run; nothing otherwise."""
-        return (Output("canaries", source),) if self.canaries else ()
-
-    def audit_fields(self, outputs: dict, config: Any) -> dict:
-        """The audit of an audited run: the one-run lower bound at the run's delta from its
-        canaries' scores (:func:`jfed.privacy.canary_aggregator.audit`), beside the certified
-        eps; nothing for a run without canaries."""
-        if not self.canaries:
-            return {}
-        from jfed.privacy.canary_aggregator import audit
-
-        state = jax.tree.map(np.asarray, outputs["canaries"])
-        fields = audit(state, self.delta_of(config)).to_fields()  # type: ignore[attr-defined]
-        if self.audited_release is not None:
-            fields["audit_notion"] += f"; canaries in and scored against {self.audited_release}"
-        return fields
 
 
 class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):

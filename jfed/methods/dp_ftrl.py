@@ -153,8 +153,7 @@ class FtrlExperiment(FederatedExperiment):
         the draws by the mechanism's sensitivity, at most ``1 / z`` of a draw's standard
         deviation in any one of them; a union bound over every fresh draw of the run (every
         client takes part by the schedule: no sampling)."""
-        noise = self.algorithm.aggregator.inner.noise
-        draws = sum(int(noise.draws(t)) for t in range(config.rounds))
+        draws = sum(int(self.noise.draws(t)) for t in range(config.rounds))
         multiplier = float(hyper.privacy.noise_multiplier)
         return privacy.reach_delta([1.0 / multiplier], 1.0, draws)
 

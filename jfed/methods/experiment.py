@@ -209,6 +209,55 @@ def _without_seed(config: Config) -> Config:
     return config.replace(seed=0) if hasattr(config, "seed") else config
 
 
+class CanaryAudit:
+    """What an experiment audited by canaries (``--audit-canaries M``: canary clients through
+    :class:`~jfed.privacy.canary_aggregator.WithCanaries`, canary records through the silo
+    methods' :class:`~jfed.algorithms.silo_aggregators.CanaryRecords`) shares: the canary count,
+    the output that keeps their final state, and the record's audit fields. A subclass names the
+    release its canaries are scored against (``audited_release``) when the run makes more than
+    one, and may state the audit at another delta (:meth:`audit_delta`) or add record fields
+    (:meth:`audit_context`)."""
+
+    base_config: Any
+    audited_release: str | None = None
+    """The release the canaries take part in and are scored against (None: the run's one)."""
+
+    @property
+    def canaries(self) -> int:
+        """Canary clients of the run's audit (``--audit-canaries``; 0: none)."""
+        return int(getattr(self.base_config, "audit_canaries", 0))
+
+    def canary_outputs(self, source: str) -> tuple[Output, ...]:
+        """The output of the canaries' final state at ``source`` (the wrapper's state in the
+        run's state) for an audited run; nothing otherwise."""
+        return (Output("canaries", source),) if self.canaries else ()
+
+    def audit_delta(self, config: Any) -> float:
+        """The delta the audit's bound is stated at: the run's (``delta_of(config)``)."""
+        return self.delta_of(config)  # type: ignore[attr-defined]
+
+    def audit_context(self) -> dict:
+        """Record fields an audit adds beside the estimator's (default: none)."""
+        return {}
+
+    def audit_fields(self, outputs: dict, config: Any) -> dict:
+        """The audit of an audited run: the one-run lower bound at :meth:`audit_delta` from its
+        canaries' scores (:func:`jfed.privacy.canary_aggregator.audit`), beside the certified
+        eps, with :meth:`audit_context`; nothing for a run without canaries."""
+        if not self.canaries:
+            return {}
+        import jax
+        import numpy as np
+
+        from jfed.privacy.canary_aggregator import audit
+
+        state = jax.tree.map(np.asarray, outputs["canaries"])
+        fields = audit(state, self.audit_delta(config)).to_fields()
+        if self.audited_release is not None:
+            fields["audit_notion"] += f"; canaries in and scored against {self.audited_release}"
+        return fields | self.audit_context()
+
+
 class Experiment(Generic[ConfigT]):
     """Base of every method's experiment (see the module docstring for what a subclass gives).
 

@@ -16,7 +16,7 @@ Audit (``--audit-canaries M``, as DP-FedAvg's): the private release is wrapped b
 :class:`~jfed.privacy.canary_aggregator.WithCanaries` (:meth:`FederatedExperiment.with_canaries`),
 so M canary clients go through its clipping, the cohort's sampling (or the schedule's turns) and
 its noise; the record gets the one-run lower bound beside the certified eps
-(:class:`~jfed.methods.dp_fedavg.CanaryAudit`). A subclass declares its kept arrays as ``kept``
+(:class:`~jfed.methods.experiment.CanaryAudit`). A subclass declares its kept arrays as ``kept``
 and where the wrapper's state lies in the run's state as ``canary_source``.
 """
 
@@ -40,13 +40,13 @@ from jfed.methods.dp_fedavg import (
     MOMENTUM_DEFAULTS,
     NOISE_CHOICES,
     OVERFLOW_SHARE,
-    CanaryAudit,
     build_model,
     evaluate_accuracy,
     load_population,
     noise_multiplier_within_reach,
 )
 from jfed.methods.experiment import (
+    CanaryAudit,
     Experiment,
     Output,
     Outputs,

@@ -47,6 +47,7 @@ from jfed.algorithms.silo_aggregators import (
 from jfed.data.silos import SiloTask, load_silos
 from jfed.methods import declared
 from jfed.methods.experiment import (
+    CanaryAudit,
     Experiment,
     Output,
     declared_outputs,
@@ -54,7 +55,6 @@ from jfed.methods.experiment import (
     non_private_fields,
 )
 from jfed.privacy import Adjacency, Advanced, Analytic, rounds_of, spent
-from jfed.privacy.canary_aggregator import audit
 from jfed.privacy.discrete_accounting import coupled_gaussian
 from jfed.privacy.discrete_aggregators import largest_grid_norm
 from jfed.privacy.parallel import branches, per_branch
@@ -98,13 +98,12 @@ _KEPT = (
     Output("clipped_fraction", "infos.clipped_fraction", reduce="mean"),
 )
 _FALLBACKS = Output("rounding_fallbacks", "infos.rounding_fallbacks", reduce="sum")
-_CANARIES = Output("canaries", "state.aggregator")
 OUTPUTS = declared_outputs(_KEPT, "SiloExperiment")
 """The kept arrays of every silo run; a run on the grid also keeps its rounding fallbacks, an
 audited run its canaries (:attr:`SiloExperiment.outputs`)."""
 
 
-class SiloExperiment(Experiment):
+class SiloExperiment(CanaryAudit, Experiment):
     """Shared by the silo methods; subclasses name their program and their calibration."""
 
     selection_metric = "excess_train_risk"
@@ -248,12 +247,7 @@ class SiloExperiment(Experiment):
                 "together so the grid fits the smallest, or use --noise float)"
             ) from None
 
-    # -- the audit (``--audit-canaries``)
-    @property
-    def canaries(self) -> int:
-        """Canary records of the run's audit (``--audit-canaries``; 0: none)."""
-        return int(getattr(self.base_config, "audit_canaries", 0))
-
+    # -- the audit (``--audit-canaries``; :class:`~jfed.methods.experiment.CanaryAudit`)
     @property
     def canary_silo(self) -> int:
         """The silo holding the canary records: the smallest (its records are sampled most
@@ -275,20 +269,17 @@ class SiloExperiment(Experiment):
         """The kept arrays; a run on the grid also keeps its rounding fallbacks (summed over the
         rounds), an audited run its canaries' final state."""
         declared = (*_KEPT, *((_FALLBACKS,) if self.exact else ()),
-                    *((_CANARIES,) if self.canaries else ()))  # fmt: skip
+                    *self.canary_outputs("state.aggregator"))  # fmt: skip
         return OUTPUTS if declared == _KEPT else declared_outputs(declared, "SiloExperiment")
 
-    def audit_fields(self, outputs: dict, config) -> dict:
-        """The audit of an audited run: the one-run lower bound at the run's delta from its
-        canary records' scores (:func:`jfed.privacy.canary_aggregator.audit`), beside the
-        certified eps, stating what it tests (:data:`AUDIT_NOTION`) and the canaries' silo;
-        nothing for a run without canaries."""
+    def audit_delta(self, config) -> float:
+        """The silos' delta (every run of a sweep shares it)."""
         del config
-        if not self.canaries:
-            return {}
-        state = jax.tree.map(np.asarray, outputs["canaries"])
-        fields = audit(state, self.delta).to_fields()
-        return fields | {"audit_notion": AUDIT_NOTION, "audit_silo": self.canary_silo}
+        return self.delta
+
+    def audit_context(self) -> dict:
+        """What the silo audit tests (:data:`AUDIT_NOTION`) and the canaries' silo."""
+        return {"audit_notion": AUDIT_NOTION, "audit_silo": self.canary_silo}
 
     def calibrate_many(self, config, epsilons: list[float], delta: float) -> list[tuple]:
         """``[(noise std f64[N], privacy fields)]``, one per eps."""

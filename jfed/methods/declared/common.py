@@ -11,12 +11,12 @@ from jfed.methods.registry import Metrics
 
 MAX_DIM = 100_000
 ACCURACY = Metrics(selection="train_accuracy", maximize=True, report="test_accuracy")
+"""The federated training methods' metrics: tuned on the training clients' accuracy (the image
+tasks have no validation split), reported on held-out clients or images."""
 
 GRID_NOISES = {"float": False, "discrete": True}
 """Whether each ``--noise`` a method offers releases on the integer grid (exact discrete noise)
 or adds float32 noise (the ideal real-valued mechanism)."""
-"""The federated training methods' metrics: tuned on the training clients' accuracy (the image
-tasks have no validation split), reported on held-out clients or images."""
 GRADIENT_CLIP = "clip norm of each gradient (DP-SGD: a client's, G; silos: a record's, L)"
 RIDGE = "ridge (L2) regulariser lambda"
 CLIENTS = (
