@@ -35,7 +35,7 @@ from jfed.methods.declared import (
     NoisyMBSGD,
     ShuffleMBSGD,
 )
-from jfed.methods.experiment import Experiment, Output, Outputs
+from jfed.methods.experiment import Experiment, Output, Outputs, Program
 from jfed.methods.fields import (
     EPSILON,
     NONNEGATIVE,
@@ -91,6 +91,7 @@ __all__ = [
     "NoisyMBSGD",
     "Output",
     "Outputs",
+    "Program",
     "Range",
     "Rounds",
     "ShuffleMBSGD",

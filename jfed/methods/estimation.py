@@ -402,8 +402,10 @@ class MonteCarloExperiment(Experiment):
     outputs = MONTE_CARLO_OUTPUTS
 
     def ledger(self) -> Any:
-        """The releases one round of :attr:`algorithm` makes (traced once per program)."""
-        return round_ledger(self.algorithm, int(self.population.n_clients))
+        """The releases one round of the running algorithm makes (:meth:`running`, traced once
+        per program)."""
+        algorithm, population = self.running()
+        return round_ledger(algorithm, int(population.n_clients))
 
     def run_event(self, hyper: Any) -> Any:
         """One round's event (:func:`round_event`): no unit takes part in two rounds."""

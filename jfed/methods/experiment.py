@@ -14,10 +14,19 @@ the seed and the tunable fields. A subclass of :class:`Experiment` provides:
 - ``evaluate(outputs, config) -> metrics``: host metrics from the kept arrays (float64).
 
 and may override ``rounds`` (default: the configuration's ``rounds``, else 1), ``prepare(configs)``
-(host work of a whole grid at once), ``identity()`` (the record's data fields),
+(host work of a whole grid at once that sizes the program: a cohort's capacity, a noise grid),
+``calibrate_all(configs)`` (a batched calibration), ``identity()`` (the record's data fields),
 ``shared_noise_algorithm``, ``default_plan()`` and ``summary(record)``. How a sweep tunes and what
 a run reports is metadata of the method's declaration, not of its experiment:
 ``Method(..., metrics=Metrics(selection, maximize, report))`` (:class:`jfed.methods.Metrics`).
+
+What the runner asks, in order: :meth:`Experiment.frozen` once per sweep (the frozen
+:class:`Program` built from the fixed fields and the sweep's configurations: population,
+algorithm, outputs, rounds), :meth:`Experiment.calibrate_all` once per slice (the
+hyper-parameters and privacy fields of a batch of runs, a function of their configurations
+alone), then :meth:`Experiment.evaluate` per run and the record's descriptive fields
+(``identity()``, ``rounds``). Inside :meth:`Experiment.frozen` the releases a run is certified
+for are traced from the frozen program, never from the experiment's attributes of the moment.
 
 Mistakes an author can make are reported when the class is defined or registered, naming the
 method, the member and what is expected, not from inside a compiled program.
@@ -27,9 +36,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from jfed.methods.config import Config
 from jfed.methods.fields import FixedFields
@@ -209,6 +219,25 @@ def _without_seed(config: Config) -> Config:
     return config.replace(seed=0) if hasattr(config, "seed") else config
 
 
+class Program(NamedTuple):
+    """The frozen program of a sweep (:meth:`Experiment.build_program`): what the engine
+    compiles and runs for every configuration of the sweep. Built once from the method's fixed
+    fields and the sweep's configurations (which may size it: a Poisson cohort's capacity for the
+    largest eps, a noise grid every eps fits); the runs differ only in their traced
+    hyper-parameters and keys."""
+
+    population: Any
+    """The clients the engine streams (a :mod:`jfed.data` population)."""
+    algorithm: Any
+    """The static ``init`` + ``round`` program (:class:`jfed.engine.Algorithm`)."""
+    outputs: Outputs
+    """The arrays kept on the device (:class:`Outputs`)."""
+    rounds: int
+    """Rounds of every run."""
+    shared_noise_algorithm: Any = None
+    """The program of units whose eps share their noise draws (``None``: every run alone)."""
+
+
 class CanaryAudit:
     """What an experiment audited by canaries (``--audit-canaries M``: canary clients through
     :class:`~jfed.privacy.canary_aggregator.WithCanaries`, canary records through the silo
@@ -324,7 +353,48 @@ class Experiment(Generic[ConfigT]):
         return int(getattr(self.base_config, "rounds", 1))
 
     def prepare(self, configs: list[ConfigT]) -> None:
-        del configs  # nothing shared to calibrate up front
+        """Host work of a sweep's configurations ``configs`` at once, before :attr:`algorithm` is
+        read: what sizes the program (default: nothing)."""
+        del configs  # nothing shared to size up front
+
+    def build_program(self, configs: list[ConfigT]) -> Program:
+        """The frozen :class:`Program` that runs every configuration of ``configs``:
+        :meth:`prepare` on them, then the population, algorithm, outputs and rounds as they are
+        after it. The runner builds it once per sweep (:meth:`frozen`) and reads the
+        experiment's program only through it."""
+        if not configs:
+            raise ValueError(
+                f"method {self.name}: build_program() needs at least one configuration"
+            )
+        self.prepare(list(configs))
+        outputs = self.outputs
+        if not isinstance(outputs, Outputs):
+            outputs = declared_outputs(outputs, f"{type(self).__qualname__}.outputs")
+        return Program(self.population, self.algorithm, outputs, int(self.rounds),
+                       self.shared_noise_algorithm)  # fmt: skip
+
+    @contextmanager
+    def frozen(self, configs: list[ConfigT]) -> Iterator[Program]:
+        """``with experiment.frozen(configs) as program:`` the program of ``configs``
+        (:meth:`build_program`), in force until the block ends: calibration inside it traces the
+        releases of that program (:meth:`running`), whatever the experiment's attributes become
+        meanwhile, so a run is certified for the program that ran. The runner runs a sweep
+        inside this block."""
+        program = self.build_program(configs)
+        self.__dict__["_program"] = program
+        try:
+            yield program
+        finally:
+            self.__dict__.pop("_program", None)
+
+    def running(self) -> tuple[Any, Any]:
+        """``(algorithm, population)`` that runs: the frozen program's inside :meth:`frozen`,
+        else the experiment's own. The ledger a run is calibrated and certified from is traced
+        from these."""
+        program = self.__dict__.get("_program")
+        if program is not None:
+            return program.algorithm, program.population
+        return self.algorithm, self.population
 
     def default_plan(self):
         """The engine plan when the caller gives none: sized for the backend."""
@@ -366,16 +436,17 @@ class Experiment(Generic[ConfigT]):
         return float(config.epsilon), float(config.delta), accountant  # type: ignore[attr-defined]
 
     def ledger(self) -> Any:
-        """The releases one round of :attr:`algorithm` makes (:func:`jfed.engine.trace_releases`,
-        traced once per algorithm, with the structure of ``hyperparams(config, 1.0)``)."""
+        """The releases one round of the running algorithm makes (:meth:`running`;
+        :func:`jfed.engine.trace_releases`, traced once per algorithm, with the structure of
+        ``hyperparams(config, 1.0)``)."""
         from jfed.engine import trace_releases
 
-        algorithm = self.algorithm
+        algorithm, population = self.running()
         cache = self.__dict__.setdefault("_ledgers", {})
         if algorithm not in cache:
             # the base values give the structure of the hyper-parameters (the numbers are unused)
             structure = self.hyperparams(self.base_config, 1.0 if self.method.private else None)
-            cache[algorithm] = trace_releases(algorithm, self.population, structure)
+            cache[algorithm] = trace_releases(algorithm, population, structure)
         return cache[algorithm]
 
     def run_event(self, hyper: Any) -> Any:
@@ -391,7 +462,7 @@ class Experiment(Generic[ConfigT]):
         ledger's adjacency: one search per setting (every seed of a sweep shares it)."""
         from jfed.privacy.accounting import calibrate
 
-        key = (type(self).__qualname__, self.name, _without_seed(config), self.algorithm,
+        key = (type(self).__qualname__, self.name, _without_seed(config), self.running()[0],
                float(epsilon), float(delta), accountant, float(tolerance))  # fmt: skip
         if key not in _CALIBRATIONS:
             ledger = self.ledger()
@@ -463,10 +534,11 @@ class Experiment(Generic[ConfigT]):
         """``ValueError`` naming method ``name`` and the member when this class lacks what the
         runner asks of it (called when the method is registered or its experiment loads)."""
         problems = []
-        if cls.calibrate is Experiment.calibrate and cls.hyperparams is Experiment.hyperparams:
+        if (cls.calibrate is Experiment.calibrate and cls.hyperparams is Experiment.hyperparams
+                and cls.calibrate_all is Experiment.calibrate_all):  # fmt: skip
             problems.append(
-                "neither hyperparams(config, noise_multiplier) nor calibrate(config) -> "
-                "(hyperparams, privacy) is defined"
+                "none of hyperparams(config, noise_multiplier), calibrate(config) -> "
+                "(hyperparams, privacy) or calibrate_all(configs) is defined"
             )
         if not isinstance(cls.outputs, (Outputs, property)):
             problems.append(
@@ -475,10 +547,40 @@ class Experiment(Generic[ConfigT]):
         if problems:
             raise ValueError(f"method {name}: {cls.__name__}: " + "; ".join(problems))
 
+    def calibrate_all(self, configs: list[ConfigT]) -> list[tuple[Any, Any]]:
+        """``[(hyperparams, privacy)]``, one per configuration of ``configs`` in order (each as
+        :meth:`calibrate` returns it): a pure function of the runs' configurations and the
+        program :meth:`build_program` froze.
+
+        The default calls :meth:`calibrate` once per distinct configuration (repeats, such as a
+        padded slice's, share the result); its searches are cached per setting, so the seeds of a
+        sweep share one. Override it to calibrate a batch together (e.g. every eps of one setting
+        in one pass)."""
+        done: dict[Any, tuple[Any, Any]] = {}  # configurations are frozen: hashable
+        for config in configs:
+            if config not in done:
+                done[config] = self.calibrate(config)
+        return [done[config] for config in configs]
+
     # -- what the runner calls
+    def calibrated_all(self, configs: list[ConfigT]) -> list[tuple[Any, dict]]:
+        """:meth:`calibrate_all`, each privacy statement checked and made the record's fields."""
+        results = self.calibrate_all(list(configs))
+        if not isinstance(results, list) or len(results) != len(configs):
+            raise ValueError(
+                f"method {self.name}: calibrate_all must return a list of one (hyperparams, "
+                f"privacy) per configuration ({len(configs)}), got "
+                f"{len(results) if isinstance(results, list) else type(results).__name__}"
+            )
+        return [self._checked(result) for result in results]
+
     def calibrated(self, config: ConfigT) -> tuple[Any, dict]:
         """:meth:`calibrate`, its privacy statement checked and made the record's fields."""
-        result = self.calibrate(config)
+        return self._checked(self.calibrate(config))
+
+    def _checked(self, result: Any) -> tuple[Any, dict]:
+        """One calibration's ``(hyperparams, privacy)``, its privacy made the record's fields;
+        ``ValueError`` naming the method where it is not one."""
         if not isinstance(result, tuple) or len(result) != 2:
             raise ValueError(
                 f"method {self.name}: calibrate must return (hyperparams, privacy), got "

@@ -340,16 +340,18 @@ def _run(
     """Run the configurations of ``configs`` that ``done_rows`` lacks (their rows appended to
     ``results_path`` unless ``None``); the rows of ``configs``, in their order."""
     todo = _pending(configs, done_rows)
-    if todo:
-        experiment.prepare(todo)  # host work of the whole grid at once (may size the program)
-    population = experiment.population
-    plan = _fit_plan(options.plan or experiment.default_plan(), population.n_clients)
-    if distributed.is_distributed():
-        population = distributed.replicate(population, plan.mesh)
     rows = list(done_rows)
     if todo:
-        rows += _run_pending(experiment, todo, len(configs), population, plan, results_path,
-                             options)  # fmt: skip
+        # the frozen program of the whole grid at once (its configurations may size it)
+        with experiment.frozen(todo) as program:
+            plan = _fit_plan(options.plan or experiment.default_plan(),
+                             program.population.n_clients)  # fmt: skip
+            if distributed.is_distributed():
+                program = program._replace(
+                    population=distributed.replicate(program.population, plan.mesh)
+                )
+            rows += _run_pending(experiment, program, todo, len(configs), plan, results_path,
+                                 options)  # fmt: skip
     return _in_order(configs, rows)
 
 
@@ -378,8 +380,8 @@ def _in_order(configs: list[Config], rows: list[dict]) -> list[dict]:
 class _Sweep:
     """What every slice of one sweep shares."""
 
-    experiment: Any
-    population: Any  # placed for the program (replicated over the processes of a run)
+    experiment: Any  # calibrates and evaluates the runs (calibrated_all, evaluate)
+    program: Any  # the frozen Program (population placed: replicated over a run's processes)
     plan: ExecutionPlan
     unit: Callable  # (population, hp, key, token) -> outputs of one unit (_unit_function)
     shared_algorithm: Any  # the program of units that share their noise; None: runs alone
@@ -388,19 +390,19 @@ class _Sweep:
 
 
 def _run_pending(
-    experiment, todo: list[Config], total: int, population, plan: ExecutionPlan,
+    experiment, program, todo: list[Config], total: int, plan: ExecutionPlan,
     results_path: str | None, options: SweepOptions,
 ) -> list[dict]:  # fmt: skip
     """Run ``todo`` (of ``total`` configurations) in slices of whole units through one compiled
-    program; each slice's rows are appended to ``results_path`` (unless ``None``) as soon as it
-    finishes."""
+    ``program`` (the experiment's frozen :class:`~jfed.methods.experiment.Program`); each
+    slice's rows are appended to ``results_path`` (unless ``None``) as soon as it finishes."""
     shared_algorithm = (
-        experiment.shared_noise_algorithm if options.share_noise and len(todo) > 1 else None
+        program.shared_noise_algorithm if options.share_noise and len(todo) > 1 else None
     )
     units = _units(todo, shared_algorithm is not None)
-    sweep = _sweep_of(experiment, units, shared_algorithm, population, plan, options.progress)
+    sweep = _sweep_of(experiment, program, units, shared_algorithm, plan, options.progress)
     units_per_slice = _slice_size(sweep, units, options)
-    program = _program(sweep.unit, options.vector_width or default_vector_width(units_per_slice))
+    sliced = _program(sweep.unit, options.vector_width or default_vector_width(units_per_slice))
     run_info = _run_info(sweep, units_per_slice)
     rows: list[dict] = []
     with tqdm(total=total, initial=total - len(todo),
@@ -408,7 +410,7 @@ def _run_pending(
               desc=f"sweep {experiment.name}", unit="run") as bar:  # fmt: skip
         for index, start in enumerate(range(0, len(units), units_per_slice)):
             chunk = units[start : start + units_per_slice]
-            written = _run_slice(sweep, program, chunk, units_per_slice, run_info, index)
+            written = _run_slice(sweep, sliced, chunk, units_per_slice, run_info, index)
             if results_path is not None:
                 append_rows(results_path, written)
             rows += written
@@ -419,28 +421,31 @@ def _run_pending(
 
 
 def _sweep_of(
-    experiment, units: list[list[Config]], shared_algorithm, population, plan: ExecutionPlan,
+    experiment, program, units: list[list[Config]], shared_algorithm, plan: ExecutionPlan,
     progress: bool,
 ) -> _Sweep:  # fmt: skip
     """What the slices of ``units`` share: the unit function (of ``shared_algorithm`` when not
-    ``None``, else of the method's algorithm), and a bar over rounds when there is one run."""
+    ``None``, else of the program's algorithm), and a bar over rounds when there is one run."""
     shared = shared_algorithm is not None
     per_unit = max(len(unit) for unit in units)  # shorter units are padded to this
     rounds_bar = progress and len(units) == 1 and per_unit == 1
     unit = _unit_function(
-        shared_algorithm if shared else experiment.algorithm, experiment.rounds, plan,
-        experiment.outputs, shared, report_every(experiment.rounds) if rounds_bar else 0,
+        shared_algorithm if shared else program.algorithm, program.rounds, plan,
+        program.outputs, shared, report_every(program.rounds) if rounds_bar else 0,
     )  # fmt: skip
-    return _Sweep(experiment, population, plan, unit, shared_algorithm, per_unit, rounds_bar)
+    return _Sweep(experiment, program, plan, unit, shared_algorithm, per_unit, rounds_bar)
 
 
-def _calibrated_unit(sweep: _Sweep, unit_configs: list[Config]) -> tuple:
-    """A unit's hyper-parameters (leaves ``[per_unit, ...]``, padded with its last
-    configuration) and the privacy fields of each of its runs (host calibration)."""
-    padded = unit_configs + [unit_configs[-1]] * (sweep.per_unit - len(unit_configs))
-    calibrated = [sweep.experiment.calibrated(c) for c in padded]
-    hp = _stack_unit([hp for hp, _ in calibrated], sweep.shared_algorithm)
-    return hp, [fields for _, fields in calibrated]
+def _calibrated_units(sweep: _Sweep, units: list[list[Config]]) -> list[tuple]:
+    """Each unit's hyper-parameters (leaves ``[per_unit, ...]``, padded with its last
+    configuration) and the privacy fields of each of its runs: ONE batch calibration of all the
+    units' configurations on the host (:meth:`Experiment.calibrated_all`)."""
+    padded = [unit + [unit[-1]] * (sweep.per_unit - len(unit)) for unit in units]
+    calibrated = sweep.experiment.calibrated_all([c for unit in padded for c in unit])
+    per_unit = [calibrated[i : i + sweep.per_unit]
+                for i in range(0, len(calibrated), sweep.per_unit)]  # fmt: skip
+    return [(_stack_unit([hp for hp, _ in unit], sweep.shared_algorithm),
+             [fields for _, fields in unit]) for unit in per_unit]  # fmt: skip
 
 
 def _slice_size(sweep: _Sweep, units: list[list[Config]], options: SweepOptions) -> int:
@@ -454,8 +459,8 @@ def _slice_size(sweep: _Sweep, units: list[list[Config]], options: SweepOptions)
     elif distributed.is_distributed():
         units_per_slice = MAX_SLICE // sweep.per_unit  # (the memory analysis takes local inputs)
     else:
-        hp, _ = _calibrated_unit(sweep, units[0])
-        footprint = unit_footprint(sweep.unit, sweep.population, hp, jax.random.key(0))
+        ((hp, _),) = _calibrated_units(sweep, units[:1])
+        footprint = unit_footprint(sweep.unit, sweep.program.population, hp, jax.random.key(0))
         fits = options.memory_budget // footprint
         units_per_slice = max(1, min(MAX_SLICE // sweep.per_unit, fits))
     return min(units_per_slice, len(units))
@@ -473,20 +478,20 @@ def _run_info(sweep: _Sweep, units_per_slice: int) -> dict:
 
 
 def _run_slice(
-    sweep: _Sweep, program, chunk: list[list[Config]], units_per_slice: int, run_info: dict,
+    sweep: _Sweep, sliced, chunk: list[list[Config]], units_per_slice: int, run_info: dict,
     index: int,
 ) -> list[dict]:  # fmt: skip
     """Run slice ``index``: ``chunk``'s units (padded to ``units_per_slice`` with its last) in
     one call of the compiled program; the rows of its runs."""
     padded = chunk + [chunk[-1]] * (units_per_slice - len(chunk))
-    calibrated = [_calibrated_unit(sweep, unit_configs) for unit_configs in padded]
+    calibrated = _calibrated_units(sweep, padded)
     hps = stack([hp for hp, _ in calibrated])
     keys = jax.vmap(jax.random.key)(np.array([u[0].seed for u in padded]))
-    args = (sweep.population, *_placed(sweep.plan, (hps, keys, jnp.int32(0))))
-    executable, compile_seconds = _compiled(program, _spec(args))
+    args = (sweep.program.population, *_placed(sweep.plan, (hps, keys, jnp.int32(0))))
+    executable, compile_seconds = _compiled(sliced, _spec(args))
     tic = time.perf_counter()
     if sweep.rounds_bar:
-        with round_progress(sweep.experiment.rounds, sweep.experiment.name) as token:
+        with round_progress(sweep.program.rounds, sweep.experiment.name) as token:
             outputs = distributed.fetch(executable(*args[:3], *_placed(sweep.plan, (token,))))
             jax.effects_barrier()
     else:
