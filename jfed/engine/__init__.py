@@ -9,7 +9,7 @@ from jfed.engine.aggregate import (
     stack_cohort,
     sum_messages,
 )
-from jfed.engine.client_state import RunState
+from jfed.engine.client_state import HostTable, RunState
 from jfed.engine.clients import (
     Clients,
     CohortView,
@@ -21,7 +21,7 @@ from jfed.engine.clients import (
 from jfed.engine.cohort import All, CohortInfo, Poisson, Uniform, draw_cohort
 from jfed.engine.keys import as_key, client_key, cohort_key, round_key, run_streams
 from jfed.engine.loop import Algorithm, run_rounds, simulate
-from jfed.engine.plan import CLIENT_AXIS, ExecutionPlan, client_mesh
+from jfed.engine.plan import CLIENT_AXIS, ExecutionPlan, TableStore, client_mesh
 from jfed.engine.schedules import CyclicGroups, MinSeparation, ShuffledEpochs, schedule_key
 
 __all__ = [
@@ -33,12 +33,14 @@ __all__ = [
     "CohortView",
     "CyclicGroups",
     "ExecutionPlan",
+    "HostTable",
     "Ledger",
     "MinSeparation",
     "Poisson",
     "Release",
     "RunState",
     "ShuffledEpochs",
+    "TableStore",
     "Uniform",
     "aggregate",
     "aggregate_cohort",

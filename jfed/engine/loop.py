@@ -79,7 +79,9 @@ def simulate(
     Returns:
       ``(final_state, infos)`` where every leaf of ``infos`` has a leading axis of length
       ``rounds`` (the per-round diagnostics); for an algorithm with per-client state,
-      ``final_state`` is :class:`RunState` ``(server, clients)``.
+      ``final_state`` is :class:`RunState` ``(server, clients)`` (with a
+      :class:`~jfed.engine.HostTable` in the plan, ``clients`` are its numpy rows, the call
+      having waited for the run).
     """
     if int(rounds) != rounds or rounds < 1:
         raise ValueError(f"expected rounds >= 1 (integer), got rounds={rounds}")
@@ -92,9 +94,9 @@ def simulate(
         start = time.perf_counter()
         result = jax.block_until_ready(compiled(population, hyperparams, key))
         timings["run_seconds"] = time.perf_counter() - start
-        return result
+        return _host_rows(result, plan)
     if not progress:
-        return _simulate(algorithm, population, hyperparams, key, rounds, plan)
+        return _host_rows(_simulate(algorithm, population, hyperparams, key, rounds, plan), plan)
     description = progress if isinstance(progress, str) else "rounds"
     with round_progress(rounds, description) as token:
         result = _simulate(
@@ -102,7 +104,17 @@ def simulate(
         )
         jax.block_until_ready(result)
         jax.effects_barrier()  # every report has reached the bar
-    return result
+    return _host_rows(result, plan)
+
+
+def _host_rows(result: tuple[PyTree, PyTree], plan: ExecutionPlan) -> tuple[PyTree, PyTree]:
+    """A run's result with a table kept off the device: its rows read from the host once the
+    run has finished (the program flushed them as its last step)."""
+    state, infos = result
+    if plan.client_state is None or not isinstance(state, RunState):
+        return result
+    jax.block_until_ready(result)
+    return RunState(state.server, plan.client_state.rows()), infos
 
 
 def run_rounds(
@@ -123,7 +135,10 @@ def run_rounds(
     An algorithm with per-client state (``client_state``) has its table created here, carried
     through the rounds beside the server state (split over the plan's mesh by rows) and
     returned as ``RunState(server=final_state, clients=table)``, the table's leaves
-    ``[n_clients, ...]``."""
+    ``[n_clients, ...]``; with a :class:`~jfed.engine.HostTable` in the plan, the table is
+    created, read, written and flushed on the host from inside this program, and ``clients`` is
+    its :class:`~jfed.engine.client_state.HostRows` (the rows: ``plan.client_state.rows()``
+    once the program has finished)."""
     init_key, server_root, client_root = run_streams(key)
     state = algorithm.init(hyperparams, init_key)
     initial = initial_client_state(algorithm, hyperparams, init_key)

@@ -2,13 +2,46 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
 CLIENT_AXIS = "clients"
+
+
+class TableStore(Protocol):
+    """Where a per-client state table lives off the device, and its host side, called from
+    inside the compiled run (:class:`jfed.engine.HostTable` is the one jfed ships; see
+    :mod:`jfed.engine.client_state`)."""
+
+    @property
+    def kind(self) -> str:
+        """A word for run records: ``"host"``, ``"disk"``, ..."""
+        ...
+
+    def create(self, n_clients: int, treedef: Any, *initial: Any) -> Any:
+        """A fresh table of ``n_clients`` rows of ``initial`` (ONE client's leaves);
+        returns ``np.uint32(0)``."""
+        ...
+
+    def read(self, ids: Any, writes: Any) -> Any:
+        """The rows at ``ids`` (a pytree like the state, leaves ``[len(ids), ...]``)."""
+        ...
+
+    def write(self, ids: Any, valid: Any, writes: Any, rows: Any) -> Any:
+        """Rows written where ``valid``; returns ``np.uint32(writes + 1)``."""
+        ...
+
+    def flush(self, writes: Any) -> Any:
+        """Everything written through; returns ``np.uint32(writes)``."""
+        ...
+
+    def rows(self) -> Any:
+        """Every client's state after the last run (host arrays, ``[n_clients, ...]``)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -26,11 +59,20 @@ class ExecutionPlan:
       mesh: optional 1-D ``jax.sharding.Mesh`` with axis ``"clients"``; blocks are split over its
         devices and the partial statistics summed across them (float order then differs from the
         1-device run, by rounding only).
+      client_state: where an algorithm's per-client state table lives
+        (:mod:`jfed.engine.client_state`): ``None`` (the default) on the devices, split by rows
+        over the mesh; a :class:`~jfed.engine.HostTable` in host memory (``HostTable()``) or in
+        ``.npy`` files on disk (``HostTable(path)``), the cohort's rows read and written from
+        inside the compiled rounds (``client_state.store_named`` turns ``"device"`` and
+        ``"host"`` into these); any :class:`TableStore`. Results are bit-identical in
+        every place; a table off the device serves one run at a time (no vmapped runs). A
+        ``HostTable`` is a place, compared by identity: a plan holding it reuses its program.
     """
 
     block_size: int = 65_536
     chunk_size: int = 4_096
     mesh: Mesh | None = None
+    client_state: TableStore | None = None
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
@@ -47,8 +89,14 @@ class ExecutionPlan:
             )
 
     @classmethod
-    def for_backend(cls, backend: str | None = None, mesh: Mesh | None = None) -> ExecutionPlan:
-        """The default plan for ``backend`` (default: JAX's default backend).
+    def for_backend(
+        cls,
+        backend: str | None = None,
+        mesh: Mesh | None = None,
+        client_state: TableStore | None = None,
+    ) -> ExecutionPlan:
+        """The default plan for ``backend`` (default: JAX's default backend), its per-client
+        state where ``client_state`` says (default: on the devices).
 
         CPU: chunks of 4,096 clients in blocks of 65,536 (per-client work is memory-bound there;
         wider vectors gained nothing on this 2-core machine). GPU and TPU: chunks of 262,144 in
@@ -59,16 +107,20 @@ class ExecutionPlan:
         """
         platform = backend or jax.default_backend()
         if platform == "cpu":
-            return cls(block_size=65_536, chunk_size=4_096, mesh=mesh)
-        return cls(block_size=1_048_576, chunk_size=262_144, mesh=mesh)
+            return cls(block_size=65_536, chunk_size=4_096, mesh=mesh, client_state=client_state)
+        return cls(block_size=1_048_576, chunk_size=262_144, mesh=mesh, client_state=client_state)
 
     def describe(self) -> dict:
-        """JSON-ready fields of the plan, for run records."""
-        return {
+        """JSON-ready fields of the plan, for run records (``client_state`` only where the table
+        is kept off the device: ``"host"`` or ``"disk"``)."""
+        fields: dict = {
             "block_size": self.block_size,
             "chunk_size": self.chunk_size,
             "n_shards": self.n_shards,
         }
+        if self.client_state is not None:
+            fields["client_state"] = self.client_state.kind
+        return fields
 
     @property
     def n_shards(self) -> int:
@@ -91,7 +143,7 @@ class ExecutionPlan:
         widest = min(self.block_size // chunk, chunks)
         # exactly `chunks` chunks computed: the widest block that divides them (1 always does)
         per_block = max(m for m in range(1, widest + 1) if chunks % m == 0)
-        return ExecutionPlan(per_block * chunk, chunk, self.mesh)
+        return replace(self, block_size=per_block * chunk, chunk_size=chunk)
 
 
 def client_mesh(n_devices: int | None = None, backend: str | None = None) -> Mesh:

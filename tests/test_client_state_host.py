@@ -1,0 +1,191 @@
+"""Per-client state kept off the device (:class:`jfed.engine.HostTable`): in host memory or in
+``.npy`` files on disk, the cohort's rows read and written from inside the compiled rounds.
+
+- The same bits as the device table: the engine's Visits algorithm (a Poisson cohort padded in
+  every round) at two chunk widths, and SCAFFOLD, give every output and every stored row equal to
+  the device run's, in host memory and on disk.
+- A client's row survives between its participations: each final row is what the cohort ids of
+  the rounds predict (visits counted, last round, features summed in visit order), padding
+  wrote nothing (the last client's row moved only in the rounds that drew it). Negative
+  control: a table that forgets its writes fails the same check.
+- The files are written where the user says and are a valid table afterwards (``np.load``).
+- Runs mapped one after another (a sweep's vector width 1) each get the table in turn; runs
+  vmapped together are refused in one line.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_client_state import N_CLIENTS, POPULATION, ROUNDS, Visits, _first_features, run
+
+from jfed import privacy
+from jfed.algorithms import scaffold
+from jfed.algorithms.local_training import LocalTraining
+from jfed.data import dirichlet_digits
+from jfed.engine import ExecutionPlan, HostTable, Poisson, run_rounds, simulate
+from jfed.engine.client_state import ONE_RUN, choose_client_state, store_named, table_bytes
+from jfed.models import DenseClassifier
+
+COHORT = Poisson(0.1, capacity=12)
+
+
+class Forgetful(HostTable):
+    """Negative control: a table that counts its writes but never stores them."""
+
+    def write(self, ids, valid, writes, rows):
+        return np.uint32(writes + 1)
+
+
+@functools.cache
+def device_run(chunk: int):
+    return run(Visits(COHORT), ExecutionPlan(block_size=chunk, chunk_size=chunk))
+
+
+def rows_follow_the_cohorts(clients: dict, infos: dict) -> bool:
+    """Every client's final row as the rounds' cohorts predict: its visits, the last round that
+    drew it (-1: none, its initial row) and its first three features added once per visit
+    (float32, in order)."""
+    x = _first_features()
+    visits = np.zeros(N_CLIENTS, np.int32)
+    last = np.full(N_CLIENTS, -1, np.int32)
+    total = np.zeros((N_CLIENTS, 3), np.float32)
+    for t in range(ROUNDS):
+        members = np.asarray(infos["ids"][t])[: int(infos["size"][t])]
+        visits[members] += 1
+        last[members] = t
+        total[members] = (total[members] + x[members]).astype(np.float32)
+    return (np.array_equal(np.asarray(clients["visits"]), visits)
+            and np.array_equal(np.asarray(clients["last"]), last)
+            and np.array_equal(np.asarray(clients["total"]), total))  # fmt: skip
+
+
+def assert_same_bits(a, b) -> None:
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        assert np.asarray(x).dtype == np.asarray(y).dtype
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("chunk", [8, 16], ids=["chunks of 8", "chunks of 16"])
+def test_host_and_disk_tables_give_the_device_tables_bits(chunk, tmp_path):
+    """A Poisson cohort of capacity 12 pads every round (to 16 slots); with the table in host
+    memory and on disk, the server state, the cohorts and every client's row are the device
+    run's bits, and the rows are what the cohorts predict (padding wrote nothing)."""
+    (device, device_infos) = device_run(chunk)
+    sizes = np.asarray(device_infos["size"])
+    assert np.all(sizes < 12) and sizes.max() > 0  # padding in every round
+    assert rows_follow_the_cohorts(device.clients, device_infos)
+    for store in (HostTable(), HostTable(tmp_path / "table")):
+        plan = ExecutionPlan(block_size=chunk, chunk_size=chunk, client_state=store)
+        final, infos = run(Visits(COHORT), plan)
+        assert_same_bits(final.server, device.server)
+        assert_same_bits(final.clients, device.clients)
+        for name in ("ids", "size"):
+            np.testing.assert_array_equal(np.asarray(infos[name]), device_infos[name])
+        np.testing.assert_array_equal(np.asarray(infos["table"].writes), np.arange(1, ROUNDS + 1))
+    last = N_CLIENTS - 1
+    drawn = sum(last in np.asarray(device_infos["ids"][t])[: sizes[t]] for t in range(ROUNDS))
+    assert int(final.clients["visits"][last]) == drawn < ROUNDS  # padding id n never wrote it
+
+
+def test_a_table_that_forgets_its_writes_is_caught():
+    final, infos = run(Visits(COHORT), ExecutionPlan(block_size=8, chunk_size=8,
+                                                     client_state=Forgetful()))  # fmt: skip
+    assert not rows_follow_the_cohorts(final.clients, infos)
+    assert int(np.asarray(final.clients["visits"]).max()) == 0
+
+
+def test_the_files_are_written_where_the_user_says_and_are_a_valid_table(tmp_path):
+    """One ``.npy`` per leaf of the state, named by its path, in the folder named (created);
+    ``np.load`` reads the population's rows; a second run rewrites them."""
+    folder = tmp_path / "runs" / "visits"
+    store = HostTable(folder)
+    run(Visits(COHORT), ExecutionPlan(block_size=8, chunk_size=8, client_state=store))
+    assert sorted(p.name for p in folder.iterdir()) == ["last.npy", "total.npy", "visits.npy"]
+    assert sorted(store.files()) == sorted(str(p) for p in folder.iterdir())
+    device, _ = device_run(8)
+    for name, leaf in device.clients.items():
+        loaded = np.load(folder / f"{name}.npy")
+        assert loaded.shape == (N_CLIENTS, *leaf.shape[1:]) and loaded.dtype == leaf.dtype
+        np.testing.assert_array_equal(loaded, np.asarray(leaf))
+    assert repr(store) == f"HostTable({str(folder)!r})" and store.kind == "disk"
+    again, _ = run(Visits(COHORT), ExecutionPlan(block_size=8, chunk_size=8, client_state=store),
+                   rounds=1)  # fmt: skip
+    assert (
+        int(np.load(folder / "visits.npy").sum())
+        == int(again.clients["visits"].sum())
+        < int(device.clients["visits"].sum())
+    )
+
+
+def scaffold_run(plan: ExecutionPlan):
+    task = dirichlet_digits(30, 0.1, 0)
+    training = LocalTraining(int(task.train.features.shape[1]), 10, 1)
+    program = scaffold.Scaffold(DenseClassifier(64, 10), training, COHORT, privacy.CohortMean(),
+                                privacy.PlainSum(), n_clients=30)  # fmt: skip
+    f32 = jnp.float32
+    hyper = scaffold.Hyperparams(f32(0.1), f32(1.0), f32(0.0), privacy.NoParams(),
+                                 privacy.NoParams())  # fmt: skip
+    return simulate(program, task.train, hyper, jax.random.key(0), 6, plan)
+
+
+def test_scaffold_on_a_host_table_is_the_device_runs_bits():
+    device = scaffold_run(ExecutionPlan(block_size=8, chunk_size=8))
+    host = scaffold_run(ExecutionPlan(block_size=8, chunk_size=8, client_state=HostTable()))
+    assert_same_bits(host, device)
+    assert np.any(np.asarray(jax.tree.leaves(host[0].clients)[0]) != 0)  # some state was kept
+
+
+def test_runs_one_after_another_share_the_table_in_turn_and_vmapped_runs_are_refused():
+    """``lax.map`` over two run keys (a sweep's slice at vector width 1): each run's server
+    state is its own run's, and the rows left are the last run's; at width 2 the one-line
+    refusal."""
+    store = HostTable()
+    plan = ExecutionPlan(block_size=8, chunk_size=8, client_state=store).fitted(N_CLIENTS)
+    hyper = {"reset": jnp.bool_(False)}
+    keys = jax.random.split(jax.random.key(3), 2)
+
+    def one(key):
+        state, _ = run_rounds(Visits(COHORT), POPULATION, hyper, key, 3, plan)
+        return state.server
+
+    def mapped(width):
+        return jax.jit(lambda keys: jax.lax.map(one, keys, batch_size=width))(keys)
+
+    servers = np.asarray(mapped(1))
+    last = simulate(Visits(COHORT), POPULATION, hyper, keys[1], 3, plan)[0]
+    first = simulate(Visits(COHORT), POPULATION, hyper, keys[0], 3, plan)[0]
+    np.testing.assert_array_equal(servers, [float(first.server), float(last.server)])
+    assert int(store.rows()["visits"].sum()) == float(first.server)
+    with pytest.raises(ValueError, match="one run at a time") as refused:
+        mapped(2)
+    assert ONE_RUN in str(refused.value)
+
+
+def test_the_place_of_a_table_is_chosen_or_refused_in_one_line():
+    """10^6 clients x 10^5 float32 parameters: 400 GB, on no device, host or disk here."""
+    row = jax.ShapeDtypeStruct((10**5,), jnp.float32)
+    table = table_bytes({"control": row}, 10**6)
+    assert table == 4 * 10**11
+    GB = 10**9
+    assert choose_client_state(table, 80 * GB, 128 * GB, 1000 * GB) == "disk"
+    assert choose_client_state(4 * GB, 80 * GB, 128 * GB) == "device"
+    assert choose_client_state(4 * GB, 80 * GB, 128 * GB, requested="host") == "host"
+    with pytest.raises(ValueError) as refused:
+        choose_client_state(table, 80 * GB, 23 * GB, 75 * GB)
+    message = str(refused.value)
+    assert "\n" not in message
+    for size in ("400 GB", "80 GB", "23 GB", "75 GB"):
+        assert size in message
+    with pytest.raises(ValueError, match="name a folder"):
+        choose_client_state(table, 80 * GB, 23 * GB)
+    with pytest.raises(ValueError, match="client_state"):
+        store_named("disk")
+    assert store_named("device") is None
+    assert ExecutionPlan(client_state=store_named("host")).describe()["client_state"] == "host"
+    assert "client_state" not in ExecutionPlan().describe()  # device records unchanged
