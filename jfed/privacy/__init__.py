@@ -34,6 +34,8 @@ guarantee is the composition of those events, certified through ONE accountant s
 - :mod:`~jfed.privacy.calibration`: subsampled Gaussian steps (``jfed account``).
 - :mod:`~jfed.privacy.correlated`: DP-FTRL's correlated Gaussian noise (``TreeNoise``,
   ``BandedNoise``, ``BltNoise``, ``IndependentNoise``) in ``CorrelatedGaussianSum``;
+  :mod:`~jfed.privacy.discrete_tree`: the tree on an integer grid with exact discrete Gaussian
+  node noise (``DiscreteTreeSum``);
   :mod:`~jfed.privacy.participation`: ``Participation`` patterns and the sensitivity of a
   linear mechanism under them.
 - :mod:`~jfed.privacy.shuffle`, :mod:`~jfed.privacy.last_iterate`: amplification by shuffling
@@ -56,6 +58,8 @@ _EXPORTS = {
     "DiscreteGaussianSumParams": "jfed.privacy.discrete_aggregators",
     "DiscreteLaplaceSum": "jfed.privacy.discrete_aggregators",
     "DiscreteLaplaceSumParams": "jfed.privacy.discrete_aggregators",
+    "DiscreteTreeSum": "jfed.privacy.discrete_tree",
+    "largest_tree_grid_norm": "jfed.privacy.discrete_tree",
     "DistributedDiscreteGaussianSum": "jfed.privacy.distributed_dp",
     "DistributedSumParams": "jfed.privacy.distributed_dp",
     "SkellamSum": "jfed.privacy.distributed_dp",
