@@ -275,6 +275,33 @@ def test_draws_are_exactly_the_decoder_applied_to_keyed_normals():
     np.testing.assert_allclose(released, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_trees_audit_view_is_the_rounds_own_leaf():
+    """Canaries are scored against a tree's own leaf node of their round (``audit_view``): the
+    round's clipped sum plus the leaf's fresh draw, draw 0 of the release, exactly (a row of the
+    certified strategy: one draw's noise where the increment carries several). Negative control:
+    it is not draw 1. Strategies without a single-round node (plain tree, BLT, banded,
+    independent, whose increment already is one) give ``None``."""
+    from jfed.privacy.privatizers import gaussian_noise_tree
+
+    aggregator = CorrelatedGaussianSum(TreeNoise(8), PARTICIPATION)
+    template = jnp.zeros(64, jnp.float32)
+    summed = ClippedContribution(jnp.arange(64, dtype=jnp.float32), jnp.float32(0.0))
+    state, key = aggregator.init(PARAMS, template), jax.random.key(11)
+    std = aggregator.noise_std(PARAMS)
+    for t in range(4):  # rounds with 1, 2, 1 and 3 fresh draws
+        release_key = jax.random.fold_in(key, t)
+        view = aggregator.audit_view(PARAMS, state, summed, release_key)
+        leaf = gaussian_noise_tree(jax.random.fold_in(release_key, 0), template, 1.0)
+        np.testing.assert_allclose(view, summed.update + std * leaf, rtol=1e-6, atol=1e-5)
+        other = gaussian_noise_tree(jax.random.fold_in(release_key, 1), template, 1.0)
+        assert not np.allclose(view, summed.update + std * other)
+        _, state, _ = aggregator.release(PARAMS, state, summed, release_key)
+    for noise in (TreeNoise(8, honaker=False), BLT, BANDED, IndependentNoise()):
+        other_aggregator = CorrelatedGaussianSum(noise, PARTICIPATION)
+        other_state = other_aggregator.init(PARAMS, template)
+        assert other_aggregator.audit_view(PARAMS, other_state, summed, key) is None
+
+
 def test_noise_scales_exactly_with_the_noise_multiplier():
     """Same keys, noise multiplier s and 1: exactly s times the noise (float32 rounding)."""
     aggregator = CorrelatedGaussianSum(BLT, PARTICIPATION)

@@ -17,7 +17,9 @@ an audit of its own releases (:mod:`jfed.privacy.canaries`, :mod:`jfed.privacy.c
   local randomizer the same local noise from a key of its own), added to the cohort's sum
   before ``inner.release``, which adds its noise as it would to the real clients' sum alone;
 - after each release the canaries are scored against the released value (a pytree like the
-  update): ``inner_product_sum`` and ``max_cosine`` of
+  update; or, where the inner aggregator offers an ``audit_view(params, state, summed, key)``,
+  against that: a value its certified mechanism releases with less noise, e.g. a tree's own
+  leaf node): ``inner_product_sum`` and ``max_cosine`` of
   :class:`~jfed.privacy.canaries.CanaryScores`, the white-box observation of every round (under
   a schedule, of the rounds of each canary's turn: which rounds those are follows from its id,
   not from its coin, so the score stays a function of the releases and public facts).
@@ -248,11 +250,21 @@ class WithCanaries(CanaryWrapper):
             max_cosine=jnp.where(turn, scores.max_cosine, state.scores.max_cosine),
         )  # fmt: skip
 
+    def _observed(
+        self, params: Any, state: CanaryState, together: PyTree, key: jax.Array, value: PyTree
+    ) -> PyTree:
+        """What the canaries are scored against: the inner aggregator's ``audit_view`` of this
+        release where it offers one (a value its certified mechanism releases that carries less
+        noise than ``value``, e.g. a tree's own leaf node), else the released ``value``."""
+        view = getattr(self.inner, "audit_view", None)
+        observed = None if view is None else view(params, state.inner, together, key)
+        return value if observed is None else observed
+
     def release(
         self, params: Any, state: CanaryState, summed: PyTree, key: jax.Array
     ) -> tuple[PyTree, CanaryState, dict]:
         """``inner``'s release of the real clients' sum plus the canaries', the canaries scored
-        against it."""
+        against it (or against the inner aggregator's ``audit_view`` of it)."""
         template = jax.eval_shape(lambda: self.inner.release(params, state.inner, summed, key)[0])
         ids = jnp.arange(self.canaries, dtype=jnp.int32)
         taking_part = self._taking_part(state, ids, key)
@@ -262,7 +274,8 @@ class WithCanaries(CanaryWrapper):
         # the diagnostics are the real clients' alone (the same release of their sum, kept only
         # for its statistics: the compiler drops its unused noise)
         _, _, diagnostics = self.inner.release(params, state.inner, summed, key)
-        scores = canary_lib.update_scores(state.scores, self.audit_key(), ids, value)
+        observed = self._observed(params, state, together, key, value)
+        scores = canary_lib.update_scores(state.scores, self.audit_key(), ids, observed)
         if self.period is not None:
             scores = self._scored_in_turn(state, ids, scores)
         diagnostics = dict(diagnostics, canaries_taking_part=jnp.sum(taking_part, dtype=jnp.int32))

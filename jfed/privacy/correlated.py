@@ -627,6 +627,16 @@ def _noise_matrix(strategy: NoiseStrategy, rounds: int) -> np.ndarray:
 # ------------------------------------------------------------------------------ aggregator
 
 
+def _float_template(update: PyTree) -> PyTree:
+    """The noise's shapes and dtypes for ``update``: its leaves' shapes, at least float32."""
+    return jax.tree.map(
+        lambda leaf: jax.ShapeDtypeStruct(
+            jnp.shape(leaf), jnp.promote_types(jnp.result_type(leaf), jnp.float32)
+        ),
+        update,
+    )
+
+
 class CorrelatedGaussianSumParams(NamedTuple):
     """What a sweep varies (read from the hyper-parameters unchanged).
 
@@ -739,12 +749,7 @@ class CorrelatedGaussianSum:
           :data:`jfed.privacy.aggregators.NOT_PRIVATE`).
         """
         update = summed.update
-        template = jax.tree.map(
-            lambda leaf: jax.ShapeDtypeStruct(
-                jnp.shape(leaf), jnp.promote_types(jnp.result_type(leaf), jnp.float32)
-            ),
-            update,
-        )
+        template = _float_template(update)
         unit = jnp.ones((), jnp.float32)
         draw = lambda j: gaussian_noise_tree(jax.random.fold_in(key, j), template, unit)  # noqa: E731
         increment, buffers = self.noise.next(state.buffers, state.round, draw)
@@ -761,6 +766,28 @@ class CorrelatedGaussianSum:
             "clipped_count": jnp.asarray(summed.clipped, jnp.float32),
         }
         return released, CorrelatedState(state.round + 1, buffers), diagnostics
+
+    def audit_view(
+        self,
+        params: CorrelatedGaussianSumParams,
+        state: CorrelatedState,
+        summed: ClippedContribution,
+        key: jax.Array,
+    ) -> PyTree | None:
+        """What a canary taking part in this release is best scored against, or ``None`` (the
+        released increment itself). For Honaker's tree: this round's own leaf node, its clipped
+        sum plus the leaf's fresh draw (draw 0 of the release, redrawn from ``key``): every
+        node's noisy value is part of the mechanism the run is certified for (all of them are
+        rows of its strategy matrix), and the leaf carries one draw's noise where the increment
+        carries several nodes'. The other strategies' single-round values need past rounds'
+        sums: ``None``."""
+        del state
+        if not (isinstance(self.noise, TreeNoise) and self.noise.honaker):
+            return None
+        update = summed.update
+        std = jnp.asarray(self.noise_std(params), jnp.float32)
+        leaf = gaussian_noise_tree(jax.random.fold_in(key, 0), _float_template(update), std)
+        return jax.tree.map(lambda total, noise: total + noise.astype(total.dtype), update, leaf)
 
     def run_event(self, params: CorrelatedGaussianSumParams) -> dp_accounting.DpEvent:
         """The whole run's event (host): ``GaussianDpEvent(z)``, for any number of releases up
