@@ -78,6 +78,15 @@ def test_the_release_is_a_post_processing_of_integer_nodes(honaker):
         assert np.array_equal(on_data, np.round(on_data))
     shifted = releases(tree, sums.at[3, 0].add(1), key)
     assert abs(np.cumsum(shifted - on_zero, axis=0)[3, 0] - prefix[3, 0] - 1.0) <= tolerance
+    # the audit view: the first round's leaf (tau = 0: the leaf is the only node), which the
+    # first release equals
+    zero = jnp.zeros((), jnp.float32)
+    summed = {"value": sums[0], "clipped": zero, "norm": zero, "rounding_fallbacks": zero}
+    view = tree.audit_view(PARAMS, tree.init(PARAMS, sums[0]), summed, jax.random.fold_in(key, 0))
+    if honaker:
+        np.testing.assert_allclose(np.asarray(view) * tree.grid_norm, on_data[0], atol=1e-3)
+    else:
+        assert view is None
 
 
 @pytest.mark.parametrize("honaker", [False, True])

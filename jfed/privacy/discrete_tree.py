@@ -244,6 +244,25 @@ class DiscreteTreeSum:
         state = DiscreteTreeState(state.round + 1, estimates, blocks)
         return unflatten(value, like), state, diagnostics
 
+    def audit_view(
+        self, params: CorrelatedGaussianSumParams, state: DiscreteTreeState, summed: dict,
+        key: jax.Array,
+    ) -> PyTree | None:  # fmt: skip
+        """With Honaker's estimator, this round's own leaf node on the float scale (its integer
+        sum plus the leaf's draw, draw 0 of the release): what canaries are best scored against
+        (:meth:`jfed.privacy.correlated.CorrelatedGaussianSum.audit_view`); ``None`` without it
+        (only the entering node is drawn)."""
+        del state
+        if not self.noise.honaker:
+            return None
+        x = jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree.leaves(summed["value"])])
+        bits, quotient, _ = self.noise_parameters(params)
+        noise = discrete.discrete_gaussian(jax.random.fold_in(key, 0), x.shape, bits, quotient)
+        scale = jnp.asarray(params.clip_norm, jnp.float32) / np.float32(self.grid_norm)
+        like = jax.tree.map(lambda leaf: jnp.zeros(jnp.shape(leaf), jnp.float32),
+                            summed["value"])  # fmt: skip
+        return unflatten((x + noise).astype(jnp.float32) * scale, like)
+
     # -- the guarantee (host)
     def run_event(self, params: CorrelatedGaussianSumParams) -> dp_accounting.DpEvent:
         """The whole run's event: ``DiscreteGaussianDpEvent(z, Delta, Delta sqrt(n), n)``, ``n
