@@ -17,11 +17,13 @@ import pytest
 from dp_accounting.dp_event import DiscreteLaplaceDpEvent
 
 from jfed.privacy import discrete
+from jfed.privacy.aggregators import AdaptiveClipParams
 from jfed.privacy.discrete_accounting import (
     ORDERS,
     DiscreteGaussianDpEvent,
     DiscreteRdpAccountant,
     SkellamDpEvent,
+    poisson_subsampled_rdp,
 )
 from jfed.privacy.discrete_aggregators import (
     NOT_PRIVATE,
@@ -29,6 +31,7 @@ from jfed.privacy.discrete_aggregators import (
     DiscreteGaussianSumParams,
     DiscreteLaplaceSum,
     DiscreteLaplaceSumParams,
+    DiscreteQuantileAdaptiveSum,
     largest_grid_norm,
 )
 from jfed.privacy.distributed_dp import (
@@ -325,3 +328,79 @@ def test_per_layer_clipping_on_the_grid_bounds_every_record():
     plain_w = np.linalg.norm(np.asarray(plain["value"]["w"], np.float64), axis=1) / 2**10 * 1.5
     assert np.any(plain_w > 1.5 / math.sqrt(2) * 1.05)
     assert int(records["value"]["b"][1]) == pytest.approx(0.01 / 1.5 * 2**10, abs=1)
+
+
+ADAPTIVE_PARAMS = AdaptiveClipParams(initial_clip=1.5, noise_multiplier=0.9, count_noise=3.0,
+                                     target_quantile=0.5, learning_rate=0.2)  # fmt: skip
+
+
+def test_adaptive_clipping_on_the_grid_releases_exact_integers_and_moves_the_clip():
+    """Each client's record is on the grid at the current clip with ``2 b_k - 1``; the release
+    (same keys, data against zeros) differs by the data's integer sum exactly, and the next clip
+    is the float version's rule applied to the noised count, reproduced from the count's key.
+    Negative control: a count one off moves the clip elsewhere."""
+    aggregator = DiscreteQuantileAdaptiveSum(dimension=6, grid_norm=2**10, expected_count=8.0)
+    updates = _updates(6)
+    keys = jax.random.split(jax.random.key(5), 4)
+    _, _, records = _program(aggregator)(ADAPTIVE_PARAMS, updates, keys)
+    rounded = _flat(records["value"]).astype(np.int64)
+    assert np.all(np.sum(rounded**2, axis=-1) <= aggregator.squared_bound)
+    norms = np.linalg.norm(_flat(updates), axis=1)
+    assert np.array_equal(np.asarray(records["below"][0]), np.where(norms <= 1.5, 1, -1))
+
+    state = aggregator.init(ADAPTIVE_PARAMS, None)
+    summed = jax.tree.map(lambda x: jnp.sum(x[0], axis=0), records)
+    zero = jax.tree.map(jnp.zeros_like, summed)
+    key = jax.random.key(9)
+    data, next_state, _ = aggregator.release(ADAPTIVE_PARAMS, state, summed, key)
+    none, _, _ = aggregator.release(ADAPTIVE_PARAMS, state, zero, key)
+    difference = (_flat(data) - _flat(none)) * 2**10 / 1.5
+    np.testing.assert_allclose(difference, _flat(summed["value"]), atol=1e-2)
+
+    _, count_key = jax.random.split(key)
+    variance = discrete.variance_at_least(2.0 * ADAPTIVE_PARAMS.count_noise, 1)
+    bits, quotient = discrete.discrete_gaussian_parameters(variance)
+    noise = int(discrete.discrete_gaussian(count_key, (), bits, quotient))
+    assert int(variance) >= (2 * 3.0) ** 2
+
+    def clip_after(count: int) -> float:
+        unclipped = (count + noise) / 2.0 / 8.0 + 0.5
+        return 1.5 * math.exp(-0.2 * (unclipped - 0.5))
+
+    below = int(summed["below"])
+    assert float(next_state.clip) == pytest.approx(clip_after(below), rel=1e-6)
+    assert float(next_state.clip) != pytest.approx(clip_after(below + 1), rel=1e-6)
+
+
+def test_adaptive_clipping_on_the_grid_is_accounted_as_both_releases():
+    """The round's event composes the update sum's discrete Gaussian (z_delta) and the count's
+    (2 sigma_b, sensitivity 1): unsampled, the discrete RDP accountant gives the Gaussian of the
+    combined multiplier (dp-accounting's RDP, rel 1e-9); Poisson-sampled, Zhu and Wang's bound
+    on that combined curve. Negative control: the update sum alone spends less."""
+    from jfed.privacy.aggregators import combined_noise_multiplier
+
+    aggregator = DiscreteQuantileAdaptiveSum(dimension=6, grid_norm=2**10, expected_count=8.0)
+    event = aggregator.event(ADAPTIVE_PARAMS)
+    combined = combined_noise_multiplier(0.9, 3.0)
+    delta, rounds, q = 1e-6, 50, 0.05
+
+    def epsilon(composed) -> float:
+        accountant = DiscreteRdpAccountant()
+        accountant.compose(composed, rounds)
+        return accountant.get_epsilon(delta)
+
+    reference = dp_accounting.rdp.RdpAccountant(list(ORDERS))
+    reference.compose(dp_accounting.GaussianDpEvent(combined), rounds)
+    assert epsilon(event) == pytest.approx(reference.get_epsilon(delta), rel=1e-9)
+
+    sampled = epsilon(dp_accounting.PoissonSampledDpEvent(q, event))
+    # Zhu and Wang's bound on the combined Gaussian's curve
+    curve = poisson_subsampled_rdp(lambda alphas: alphas / (2 * combined**2), q, ORDERS)
+    expected = dp_accounting.rdp.rdp_privacy_accountant.compute_epsilon(
+        np.asarray(ORDERS, np.float64), rounds * curve, delta
+    )[0]
+    assert sampled == pytest.approx(expected, rel=1e-9)
+    update_only = epsilon(dp_accounting.PoissonSampledDpEvent(q, event.events[0]))
+    assert update_only < sampled * (1 - 1e-3)
+    with pytest.raises(ValueError, match="above the sampler's"):
+        aggregator.check(ADAPTIVE_PARAMS._replace(noise_multiplier=1e4))

@@ -8,8 +8,9 @@ guarantee is the composition of those events, certified through ONE accountant s
   ``FixedDenominatorMean``, ``PlainSum``, ``CohortMean``, ``LocalRandomizerSum`` (the DPQuery
   shape: ``init``, ``preprocess``, ``release``, ``event``); ``NOT_PRIVATE``, the diagnostics
   outside the guarantee.
-- :mod:`~jfed.privacy.discrete_aggregators` (``DiscreteGaussianSum``, ``DiscreteLaplaceSum``:
-  central releases on an integer grid with exact discrete noise, :mod:`~jfed.privacy.discrete`)
+- :mod:`~jfed.privacy.discrete_aggregators` (``DiscreteGaussianSum``, ``DiscreteLaplaceSum``,
+  ``DiscreteQuantileAdaptiveSum``: central releases on an integer grid with exact discrete
+  noise, :mod:`~jfed.privacy.discrete`)
   and :mod:`~jfed.privacy.distributed_dp` (``DistributedDiscreteGaussianSum``, ``SkellamSum``:
   secure aggregation, no trusted server); their events and RDP accountant in
   :mod:`~jfed.privacy.discrete_accounting` (``DiscreteRdp()``); :mod:`~jfed.privacy.exact_release`
@@ -58,6 +59,7 @@ _EXPORTS = {
     "DiscreteGaussianSumParams": "jfed.privacy.discrete_aggregators",
     "DiscreteLaplaceSum": "jfed.privacy.discrete_aggregators",
     "DiscreteLaplaceSumParams": "jfed.privacy.discrete_aggregators",
+    "DiscreteQuantileAdaptiveSum": "jfed.privacy.discrete_aggregators",
     "DiscreteTreeSum": "jfed.privacy.discrete_tree",
     "largest_tree_grid_norm": "jfed.privacy.discrete_tree",
     "DistributedDiscreteGaussianSum": "jfed.privacy.distributed_dp",

@@ -456,6 +456,22 @@ def coupled_gaussian(event: events.DpEvent) -> events.DpEvent:
 _DISCRETE = (DiscreteGaussianDpEvent, SkellamDpEvent, events.DiscreteLaplaceDpEvent)
 
 
+def _discrete_parts(event: events.DpEvent) -> list[events.DpEvent]:
+    """The discrete events a ``ComposedDpEvent`` composes (flattened), or ``[]`` when it is not
+    one or composes anything else."""
+    if not isinstance(event, events.ComposedDpEvent):
+        return []
+    parts: list[events.DpEvent] = []
+    for part in event.events:
+        if isinstance(part, _DISCRETE):
+            parts.append(part)
+        elif isinstance(part, events.ComposedDpEvent) and _discrete_parts(part):
+            parts.extend(_discrete_parts(part))
+        else:
+            return []
+    return parts
+
+
 class DiscreteRdpAccountant(Walker):
     """An RDP accountant (integer orders, :data:`ORDERS`) for the discrete events, alone or
     Poisson-sampled, next to Gaussian, Poisson-subsampled Gaussian and zCDP events (the same
@@ -511,6 +527,15 @@ class DiscreteRdpAccountant(Walker):
                 return poisson_subsampled_rdp(
                     lambda alphas: rdp_curve(inner, alphas), q, self._orders.astype(int)
                 )
+            parts = _discrete_parts(inner)
+            if parts:
+                # one sample, several releases on it (adaptive clipping's sum and count): the
+                # joint mechanism's curve is the sum of theirs, and the general bound holds for
+                # any mechanism with that curve
+                return poisson_subsampled_rdp(
+                    lambda alphas: sum(rdp_curve(part, alphas) for part in parts), q,
+                    self._orders.astype(int),
+                )  # fmt: skip
         return None
 
     def _leaf(self, event: events.DpEvent, count: int, do_compose: bool) -> str | None:

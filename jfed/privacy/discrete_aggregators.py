@@ -11,6 +11,9 @@ the guarantee.
 - :class:`DiscreteGaussianSum`: L2 clipping, discrete Gaussian noise (DP-FedAvg, the silo
   methods' sums). Event :class:`~jfed.privacy.discrete_accounting.DiscreteGaussianDpEvent`:
   ``rho = 1 / (2 z^2)``-zCDP, the continuous Gaussian's at the same ``z``.
+- :class:`DiscreteQuantileAdaptiveSum`: adaptive clipping's two releases (the update sum at the
+  current clip, the count of unclipped clients), each with exact discrete Gaussian noise; event
+  the two composed.
 - :class:`DiscreteLaplaceSum`: L1 clipping, discrete Laplace noise (pure eps; estimation).
   Event ``dp_accounting``'s ``DiscreteLaplaceDpEvent`` (eps ``1 / z``).
 
@@ -41,6 +44,7 @@ import numpy as np
 from jfed._validation import check_positive
 from jfed.privacy import discrete
 from jfed.privacy.aggregators import NOT_PRIVATE as NOT_PRIVATE  # the one list, re-exported
+from jfed.privacy.aggregators import AdaptiveClipParams, AdaptiveClipState
 from jfed.privacy.privatizers import clip_tree_per_layer, tree_norm
 
 if TYPE_CHECKING:
@@ -288,6 +292,99 @@ class DiscreteGaussianSum(_GridSum):
         sampler's range on this grid (:func:`check_variance`)."""
         z = check_positive("noise_multiplier", params.noise_multiplier)
         check_variance(z, self.squared_bound, 1, self.grid_norm)
+
+
+@dataclass(frozen=True)
+class DiscreteQuantileAdaptiveSum(DiscreteGaussianSum):
+    """Quantile-based adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy 2021) on the integer
+    grid: :class:`~jfed.privacy.aggregators.QuantileAdaptiveGaussianSum`'s two releases, each an
+    exact discrete Gaussian on an integer query.
+
+    A client clips its update to the current C_t, which the grid maps to ``L = grid_norm`` units
+    (so the rounded record's squared norm is at most B whatever C_t is), and reports ``2 b_k -
+    1`` with ``b_k = 1[||delta_k|| <= C_t]`` (an integer of sensitivity 1: twice Andrew et al.'s
+    ``b_k - 1/2``). The server adds ``N_Z(0, sigma^2)``, ``sigma^2 >= z_delta^2 B``, to the
+    integer sum of records and ``N_Z(0, v)``, ``v >= (2 sigma_b)^2``, to the integer count, then
+    scales: the sum by ``C_t / L``, the count by 1/2 (so its noise std is at least sigma_b, as in
+    the float version), and moves the clip exactly as the float version does (a post-processing
+    of the noised count). Everything after the two noises reads only their noised integers.
+
+    Event: the two releases composed, ``ComposedDpEvent([DiscreteGaussianDpEvent(z_delta,
+    sqrt(B), ...), DiscreteGaussianDpEvent(2 sigma_b, 1, 1, 1)])``: ``rho = 1 / (2 z_delta^2) +
+    1 / (8 sigma_b^2) = 1 / (2 z^2)``-zCDP with the combined ``z`` of
+    :func:`~jfed.privacy.aggregators.combined_noise_multiplier`, as the float pair's; the discrete
+    RDP accountant composes it, Poisson-sampled too. Parameters:
+    :class:`~jfed.privacy.aggregators.AdaptiveClipParams` (``noise_multiplier`` is z_delta, the
+    update sum's).
+
+    Attributes:
+      dimension, grid_norm, beta, max_tries, per_layer: as :class:`DiscreteGaussianSum`.
+      expected_count: the count's fixed denominator (the expected cohort size).
+    """
+
+    expected_count: float = 1.0
+    Params: ClassVar[type] = AdaptiveClipParams
+
+    def init(self, params: AdaptiveClipParams, template: PyTree) -> AdaptiveClipState:
+        del template
+        return AdaptiveClipState(jnp.asarray(params.initial_clip, jnp.float32))
+
+    def preprocess(  # type: ignore[override]
+        self, params: AdaptiveClipParams, state: AdaptiveClipState, update: PyTree,
+        key: jax.Array,
+    ) -> dict:  # fmt: skip
+        """ONE client's record at the current clip C_t: the rounded update (as
+        :meth:`DiscreteGaussianSum.preprocess`) and ``"below": 2 b_k - 1`` (int32)."""
+        record = super().preprocess(
+            DiscreteGaussianSumParams(state.clip, params.noise_multiplier), (), update, key
+        )
+        record["below"] = jnp.where(record["norm"] <= state.clip, 1, -1).astype(jnp.int32)
+        return record
+
+    def release(  # type: ignore[override]
+        self, params: AdaptiveClipParams, state: AdaptiveClipState, summed: dict, key: jax.Array
+    ) -> tuple[PyTree, AdaptiveClipState, dict]:
+        """The noised sum at C_t (first of ``split(key)``), the noised count (second) and the
+        next clip norm; NaN everywhere if a variance left the sampler's range."""
+        value_key, count_key = jax.random.split(key)
+        clip = state.clip
+        value, state_, diagnostics = super().release(
+            DiscreteGaussianSumParams(clip, params.noise_multiplier), (), summed, value_key
+        )
+        del state_
+        count_variance = discrete.variance_at_least(2.0 * params.count_noise, 1)
+        bits, quotient = discrete.discrete_gaussian_parameters(count_variance)
+        noised = summed["below"] + discrete.discrete_gaussian(count_key, (), bits, quotient)
+        count = noised.astype(jnp.float32) / 2.0  # sum_k (b_k - 1/2) plus noise of std >= sigma_b
+        in_range = discrete.variance_in_range(count_variance)
+        unclipped = count / self.expected_count + 0.5
+        next_clip = clip * jnp.exp(-params.learning_rate * (unclipped - params.target_quantile))
+        value = jax.tree.map(lambda leaf: jnp.where(in_range, leaf, jnp.nan), value)
+        return value, AdaptiveClipState(jnp.where(in_range, next_clip, jnp.nan)), diagnostics
+
+    def event(self, params: AdaptiveClipParams) -> dp_accounting.DpEvent:  # type: ignore[override]
+        """Both releases of one round (host): the update sum's discrete Gaussian at ``z_delta``
+        and the count's at ``2 sigma_b`` (sensitivity 1), composed."""
+        import dp_accounting
+
+        from jfed.privacy.discrete_accounting import DiscreteGaussianDpEvent
+
+        check_positive("initial_clip", params.initial_clip)
+        z_delta = check_positive("noise_multiplier", params.noise_multiplier)
+        sigma_b = check_positive("count_noise", params.count_noise)
+        bound = self.squared_bound
+        update = DiscreteGaussianDpEvent(
+            z_delta, math.sqrt(bound), l1_bound(bound, self.dimension), self.dimension
+        )
+        count = DiscreteGaussianDpEvent(2.0 * sigma_b, 1.0, 1.0, 1)
+        return dp_accounting.ComposedDpEvent([update, count])
+
+    def check(self, params: AdaptiveClipParams) -> None:  # type: ignore[override]
+        """Host: ``ValueError`` unless both noises of ``params`` are in the sampler's range."""
+        z_delta = check_positive("noise_multiplier", params.noise_multiplier)
+        check_variance(z_delta, self.squared_bound, 1, self.grid_norm)
+        check_variance(2.0 * check_positive("count_noise", params.count_noise), 1, 1,
+                       self.grid_norm)  # fmt: skip
 
 
 def l1_bound(squared_bound: int, dimension: int) -> float:
