@@ -3,6 +3,7 @@ round without state, and its cost as the population grows (it should follow the 
 
     python bench/client_state.py [--workload gradient|local-epoch] [--populations 1e4,1e5,1e6]
                                  [--cohort 1000] [--dim D] [--rounds 20] [--repeats 7]
+                                 [--client-state device,host,disk] [--table-dir DIR]
                                  [--json PATH]
 
 Workloads (a uniform cohort of ``--cohort`` clients per round in both):
@@ -20,6 +21,17 @@ Workloads (a uniform cohort of ``--cohort`` clients per round in both):
   epoch of SGD (2 minibatches of 10) of multinomial logistic regression (610 parameters); with
   state, SCAFFOLD's: the steps corrected by ``c - c_i`` and the new ``c_i`` (610 floats) kept.
 
+Where the table lives (``--client-state``, a comma-separated list: a ``yes`` row per place):
+``device`` (default) the engine's device table; ``host`` a :class:`~jfed.engine.HostTable` in host
+memory; ``disk`` one in ``.npy`` files in a fresh folder under ``--table-dir`` (default: the
+system's temporary folder), deleted when the benchmark ends. A run flushes its files when it
+ends, so a row's ``round_ms`` includes writing its pages to the disk (a 4 KiB page per row written
+when rows are smaller than a page, as at d = 100). Off the device, the cohort's rows
+cross between host and device through callbacks inside the compiled rounds (see
+:mod:`jfed.engine.client_state`); ``peak_mb`` then counts no table. On a CPU a table in page
+cache costs memory copies, not disk reads: a table larger than the host's memory reads what the
+page cache lacks from the disk, at the disk's bandwidth.
+
 Timing: a program of R rounds also creates the table (``n x d`` zeros), a cost paid once per
 run; so each row times programs of R and 2R rounds and reports ``(t(2R) - t(R)) / R``, the cost
 of one round alone (medians over ``--repeats``, the rows taking turns so that they share the
@@ -30,23 +42,26 @@ of the 2R-round program (arguments + outputs + temporaries - aliased), ``table_m
 size: a peak of about one table plus O(cohort) shows the scatter is in place.
 
 Timings are not committed (the machine is shared); run it to see them. JSON (default
-``bench/results/client_state.json``): ``rows`` of ``{n, state, cohort, dim, round_ms,
-round_ms_runs, x_stateless, x_smallest_n, peak_mb, table_mb}``, with ``uptime`` before and
-after, ``device`` and ``versions``.
+``bench/results/client_state.json``): ``rows`` of ``{n, state, client_state, cohort, dim,
+round_ms, round_ms_runs, x_stateless, x_smallest_n, peak_mb, table_mb}``, with ``uptime``
+before and after, ``device`` and ``versions``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
 
 import jax
 import jax.numpy as jnp
 from _common import device_name, times_in_turns, uptime, write_json
 
 from jfed.data import SyntheticFederated, SyntheticLinear
-from jfed.engine import ExecutionPlan, Uniform, run_rounds
+from jfed.engine import ExecutionPlan, HostTable, Uniform, run_rounds
 from jfed.report import versions
 
 STEP = 0.1
@@ -200,6 +215,17 @@ def compiled(algorithm, population, rounds: int, plan: ExecutionPlan):
     return program.lower(population, jax.random.key(0)).compile()
 
 
+PLACES = ("device", "host", "disk")
+
+
+def store_of(place: str, folder: str):
+    """A plan's ``client_state`` for ``place``: ``None`` on the device, a :class:`HostTable` in
+    host memory, or one in ``folder``."""
+    if place not in PLACES:
+        raise SystemExit(f"expected --client-state among {PLACES}, got {place!r}")
+    return None if place == "device" else HostTable(folder if place == "disk" else None)
+
+
 def peak_mb(executable) -> float:
     memory = executable.memory_analysis()
     if memory is None:
@@ -229,52 +255,80 @@ def main() -> None:
         "state's cost laid bare); local-epoch: a local epoch of a 610-parameter "
         "model on 20 records per client (a round whose clients train)",
     )
+    parser.add_argument(
+        "--client-state",
+        default="device",
+        help="where the table lives, a comma-separated list of device, host, disk (one row "
+        "with state per place)",
+    )
+    parser.add_argument(
+        "--table-dir",
+        default=None,
+        help="folder under which a disk table's own folder is made (and deleted at the end; "
+        "default: the system's temporary folder)",
+    )
     parser.add_argument("--json", metavar="PATH", default="bench/results/client_state.json")
     args = parser.parse_args()
     if args.dim is None:
         args.dim = 100 if args.workload == "gradient" else 60
     populations = [int(float(s)) for s in args.populations.split(",")]
+    folder = tempfile.mkdtemp(prefix="jfed_client_state_", dir=args.table_dir)
+    try:
+        measure(args, populations, args.client_state.split(","), folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, populations: list[int], places: list[str], folder: str):
+    """Time every row (the stateless round, and the round with state in each place), print the
+    table and write the JSON."""
     load_before = uptime()
     print(f"per-client state, cohort {args.cohort}, d = {args.dim}, {device_name()}; "
           f"{load_before}")  # fmt: skip
+    kinds = [("no", None)] + [("yes", place) for place in places]
     runs, programs = {}, {}
     key = jax.random.key(1)
     for n in populations:
         population = population_of(args.workload, n, args.dim)
-        plan = ExecutionPlan.for_backend().fitted(n)
-        for state, kind in zip(("no", "yes"), WORKLOADS[args.workload], strict=True):
+        for state, place in kinds:
+            kind = WORKLOADS[args.workload][state == "yes"]
+            plan = ExecutionPlan.for_backend().fitted(n)
+            if place is not None:  # a table of its own for each population
+                table = store_of(place, os.path.join(folder, f"{n}"))
+                plan = replace(plan, client_state=table)
             algorithm = kind(args.cohort, args.dim)
             short = compiled(algorithm, population, args.rounds, plan)
             long = compiled(algorithm, population, 2 * args.rounds, plan)
-            programs[(n, state)] = long
-            runs[(n, state, 1)] = lambda p=population, c=short: c(p, key)
-            runs[(n, state, 2)] = lambda p=population, c=long: c(p, key)
+            programs[(n, state, place)] = long
+            runs[(n, state, place, 1)] = lambda p=population, c=short: c(p, key)
+            runs[(n, state, place, 2)] = lambda p=population, c=long: c(p, key)
     times = times_in_turns({str(k): v for k, v in runs.items()}, args.repeats)
     rows = []
     algorithm = WORKLOADS[args.workload][1](args.cohort, args.dim)
     state_size = algorithm.size if hasattr(algorithm, "size") else args.dim
     for n in populations:
-        for state in ("no", "yes"):
-            short, long = times[str((n, state, 1))], times[str((n, state, 2))]
+        for state, place in kinds:
+            short, long = times[str((n, state, place, 1))], times[str((n, state, place, 2))]
             per_round = [(b - a) / args.rounds for a, b in zip(short, long, strict=True)]
             rows.append({
-                "workload": args.workload, "n": n, "state": state, "cohort": args.cohort,
-                "dim": args.dim,
+                "workload": args.workload, "n": n, "state": state, "client_state": place,
+                "cohort": args.cohort, "dim": args.dim,
                 "round_ms": 1e3 * statistics.median(per_round),
                 "round_ms_runs": [1e3 * t for t in per_round],
-                "peak_mb": peak_mb(programs[(n, state)]),
+                "peak_mb": peak_mb(programs[(n, state, place)]),
                 "table_mb": 4 * n * state_size / 2**20 if state == "yes" else 0.0,
             })  # fmt: skip
     for row in rows:
         stateless = next(r for r in rows if r["n"] == row["n"] and r["state"] == "no")
-        smallest = next(r for r in rows if r["n"] == populations[0] and r["state"] == row["state"])
+        smallest = next(r for r in rows if r["n"] == populations[0] and r["state"] == row["state"]
+                        and r["client_state"] == row["client_state"])  # fmt: skip
         row["x_stateless"] = row["round_ms"] / stateless["round_ms"]
         row["x_smallest_n"] = row["round_ms"] / smallest["round_ms"]
-    print(f"{'n':>10} {'state':>5} {'round ms':>9} {'x stateless':>11} {'x n_min':>8}"
-          f" {'peak MB':>9} {'table MB':>9}")  # fmt: skip
+    print(f"{'n':>10} {'state':>5} {'place':>6} {'round ms':>9} {'x stateless':>11}"
+          f" {'x n_min':>8} {'peak MB':>9} {'table MB':>9}")  # fmt: skip
     for row in rows:
-        print(f"{row['n']:>10,} {row['state']:>5} {row['round_ms']:>9.3f}"
-              f" {row['x_stateless']:>11.2f} {row['x_smallest_n']:>8.2f}"
+        print(f"{row['n']:>10,} {row['state']:>5} {row['client_state'] or '':>6}"
+              f" {row['round_ms']:>9.3f} {row['x_stateless']:>11.2f} {row['x_smallest_n']:>8.2f}"
               f" {row['peak_mb']:>9.1f} {row['table_mb']:>9.1f}")  # fmt: skip
     load_after = uptime()
     print(f"after: {load_after}")

@@ -9,6 +9,7 @@
   wrote nothing (the last client's row moved only in the rounds that drew it). Negative
   control: a table that forgets its writes fails the same check.
 - The files are written where the user says and are a valid table afterwards (``np.load``).
+- On a mesh of 8 devices the rows are the 1-device run's.
 - Runs mapped one after another (a sweep's vector width 1) each get the table in turn; runs
   vmapped together are refused in one line.
 """
@@ -27,7 +28,7 @@ from jfed import privacy
 from jfed.algorithms import scaffold
 from jfed.algorithms.local_training import LocalTraining
 from jfed.data import dirichlet_digits
-from jfed.engine import ExecutionPlan, HostTable, Poisson, run_rounds, simulate
+from jfed.engine import ExecutionPlan, HostTable, Poisson, client_mesh, run_rounds, simulate
 from jfed.engine.client_state import ONE_RUN, choose_client_state, store_named, table_bytes
 from jfed.models import DenseClassifier
 
@@ -94,6 +95,8 @@ def test_host_and_disk_tables_give_the_device_tables_bits(chunk, tmp_path):
 
 
 def test_a_table_that_forgets_its_writes_is_caught():
+    """Negative control: the check of the rows against the cohorts rejects a table whose writes
+    are lost (every client still at its initial row)."""
     final, infos = run(Visits(COHORT), ExecutionPlan(block_size=8, chunk_size=8,
                                                      client_state=Forgetful()))  # fmt: skip
     assert not rows_follow_the_cohorts(final.clients, infos)
@@ -102,7 +105,7 @@ def test_a_table_that_forgets_its_writes_is_caught():
 
 def test_the_files_are_written_where_the_user_says_and_are_a_valid_table(tmp_path):
     """One ``.npy`` per leaf of the state, named by its path, in the folder named (created);
-    ``np.load`` reads the population's rows; a second run rewrites them."""
+    ``np.load`` reads the population's rows, the device run's."""
     folder = tmp_path / "runs" / "visits"
     store = HostTable(folder)
     run(Visits(COHORT), ExecutionPlan(block_size=8, chunk_size=8, client_state=store))
@@ -114,13 +117,16 @@ def test_the_files_are_written_where_the_user_says_and_are_a_valid_table(tmp_pat
         assert loaded.shape == (N_CLIENTS, *leaf.shape[1:]) and loaded.dtype == leaf.dtype
         np.testing.assert_array_equal(loaded, np.asarray(leaf))
     assert repr(store) == f"HostTable({str(folder)!r})" and store.kind == "disk"
-    again, _ = run(Visits(COHORT), ExecutionPlan(block_size=8, chunk_size=8, client_state=store),
-                   rounds=1)  # fmt: skip
-    assert (
-        int(np.load(folder / "visits.npy").sum())
-        == int(again.clients["visits"].sum())
-        < int(device.clients["visits"].sum())
-    )
+
+
+@pytest.mark.usefixtures("on_cpu")  # bit for bit against the 8-device mesh: the CPU's claim
+def test_a_host_table_serves_a_mesh_of_8_devices():
+    """The cohort's rows read once and handed to the 8 devices, the new rows gathered back:
+    the 1-device run's rows, bit for bit."""
+    mesh = client_mesh(8, backend="cpu")
+    plan = ExecutionPlan(block_size=8, chunk_size=8, mesh=mesh, client_state=HostTable())
+    final, _ = run(Visits(COHORT), plan)
+    assert_same_bits(final.clients, device_run(8)[0].clients)
 
 
 def scaffold_run(plan: ExecutionPlan):
