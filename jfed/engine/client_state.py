@@ -387,7 +387,7 @@ def store_named(name: str) -> HostTable | None:
 
 def table_bytes(initial: PyTree, n_clients: int) -> int:
     """Bytes of the table of ``n_clients`` rows of ``initial`` (ONE client's state; arrays or
-    ``jax.ShapeDtypeStruct``s)."""
+    ``jax.ShapeDtypeStruct`` shapes)."""
     return int(n_clients) * sum(
         int(np.prod(np.shape(leaf))) * np.dtype(leaf.dtype).itemsize
         for leaf in jax.tree.leaves(initial)
