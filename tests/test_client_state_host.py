@@ -105,10 +105,12 @@ def test_a_table_that_forgets_its_writes_is_caught():
 
 def test_the_files_are_written_where_the_user_says_and_are_a_valid_table(tmp_path):
     """One ``.npy`` per leaf of the state, named by its path, in the folder named (created);
-    ``np.load`` reads the population's rows, the device run's."""
+    ``np.load`` reads the population's rows, the device run's. The next run makes new files;
+    the rows of the run before, mapped, stay as they were."""
     folder = tmp_path / "runs" / "visits"
     store = HostTable(folder)
-    run(Visits(COHORT), ExecutionPlan(block_size=8, chunk_size=8, client_state=store))
+    plan = ExecutionPlan(block_size=8, chunk_size=8, client_state=store)
+    first, _ = run(Visits(COHORT), plan)
     assert sorted(p.name for p in folder.iterdir()) == ["last.npy", "total.npy", "visits.npy"]
     assert sorted(store.files()) == sorted(str(p) for p in folder.iterdir())
     device, _ = device_run(8)
@@ -117,6 +119,9 @@ def test_the_files_are_written_where_the_user_says_and_are_a_valid_table(tmp_pat
         assert loaded.shape == (N_CLIENTS, *leaf.shape[1:]) and loaded.dtype == leaf.dtype
         np.testing.assert_array_equal(loaded, np.asarray(leaf))
     assert repr(store) == f"HostTable({str(folder)!r})" and store.kind == "disk"
+    again, _ = run(Visits(COHORT), plan, reset=True)  # the same program: its table made anew
+    assert int(np.load(folder / "visits.npy").max()) == int(again.clients["visits"].max()) == 1
+    np.testing.assert_array_equal(first.clients["visits"], device.clients["visits"])  # kept
 
 
 @pytest.mark.usefixtures("on_cpu")  # bit for bit against the 8-device mesh: the CPU's claim

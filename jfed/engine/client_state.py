@@ -252,6 +252,8 @@ class HostTable:
                 table = np.zeros(shape, leaf.dtype)  # pages zeroed when first touched
             else:
                 file = os.path.join(self.path, f"{name}.npy")
+                if os.path.exists(file):  # a new file: an earlier run's rows, mapped, stay whole
+                    os.remove(file)
                 table = np.lib.format.open_memmap(file, mode="w+", dtype=leaf.dtype, shape=shape)
             if np.ascontiguousarray(leaf).reshape(-1).view(np.uint8).any():
                 step = max(1, _FILL_BYTES // max(1, leaf.nbytes))
