@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import functools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -200,3 +201,53 @@ def test_the_place_of_a_table_is_chosen_or_refused_in_one_line():
     assert store_named("device") is None
     assert ExecutionPlan(client_state=store_named("host")).describe()["client_state"] == "host"
     assert "client_state" not in ExecutionPlan().describe()  # device records unchanged
+
+
+# ------------------------------------------------------------------- the command line and sweeps
+
+SCAFFOLD_RUN = ["run", "scaffold", "--clients", "200", "--cohort-size", "20", "--rounds", "3"]
+
+
+def test_the_command_line_runs_a_table_off_the_device_as_on_it(tmp_path, capsys):
+    """``--client-state host`` and ``disk`` (with its folder) run SCAFFOLD's table off the device
+    through the sweep runner (one run at a time): the record is the device run's, field by
+    field, but for the plan and the timings; the disk table's files are in the folder."""
+    from jfed.cli.main import main
+
+    records = {}
+    for place, extra in (("device", []), ("host", ["--client-state", "host"]),
+                         ("disk", ["--client-state", "disk", "--client-state-dir",
+                                   str(tmp_path / "table")])):  # fmt: skip
+        path = tmp_path / f"{place}.json"
+        assert main([*SCAFFOLD_RUN, *extra, "--json", str(path)]) == 0
+        records[place] = json.loads(path.read_text())
+    capsys.readouterr()
+    timing = {"plan", "compile_seconds", "run_seconds", "timestamp"}
+    for place in ("host", "disk"):
+        differing = {k for k in records["device"] if records["device"][k] != records[place][k]}
+        assert differing <= timing, differing
+        assert records[place]["plan"]["client_state"] == place
+    files = sorted((tmp_path / "table").iterdir())
+    assert files and all(f.suffix == ".npy" for f in files)  # a control variate per leaf
+    assert all(np.load(f).shape[0] == 200 for f in files)  # a row per client
+
+
+@pytest.mark.parametrize(
+    ("arguments", "answer"),
+    [
+        (["run", "dp-fedavg", "--client-state", "host"], "method dp-fedavg keeps no per-client"),
+        (
+            ["run", "ditto", "--clients", "200", "--client-state", "host"],
+            "method ditto keeps ['personal', 'visits'] from its per-client state table",
+        ),
+        (["run", "scaffold", "--client-state", "disk"], "--client-state disk keeps the table"),
+        (["run", "scaffold", "--client-state-dir", "x"], "--client-state-dir is the folder"),
+    ],
+)
+def test_what_a_table_off_the_device_cannot_serve_is_refused_in_one_line(arguments, answer,
+                                                                         capsys):  # fmt: skip
+    from jfed.cli.main import main
+
+    assert main(arguments) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"jfed: error: {answer}") and err.count("\n") == 1, err

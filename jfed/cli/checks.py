@@ -358,6 +358,23 @@ def check_arguments(args: argparse.Namespace) -> None:
             f"expected --block-size a positive multiple of --chunk-size={chunk}, "
             f"got --block-size={block}"
         )
+    _check_client_state(getattr(args, "client_state", None),
+                        getattr(args, "client_state_dir", None))  # fmt: skip
+
+
+def _check_client_state(place: str | None, folder: str | None) -> None:
+    """A table on disk names its folder (which must not be a file); a folder only for a table
+    on disk."""
+    if place == "disk" and folder is None:
+        raise UsageError("--client-state disk keeps the table in .npy files: give "
+                         "--client-state-dir DIR")  # fmt: skip
+    if folder is not None and place != "disk":
+        raise UsageError(
+            "--client-state-dir is the folder of a table on disk: give --client-state disk "
+            f"(got --client-state {place or 'device'})"
+        )
+    if folder is not None and os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"--client-state-dir {folder} is a file, not a folder")
 
 
 def check_epsilons(text: str) -> list[float]:

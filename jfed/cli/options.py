@@ -39,19 +39,42 @@ def engine_flags(parser: argparse.ArgumentParser) -> None:
         "--chunk-size", type=int, default=None,
         help="clients vmapped at once (default: 4096 on CPU, 262144 on GPU / TPU)",
     )  # fmt: skip
+    group.add_argument(
+        "--client-state", choices=CLIENT_STATE_PLACES, default=None,
+        help="where a per-client state table lives (methods with per-client state: SCAFFOLD, "
+        "Ditto): device (default), host memory, or disk (.npy files in --client-state-dir); "
+        "off the device, runs go one at a time",
+    )  # fmt: skip
+    group.add_argument(
+        "--client-state-dir", metavar="DIR", default=None,
+        help="the folder of a table on disk (--client-state disk): one .npy file per state "
+        "leaf, rewritten by every run",
+    )  # fmt: skip
+
+
+CLIENT_STATE_PLACES = ("device", "host", "disk")
+"""``--client-state``'s choices (:mod:`jfed.engine.client_state`)."""
 
 
 def plan_of(args: argparse.Namespace):
-    """The engine plan of ``--block-size`` / ``--chunk-size``; ``None`` when neither is given (the
-    method's default plan, sized for the backend)."""
-    from jfed.engine import ExecutionPlan
+    """The engine plan of ``--block-size`` / ``--chunk-size`` / ``--client-state``; ``None`` when
+    none is given (the method's default plan, sized for the backend)."""
+    from jfed.engine import ExecutionPlan, HostTable
 
-    if args.block_size is None and args.chunk_size is None:
+    place = getattr(args, "client_state", None)
+    if args.block_size is None and args.chunk_size is None and place in (None, "device"):
         return None
     default = ExecutionPlan.for_backend()
+    store = None
+    if place == "host":
+        store = HostTable()
+    elif place == "disk":
+        store = HostTable(args.client_state_dir)
     return ExecutionPlan(
         block_size=args.block_size or default.block_size,
         chunk_size=args.chunk_size or default.chunk_size,
+        mesh=default.mesh,
+        client_state=store,
     )
 
 

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from jfed._validation import UsageError
 from jfed.engine import ExecutionPlan, client_mesh, distributed, run_rounds
+from jfed.engine.client_state import ONE_RUN
 from jfed.engine.progress import report_every, round_progress
 from jfed.methods import Config, method_of
 from jfed.methods.fields import field_map
@@ -402,7 +403,8 @@ def _run_pending(
     units = _units(todo, shared_algorithm is not None)
     sweep = _sweep_of(experiment, program, units, shared_algorithm, plan, options.progress)
     units_per_slice = _slice_size(sweep, units, options)
-    sliced = _program(sweep.unit, options.vector_width or default_vector_width(units_per_slice))
+    width = _vector_width(experiment.name, program, plan, options, units_per_slice)
+    sliced = _program(sweep.unit, width)
     run_info = _run_info(sweep, units_per_slice)
     rows: list[dict] = []
     with tqdm(total=total, initial=total - len(todo),
@@ -418,6 +420,32 @@ def _run_pending(
             if options.on_slice is not None:
                 options.on_slice(index)
     return rows
+
+
+def _vector_width(
+    name: str, program, plan: ExecutionPlan, options: SweepOptions, units_per_slice: int
+) -> int:
+    """Units vmapped together: ``options.vector_width``, else :func:`default_vector_width`; one
+    when a per-client state table lives off the device (each run writes the one host table in
+    turn). ``UsageError`` for a table off the device of a method that keeps no per-client state
+    or keeps outputs read from the table, or a wider vmap asked beside one."""
+    if plan.client_state is None:
+        return options.vector_width or default_vector_width(units_per_slice)
+    if not hasattr(program.algorithm, "client_state"):
+        raise UsageError(
+            f"method {name} keeps no per-client state: --client-state (a plan's client_state) "
+            "applies to methods that do (scaffold, dp-scaffold, ditto, dp-ditto)"
+        )
+    table_outputs = [output.name for output in program.outputs.declared
+                     if output.source.split(".")[:2] == ["state", "clients"]]  # fmt: skip
+    if table_outputs:
+        raise UsageError(
+            f"method {name} keeps {table_outputs} from its per-client state table, read inside "
+            "the compiled run: keep the table on the device (--client-state device)"
+        )
+    if options.vector_width not in (None, 1):
+        raise UsageError(f"method {name}: {ONE_RUN}")
+    return 1
 
 
 def _sweep_of(
