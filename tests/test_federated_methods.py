@@ -108,7 +108,7 @@ def _rdp_epsilon(event, delta: float, relation=None) -> float:
 
 def test_dp_scaffold_accounts_both_releases_together():
     config = declared.DPScaffold(**DIGITS, rounds=20, cohort_size=6, epsilon=4.0, delta=1e-4,
-                                 accountant="rdp")  # fmt: skip
+                                 accountant="rdp", noise="float")  # fmt: skip
     experiment = build_experiment(config)
     experiment.prepare([config])
     _, fields = experiment.calibrated(config)
@@ -232,7 +232,8 @@ def test_the_float_noises_bounded_reach_is_reserved_from_delta_and_large_eps_ref
 
     ftrl = name == "DPFTRL"
     config = declared.DPFTRL(**FTRL) if ftrl else getattr(declared, name)(
-        **DIGITS, rounds=5, cohort_size=6, epsilon=4.0, delta=1e-4, accountant="rdp")  # fmt: skip
+        **DIGITS, rounds=5, cohort_size=6, epsilon=4.0, delta=1e-4, accountant="rdp",
+        noise="float")  # fmt: skip
     experiment, hyper, fields = _certified(config)
 
     def union_bound(z: float) -> float:

@@ -144,4 +144,6 @@ class Ditto:
             "overflow": cohort.info.overflow,
             "server_update_norm": tree_norm(average),
         }
+        if "rounding_fallbacks" in diagnostics:  # the integer grid's
+            infos["rounding_fallbacks"] = diagnostics["rounding_fallbacks"]
         return ServerState(params, opt_state, aggregator_state), infos

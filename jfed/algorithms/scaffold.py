@@ -158,4 +158,8 @@ class Scaffold:
             "server_update_norm": tree_norm(mean_update),
             "control_norm": tree_norm(control),
         }
+        if "rounding_fallbacks" in diag_y:  # the integer grid: both releases' fallbacks
+            infos["rounding_fallbacks"] = (
+                diag_y["rounding_fallbacks"] + diag_c["rounding_fallbacks"]
+            )
         return ServerState(params, control, opt_state, model_agg, control_agg), infos

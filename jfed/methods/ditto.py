@@ -3,8 +3,9 @@ method API as a user's method is; every client's personal model is per-client st
 engine (:mod:`jfed.algorithms.ditto`).
 
 Privacy (DP-Ditto): DP-FedAvg's, for the global model (its aggregator, its cohort, one release a
-round). The personal models never leave the clients; the personalised accuracy a record reports
-is computed from them, so it is outside the guarantee (as a client's own evaluation is).
+round; ``--noise discrete``, the default, on the integer grid, or ``--noise float``). The
+personal models never leave the clients; the personalised accuracy a record reports is computed
+from them, so it is outside the guarantee (as a client's own evaluation is).
 
 Personalised accuracy. Each evaluated client (the first :data:`EVALUATION_CLIENTS` that took
 part) is scored on the held-out records reweighted to its own label distribution (the labels of
@@ -55,8 +56,10 @@ class DittoExperiment(FederatedExperiment):
         return ditto.Ditto(
             model=self.model, training=self.training,
             personal_training=LocalTraining(self.n_max, c.batch, c.personal_epochs),
-            cohort=self.cohort, aggregator=aggregator_of(self.private, self.expected_cohort,
-                                     canaries=self.canaries, participation=min(1.0, self.rate)),
+            cohort=self.cohort, aggregator=aggregator_of(
+                self.private, self.expected_cohort, canaries=self.canaries,
+                participation=min(1.0, self.rate), noise=self.release_noise(),
+            ),
             optimizer=c.server_optimizer,
         )  # fmt: skip
 
@@ -64,7 +67,7 @@ class DittoExperiment(FederatedExperiment):
         if noise_multiplier is None:
             params: Any = privacy.NoParams()
         else:
-            params = privacy.GaussianSumParams(config.update_clip, noise_multiplier)
+            params = self.sum_params(config.update_clip, noise_multiplier)
         f32 = jnp.float32
         return ditto.Hyperparams(
             client_learning_rate=f32(config.client_learning_rate),

@@ -414,7 +414,119 @@ GRID_NOT_PRIVATE = ("rounding_fallbacks",)
 SECURE_NOT_PRIVATE = ("mean_survivors", "withheld_rounds", "wrapped_coordinates")
 
 
-class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):
+class CentralGridNoise:
+    """``--noise discrete|float`` for an experiment whose trusted server noises its releases
+    (DP-FedAvg, DP-SCAFFOLD, DP-Ditto): the noise each release draws (:meth:`release_noise`), the
+    finest integer grid every configuration of a sweep fits (:meth:`choose_grid`, called by
+    ``prepare``), the grid's record fields, diagnostics and refusals. The experiment gives
+    ``noise_choice``, ``model``, ``cohort``, ``config``, ``canaries``, ``name`` and
+    ``_noise_multiplier(config)`` (its least z first)."""
+
+    noise_choice: NoiseChoice
+    grid_norm: int | None = None
+    config: Any
+    model: Any
+    cohort: Any
+    canaries: int
+    name: str
+
+    @property
+    def dimension(self) -> int:
+        """d, the model's parameter count (a client's update's coordinates)."""
+        return int(self.model.parameter_count())
+
+    @property
+    def most_clients(self) -> int:
+        """The most records one release sums: the Poisson cohort's capacity (or K), plus the
+        canaries."""
+        cohort = self.cohort
+        size = cohort.capacity if isinstance(cohort, Poisson) else self.config.cohort_size
+        return int(size) + self.canaries
+
+    def _central_grid(self, noise_multiplier: float) -> int:
+        try:
+            return largest_grid_norm(self.dimension, self.most_clients, noise_multiplier,
+                                     most=DEFAULT_GRID_NORM)  # fmt: skip
+        except ValueError as error:
+            raise UsageError(
+                f"method {self.name}: {error}: lower --cohort-size or use --noise float"
+            ) from None
+
+    def _grid_for(self, noise_multiplier: float) -> int:
+        return self._central_grid(noise_multiplier)
+
+    def choose_grid(self, configs: list) -> None:
+        """The static grid of a sweep: the finest that every configuration's noise fits (the
+        central grid's event does not depend on it; a secure sum's does, weakly: its noise
+        multiplier is searched again on the grid it picks, until the grid holds)."""
+        self.grid_norm = self._grid_for(1.0)
+        for _ in range(8):
+            largest = max(self._noise_multiplier(c)[0] for c in configs)  # type: ignore[attr-defined]
+            grid = self._grid_for(largest)
+            if grid >= self.grid_norm:
+                return
+            self.grid_norm = grid
+        raise UsageError(f"method {self.name}: no grid holds the noise of every eps of the sweep")
+
+    def release_noise(self) -> Any:
+        """The releases' noise (:mod:`jfed.algorithms.dp_fedavg`): float, or exact discrete
+        Gaussian on the chosen grid."""
+        if not self.noise_choice.grid:
+            return dp_fedavg.FloatNoise()
+        if self.grid_norm is None:
+            self.grid_norm = self._grid_for(1.0)
+        return dp_fedavg.GridNoise(self.dimension, self.grid_norm)
+
+    def sum_params(self, clip_norm: float, noise_multiplier: float) -> Any:
+        """A release's parameters for the noise's sum (discrete or float Gaussian)."""
+        if self.noise_choice.grid:
+            return privacy.DiscreteGaussianSumParams(clip_norm, noise_multiplier)
+        return privacy.GaussianSumParams(clip_norm, noise_multiplier)
+
+    def check_drawable(self, aggregator: Any, params: Any, config: Any) -> None:
+        """A grid noise the sampler cannot draw on this grid (``aggregator.check(params)``) is
+        refused, naming the flags; float noise passes."""
+        if not self.noise_choice.grid:
+            return
+        params = jax.tree.map(lambda v: float(np.float32(v)), params)
+        try:
+            aggregator.check(params)
+        except ValueError as error:
+            raise UsageError(
+                f"method {self.name}: eps={config.epsilon} with --noise {config.noise}: {error} "
+                "(run the eps of a sweep together so the grid fits the smallest, or use --noise "
+                "float)"
+            ) from None
+
+    def grid_fields(self, aggregator: Any) -> dict:
+        """A grid run's record fields: the grid's clip norm L and the noise's inflation over the
+        float Gaussian's ``z C`` (``sqrt(B) / L``); none for float noise."""
+        if not self.noise_choice.grid:
+            return {}
+        inflation = math.sqrt(aggregator.squared_bound) / aggregator.grid_norm
+        return {"grid_norm": aggregator.grid_norm, "noise_inflation": inflation}
+
+    def grid_outputs(self) -> tuple[Output, ...]:
+        """The grid's diagnostics among the kept arrays (outside the guarantee)."""
+        return GRID_OUTPUTS if self.noise_choice.grid else ()
+
+    def grid_metrics(self, outputs: dict) -> dict:
+        """A grid run's ``rounding_fallbacks`` (clients whose rounding fell back to zeros);
+        none for float noise."""
+        if not self.noise_choice.grid:
+            return {}
+        return {"rounding_fallbacks": int(outputs["rounding_fallbacks"])}
+
+
+def grid_noise_std(aggregator: Any, params: Any) -> float:
+    """The std of a central grid sum's discrete Gaussian noise in model units (``sqrt(2^k m)``
+    grid units, times ``C / L``)."""
+    bits, quotient, _ = aggregator.noise_parameters(params)
+    scale = float(params.clip_norm) / aggregator.grid_norm
+    return math.sqrt(2.0 ** int(bits) * int(quotient)) * scale
+
+
+class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.FederatedTraining]):
     """DP-FedAvg (``dp-fedavg``) or its non-private baseline (``fedavg-sampled``): tuned on the
     training clients' accuracy, reported on held-out clients (synthetic) or held-out images."""
 
@@ -460,25 +572,14 @@ class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):
     def prepare(self, configs: list[declared.FederatedTraining]) -> None:
         self.cohort = self._cohort(configs)
         if self.private and self.noise_choice.grid:
-            self._choose_grid(configs)
+            self.choose_grid(configs)
 
     @property
     def capacity(self) -> int | None:
         """The Poisson cohort's static capacity (``None`` for a uniform cohort)."""
         return self.cohort.capacity if isinstance(self.cohort, Poisson) else None
 
-    @property
-    def most_clients(self) -> int:
-        """The most records one release sums: the cohort's capacity (or K), plus the canaries."""
-        cohort = self.capacity if self.capacity is not None else self.config.cohort_size
-        return int(cohort) + self.canaries
-
     # -- the integer grid
-    @property
-    def dimension(self) -> int:
-        """d, the model's parameter count (a client's update's coordinates)."""
-        return int(self.model.parameter_count())
-
     @property
     def min_clients(self) -> int:
         """The shares a secure release needs: ``--min-clients``, else the expected survivors
@@ -498,41 +599,18 @@ class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):
         except ValueError as error:
             raise UsageError(f"method {self.name}: --bits {bits}: {error}") from None
 
-    def _central_grid(self, noise_multiplier: float) -> int:
-        try:
-            return largest_grid_norm(self.dimension, self.most_clients, noise_multiplier,
-                                     most=DEFAULT_GRID_NORM)  # fmt: skip
-        except ValueError as error:
-            raise UsageError(
-                f"method {self.name}: {error}: lower --cohort-size or use --noise float"
-            ) from None
-
     def _grid_for(self, noise_multiplier: float) -> int:
-        secure = self.noise_choice.secure is not None
-        return (self._field_grid if secure else self._central_grid)(noise_multiplier)
+        if self.noise_choice.secure is not None:
+            return self._field_grid(noise_multiplier)
+        return super()._grid_for(noise_multiplier)
 
-    def _choose_grid(self, configs: list[declared.FederatedTraining]) -> None:
-        """The static grid of a sweep: the finest that every configuration's noise fits (the
-        central grid's event does not depend on it; a secure sum's does, weakly: its noise
-        multiplier is searched again on the grid it picks, until the grid holds)."""
-        self.grid_norm = self._grid_for(1.0)
-        for _ in range(8):
-            largest = max(self._noise_multiplier(c)[0] for c in configs)
-            grid = self._grid_for(largest)
-            if grid >= self.grid_norm:
-                return
-            self.grid_norm = grid
-        raise UsageError(f"method {self.name}: no grid holds the noise of every eps of the sweep")
-
-    def noise(self) -> Any:
+    def release_noise(self) -> Any:
         """The round's noise (:mod:`jfed.algorithms.dp_fedavg`: float, grid or secure)."""
         choice = self.noise_choice
-        if not choice.grid:
-            return dp_fedavg.FloatNoise()
+        if choice.secure is None:
+            return super().release_noise()
         if self.grid_norm is None:
             self.grid_norm = self._grid_for(1.0)
-        if choice.secure is None:
-            return dp_fedavg.GridNoise(self.dimension, self.grid_norm)
         return dp_fedavg.SecureNoise(choice.secure, self.dimension, self.min_clients,
                                      self._dp_config.bits, self.grid_norm)  # fmt: skip
 
@@ -541,7 +619,7 @@ class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):
         c = self.config
         aggregator = dp_fedavg.aggregator_of(
             self.private, float(c.cohort_size), CLIPPINGS[getattr(c, "clipping", "flat")],
-            getattr(c, "adaptive_clip", False), self.canaries, self.rate, self.noise(),
+            getattr(c, "adaptive_clip", False), self.canaries, self.rate, self.release_noise(),
         )  # fmt: skip
         return dp_fedavg.DPFedAvg(
             model=self.model, n_max=self.n_max, cohort=self.cohort, aggregator=aggregator,
@@ -555,7 +633,7 @@ class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):
         declared_ = OUTPUTS.declared
         if self.private and self.noise_choice.grid:
             declared_ += SECURE_OUTPUTS if self.noise_choice.secure else ()
-            declared_ += GRID_OUTPUTS
+            declared_ += self.grid_outputs()
         declared_ += self.canary_outputs("state.aggregator")
         if declared_ == OUTPUTS.declared:
             return OUTPUTS
@@ -693,7 +771,7 @@ class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):
 
     def _aggregator(self) -> Any:
         """The noise's own sum (without the mean and the canaries around it)."""
-        return self.noise().sum(CLIPPINGS[self._dp_config.clipping])
+        return self.release_noise().sum(CLIPPINGS[self._dp_config.clipping])
 
     def _noise_std(self, hyper: dp_fedavg.Hyperparams) -> float:
         """The std of the noise on one release's sum (model units), as the device draws it:
@@ -705,38 +783,23 @@ class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):
         if not self.noise_choice.grid:
             return float(params.noise_multiplier) * float(params.clip_norm)
         aggregator = self._aggregator()
-        scale = float(params.clip_norm) / aggregator.grid_norm
         if self.noise_choice.secure is None:
-            bits, quotient, _ = aggregator.noise_parameters(params)
-            return math.sqrt(2.0 ** int(bits) * int(quotient)) * scale
+            return grid_noise_std(aggregator, params)
+        scale = float(params.clip_norm) / aggregator.grid_norm
         share = int(aggregator.share_variance(params))
         return math.sqrt(share * aggregator.min_clients) * scale
-
-    def _check_noise(self, hyper: dp_fedavg.Hyperparams, config: declared.DPFedAvg) -> None:
-        """A grid noise the sampler cannot draw on this grid is refused, naming the flags."""
-        if not self.noise_choice.grid:
-            return
-        params = jax.tree.map(lambda v: float(np.float32(v)), hyper.privacy)
-        try:
-            self._aggregator().check(params)
-        except ValueError as error:
-            raise UsageError(
-                f"method {self.name}: eps={config.epsilon} with --noise {config.noise}: {error} "
-                "(run the eps of a sweep together so the grid fits the smallest, or use --noise "
-                "float)"
-            ) from None
 
     def calibrate(self, config: declared.FederatedTraining) -> tuple[dp_fedavg.Hyperparams, dict]:
         if not self.private:
             return self.hyperparams(config, None), non_private_fields(self.method)
         config = _private(config)
         if self.noise_choice.grid and self.grid_norm is None:
-            self._choose_grid([config])
+            self.choose_grid([config])
         delta = self.delta_of(config)
         per_round, extra = self._overflow(config)
         z, accountant, delta_accountant = self._noise_multiplier(config)
         hyper = self.hyperparams(config, z)
-        self._check_noise(hyper, config)
+        self.check_drawable(self._aggregator(), hyper.privacy, config)
         guarantee = self._statement(self.certify_run(hyper, delta_accountant, accountant))
         update_noise = float(hyper.privacy.noise_multiplier)
         count_noise = float(getattr(hyper.privacy, "count_noise", 0.0))
@@ -755,11 +818,7 @@ class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):
             "sampling_rate": self.rate if isinstance(self.cohort, Poisson) else None,
             "mechanism_model": self.noise_choice.model,
         }
-        if self.noise_choice.grid:
-            aggregator = self._aggregator()
-            fields |= {"grid_norm": aggregator.grid_norm,
-                       "noise_inflation": math.sqrt(aggregator.squared_bound)
-                       / aggregator.grid_norm}  # fmt: skip
+        fields |= self.grid_fields(self._aggregator())
         if self.noise_choice.secure is not None:
             fields["min_clients"] = self.min_clients
         return hyper, fields
@@ -794,7 +853,7 @@ class DPFedAvgExperiment(CanaryAudit, Experiment[declared.FederatedTraining]):
         }
         not_private = list(NOT_PRIVATE_FIELDS)
         if self.private and self.noise_choice.grid:
-            metrics["rounding_fallbacks"] = int(outputs["rounding_fallbacks"])
+            metrics |= self.grid_metrics(outputs)
             not_private += GRID_NOT_PRIVATE
         if self.private and self.noise_choice.secure is not None:
             metrics |= {"mean_survivors": float(outputs["survivors"]),

@@ -40,8 +40,10 @@ from jfed.methods.dp_fedavg import (
     MOMENTUM_DEFAULTS,
     NOISE_CHOICES,
     OVERFLOW_SHARE,
+    CentralGridNoise,
     build_model,
     evaluate_accuracy,
+    grid_noise_std,
     load_population,
     noise_multiplier_within_reach,
 )
@@ -57,7 +59,8 @@ from jfed.methods.experiment import (
 from jfed.privacy.canary_aggregator import WithCanaries
 
 FLOAT_NOISE = NOISE_CHOICES["float"]
-"""The noise of these methods' releases: float32 Gaussian (the ideal mechanism's guarantee)."""
+"""The noise of a method without ``--noise`` (DP-FTRL's correlated noise): float32 Gaussian (the
+ideal mechanism's guarantee)."""
 SAMPLED_COHORTS = {"poisson": Poisson, "uniform": Uniform}
 """The cohort kind each ``--cohort`` names (a sampled cohort)."""
 
@@ -68,7 +71,7 @@ def server_momentum(config: FederatedTraining) -> float:
     return MOMENTUM_DEFAULTS[config.server_optimizer] if momentum is None else momentum
 
 
-class FederatedExperiment(CanaryAudit, Experiment[FederatedTraining]):
+class FederatedExperiment(CentralGridNoise, CanaryAudit, Experiment[FederatedTraining]):
     """The shared part of an experiment on DP-FedAvg's populations (see the module docstring);
     a subclass gives ``algorithm``, ``hyperparams``, its ``kept`` arrays and its
     ``canary_source``, and extends ``evaluate``. Tuned on the training clients' accuracy,
@@ -86,13 +89,16 @@ class FederatedExperiment(CanaryAudit, Experiment[FederatedTraining]):
         self.model = build_model(config, self.data)
         self.n_clients = int(self.population.n_clients)
         self.private = self.method.private
+        noise = getattr(config, "noise", "float") if self.private else "float"
+        self.noise_choice = NOISE_CHOICES[noise]
+        self.grid_norm = None  # chosen by prepare() for --noise discrete
         self.cohort = self.make_cohort([config])
 
     @property
     def outputs(self) -> Outputs:  # type: ignore[override]
-        """``kept``, and an audited run's canaries."""
-        return declared_outputs(self.kept + self.canary_outputs(self.canary_source),
-                                type(self).__name__)  # fmt: skip
+        """``kept``, the grid's diagnostics and an audited run's canaries."""
+        kept = self.kept + self.grid_outputs() + self.canary_outputs(self.canary_source)
+        return declared_outputs(kept, type(self).__name__)
 
     def with_canaries(self, inner: Any, period: int | None = None) -> Any:
         """``inner`` (a private sum that clips) with the run's canary clients, each taking part
@@ -140,6 +146,8 @@ class FederatedExperiment(CanaryAudit, Experiment[FederatedTraining]):
 
     def prepare(self, configs: list[FederatedTraining]) -> None:
         self.cohort = self.make_cohort(configs)
+        if self.private and self.noise_choice.grid:
+            self.choose_grid(configs)
 
     @property
     def expected_cohort(self) -> float:
@@ -159,28 +167,35 @@ class FederatedExperiment(CanaryAudit, Experiment[FederatedTraining]):
         return config.delta if config.delta is not None else self.n_clients**-1.1
 
     def accountant(self, config: Any) -> Any:
-        """``--accountant``, else the cohort's own (PLD for Poisson and schedules, RDP for a
-        uniform cohort)."""
+        """``--accountant``, else the noise's own (the discrete RDP accountant on the grid) or the
+        cohort's (PLD for Poisson and schedules, RDP for a uniform cohort)."""
         name = config.accountant
-        return privacy.accountant_named(name) if name else self.cohort.accountant()
+        if name:
+            return privacy.accountant_named(name)
+        return privacy.DiscreteRdp() if self.noise_choice.grid else self.cohort.accountant()
 
-    def calibrate(self, config: Any) -> tuple[Any, dict]:
-        """The run's hyper-parameters and privacy fields: z calibrated to ``--epsilon`` at
-        ``delta - overflow`` through the round's releases, certified for them (and the Poisson
-        overflow term added to the stated delta)."""
-        if not self.private:
-            return self.hyperparams(config, None), non_private_fields(self.method)
-        delta = self.delta_of(config)
-        cohort, per_round, extra = self.cohort, 0.0, 0.0
-        if isinstance(cohort, Poisson):
-            per_round = cohort.overflow_probability(self.n_clients)
-            extra = cohort.overflow_delta(config.epsilon, config.rounds, self.n_clients)
+    def _overflow(self, config: Any) -> tuple[float, float]:
+        """``(per-round overflow probability, its delta term at the target eps)`` of a Poisson
+        cohort (zeros otherwise); refuses a capacity that overflows too often."""
+        cohort, delta = self.cohort, self.delta_of(config)
+        if not isinstance(cohort, Poisson):
+            return 0.0, 0.0
+        per_round = cohort.overflow_probability(self.n_clients)
+        extra = cohort.overflow_delta(config.epsilon, config.rounds, self.n_clients)
         if extra > OVERFLOW_SHARE * delta * 1.0001:
             raise UsageError(
                 f"method {self.name}: the Poisson capacity {cohort.capacity} overflows too often "
                 f"for eps={config.epsilon} (delta share {extra / delta:.2g}); run the "
                 "configurations of a sweep together so the capacity fits the largest eps"
             )
+        return per_round, extra
+
+    def _noise_multiplier(self, config: Any) -> tuple[float, Any, float]:
+        """``(z, accountant, delta_accountant)``: the least z for the run's eps at the delta left
+        by the cohort's overflow term and, for float noise, by its bounded reach
+        (:meth:`reach_delta`), through the round's releases."""
+        _, extra = self._overflow(config)
+        delta = self.delta_of(config)
         accountant = self.accountant(config)
         # PLD searches at a coarse discretization: an upper bound at any discretization, so the
         # z it finds certifies eps <= the target at the finer one too
@@ -197,14 +212,36 @@ class FederatedExperiment(CanaryAudit, Experiment[FederatedTraining]):
             return self.reach_delta(self.hyperparams(config, z), config)
 
         z, reserve = noise_multiplier_within_reach(
-            least, reach, delta, f"method {self.name}: eps={config.epsilon}",
-            "lower --epsilon (its float32 noise cannot certify this one)",
+            least, None if self.noise_choice.grid else reach, delta,
+            f"method {self.name}: eps={config.epsilon}",
+            "use --noise discrete (exact, no reach)" if hasattr(config, "noise")
+            else "lower --epsilon (its float32 noise cannot certify this one)",
         )  # fmt: skip
+        return z, accountant, delta - extra - reserve
+
+    def calibrate(self, config: Any) -> tuple[Any, dict]:
+        """The run's hyper-parameters and privacy fields: z calibrated to ``--epsilon`` at
+        ``delta - overflow`` (less the float reach's share) through the round's releases,
+        certified for them (and the Poisson overflow term added to the stated delta)."""
+        if not self.private:
+            return self.hyperparams(config, None), non_private_fields(self.method)
+        if self.noise_choice.grid and self.grid_norm is None:
+            self.choose_grid([config])
+        delta = self.delta_of(config)
+        per_round, extra = self._overflow(config)
+        z, accountant, delta_accountant = self._noise_multiplier(config)
         hyper = self.hyperparams(config, z)
-        guarantee = self.certify_run(hyper, delta - extra - reserve, accountant)
-        # the releases' float32 Gaussian noise: the guarantee is the ideal mechanism's
-        guarantee = dataclasses.replace(guarantee, notion=guarantee.notion + FLOAT_NOISE.suffix)
-        fields = guarantee_fields(guarantee, z * config.update_clip)
+        grid_sum = self.release_noise().sum(False)
+        params = self.sum_params(config.update_clip, z)
+        self.check_drawable(grid_sum, params, config)
+        guarantee = self.certify_run(hyper, delta_accountant, accountant)
+        # float32 noise: the guarantee is the ideal mechanism's (the grid's is exact)
+        guarantee = dataclasses.replace(
+            guarantee, notion=guarantee.notion + self.noise_choice.suffix
+        )
+        noise_std = grid_noise_std(grid_sum, params) if self.noise_choice.grid \
+            else z * config.update_clip  # fmt: skip
+        fields = guarantee_fields(guarantee, noise_std)
         # the stated delta is the target (as DP-FedAvg's): the accountant's share, the
         # overflow term at the target eps (which bounds it at the smaller certified eps) and
         # the float noise's bounded reach
@@ -212,19 +249,22 @@ class FederatedExperiment(CanaryAudit, Experiment[FederatedTraining]):
             "delta": delta,
             "delta_accountant": guarantee.delta,
             "delta_overflow": extra,
-            "delta_sampler": reach(z),
+            "delta_sampler": self.reach_delta(hyper, config),
             "overflow_probability_per_round": per_round,
             "noise_multiplier": z,
-            "sampling_rate": self.rate if isinstance(cohort, Poisson) else None,
-            "mechanism_model": FLOAT_NOISE.model,
+            "sampling_rate": self.rate if isinstance(self.cohort, Poisson) else None,
+            "mechanism_model": self.noise_choice.model,
         }
-        return hyper, fields
+        return hyper, fields | self.grid_fields(grid_sum)
 
     def reach_delta(self, hyper: Any, config: Any) -> float:
         """The delta the float32 noise's bounded reach adds over the run
         (:func:`jfed.privacy.reach_delta`): in each of the round's releases one client moves
         the sum by ``1 / z`` of its noise's standard deviations (``2 / z`` under a uniform
-        cohort's replace-one), in a round it takes part in (probability K / N)."""
+        cohort's replace-one), in a round it takes part in (probability K / N); 0 on the grid
+        (exact)."""
+        if self.noise_choice.grid:
+            return 0.0
         scale = 2.0 if isinstance(self.cohort, Uniform) else 1.0
         shifts = []
         for release in self.ledger().releases:
@@ -248,11 +288,15 @@ class FederatedExperiment(CanaryAudit, Experiment[FederatedTraining]):
         cohort sizes."""
         test_accuracy = self.accuracy(outputs["params"], self.data.test)
         clipped = np.asarray(outputs["clipped_fraction"], np.float64)
-        return {
-            "test_accuracy": test_accuracy,
-            "test_error": 1.0 - test_accuracy,
-            "train_accuracy": self.accuracy(outputs["params"], self.data.train_sample),
-            "clipped_fraction": float(clipped.mean()) if self.private else 0.0,
-            "clipped_fraction_per_round": clipped.tolist() if self.private else [],
-            "mean_cohort_size": float(np.mean(outputs["cohort_size"])),
-        } | self.audit_fields(outputs, config)
+        return (
+            {
+                "test_accuracy": test_accuracy,
+                "test_error": 1.0 - test_accuracy,
+                "train_accuracy": self.accuracy(outputs["params"], self.data.train_sample),
+                "clipped_fraction": float(clipped.mean()) if self.private else 0.0,
+                "clipped_fraction_per_round": clipped.tolist() if self.private else [],
+                "mean_cohort_size": float(np.mean(outputs["cohort_size"])),
+            }
+            | self.grid_metrics(outputs)
+            | self.audit_fields(outputs, config)
+        )

@@ -5,8 +5,12 @@ state kept by the engine (:mod:`jfed.algorithms.scaffold`).
 Privacy (DP-SCAFFOLD): each round makes two releases on the same cohort, the noised mean of the
 clipped model updates (clip C, fixed denominator K) and the noised sum of the clipped
 control-variate updates (clip C_c), both with noise multiplier z. The engine's ledger wraps them
-once by the cohort's sampling, as one Gaussian of multiplier ``z / sqrt(2)``; z is calibrated
-for that composition over the rounds and certified for it.
+once by the cohort's sampling; z is calibrated for that composition over the rounds and
+certified for it. ``--noise discrete`` (the default) puts both releases on one integer grid
+(L grid units per clip norm, chosen for the sweep): two exact discrete Gaussian events composed
+inside one sampled event, certified by the discrete RDP accountant; ``--noise float`` draws
+float32 Gaussian noise for both, as one Gaussian of multiplier ``z / sqrt(2)`` (the ideal
+mechanism's guarantee, its bounded reach reserved from delta).
 
 Audit (``--audit-canaries M``): the canaries take part in the model release only (they send a
 model update and no control-variate update) and are scored against it. The bound they give is
@@ -44,10 +48,11 @@ class ScaffoldExperiment(FederatedExperiment):
     @property
     def algorithm(self) -> scaffold.Scaffold:
         if self.private:
+            noise = self.release_noise()
             model_aggregator: Any = privacy.FixedDenominatorMean(
-                self.with_canaries(privacy.GaussianSum()), self.expected_cohort
+                self.with_canaries(noise.sum(False)), self.expected_cohort
             )
-            control_aggregator: Any = privacy.GaussianSum()
+            control_aggregator: Any = noise.sum(False)
         else:
             model_aggregator, control_aggregator = privacy.CohortMean(), privacy.PlainSum()
         return scaffold.Scaffold(
@@ -62,8 +67,8 @@ class ScaffoldExperiment(FederatedExperiment):
             model_privacy: Any = privacy.NoParams()
             control_privacy: Any = privacy.NoParams()
         else:
-            model_privacy = privacy.GaussianSumParams(config.update_clip, noise_multiplier)
-            control_privacy = privacy.GaussianSumParams(config.control_clip, noise_multiplier)
+            model_privacy = self.sum_params(config.update_clip, noise_multiplier)
+            control_privacy = self.sum_params(config.control_clip, noise_multiplier)
         f32 = jnp.float32
         return scaffold.Hyperparams(
             client_learning_rate=f32(config.client_learning_rate),

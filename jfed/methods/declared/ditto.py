@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from jfed.methods.declared.common import ACCURACY
 from jfed.methods.declared.dp_fedavg import ONE_CLIENT, TRUSTED, USER_LEVEL, FederatedTraining
-from jfed.methods.declared.private_training import PrivateTraining, with_client_state
+from jfed.methods.declared.private_training import GridTraining, with_client_state
 from jfed.methods.fields import NONNEGATIVE, integers, param
 from jfed.methods.registry import Method, register
 
@@ -30,7 +30,7 @@ class Ditto(FederatedTraining):
 
 
 @dataclass(frozen=True)
-class DPDitto(PrivateTraining):
+class DPDitto(GridTraining):
     """Ditto with DP-FedAvg's private aggregation of the global updates (the personal models
     never leave the clients)."""
 

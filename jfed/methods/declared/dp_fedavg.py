@@ -225,6 +225,38 @@ modelled), ddgauss and skellam (distributed DP: each client's share of the noise
 aggregation modulo 2^bits, no trusted server)."""
 DISTRIBUTED_NOISES = ("ddgauss", "skellam")
 DP_FEDAVG_ACCOUNTANTS = (*catalog.COHORT_ACCOUNTANTS, "discrete-rdp")
+
+
+def grid_accountant_param() -> Any:
+    """The ``--accountant`` field of a configuration whose ``--noise`` may be on the integer
+    grid (DP-FedAvg's, and :class:`~jfed.methods.declared.private_training.GridTraining`'s)."""
+    return param(
+        None, "accountant that calibrates the noise (pld: float noise on Poisson cohorts, "
+        "add-or-remove; rdp: float noise on either cohort, and the only one for uniform cohorts, "
+        "replace-one; discrete-rdp: the integer-grid noises)", kind=str,
+        choices=DP_FEDAVG_ACCOUNTANTS, default_text="discrete-rdp for the grid noises, pld for "
+        "float on poisson, rdp for uniform", group="privacy",
+    )  # fmt: skip
+
+
+def check_noise(config: Any) -> None:
+    """The refusals of ``--noise`` with ``--accountant`` and ``--cohort`` that every method
+    offering the integer grid shares: the discrete RDP accountant composes the grid's discrete
+    events only, the cohorts' float accountants the float Gaussian only, and sampling without
+    replacement is accounted for float noise only."""
+    float_noise = config.noise == "float"
+    if float_noise and config.accountant == "discrete-rdp":
+        raise UsageError("--accountant discrete-rdp composes the integer-grid noises; with "
+                         "--noise float use pld or rdp")  # fmt: skip
+    if not float_noise and config.accountant in catalog.COHORT_ACCOUNTANTS:
+        raise UsageError(f"--noise {config.noise} is accounted with --accountant discrete-rdp "
+                         f"(its discrete events), not {config.accountant}")  # fmt: skip
+    if not float_noise and config.cohort == "uniform":
+        raise UsageError(f"--cohort uniform (sampling without replacement) is accounted for "
+                         f"float Gaussian noise only: use --noise float, or --cohort poisson "
+                         f"with --noise {config.noise}")  # fmt: skip
+
+
 DISTRIBUTED_ONLY = (lambda c: c.noise in DISTRIBUTED_NOISES,
                     "only with --noise ddgauss or skellam")  # fmt: skip
 
@@ -245,14 +277,7 @@ class DPFedAvg(FederatedTraining):
         default_text="1 / N^1.1",
         group="privacy",
     )
-    accountant: str | None = param(
-        None, "accountant that calibrates the noise (pld: float noise on Poisson cohorts, "
-        "add-or-remove; rdp: float noise on either cohort, and the only one for uniform cohorts, "
-        "replace-one; discrete-rdp: the integer-grid noises)", kind=str,
-        choices=DP_FEDAVG_ACCOUNTANTS,
-        default_text="discrete-rdp for the grid noises, pld for float on poisson, rdp for "
-        "uniform", group="privacy",
-    )  # fmt: skip
+    accountant: str | None = grid_accountant_param()
     noise: str = param(
         "discrete", "the noise on the sum: discrete (exact discrete Gaussian on an integer grid, "
         "added by a trusted server), float (float32 Gaussian: the ideal real-valued mechanism, "
@@ -300,20 +325,10 @@ class DPFedAvg(FederatedTraining):
 
     def check(self) -> Self:
         check_central_privacy(self)
-        float_noise = self.noise == "float"
-        if float_noise and self.accountant == "discrete-rdp":
-            raise UsageError("--accountant discrete-rdp composes the integer-grid noises; with "
-                             "--noise float use pld or rdp")  # fmt: skip
-        if not float_noise and self.accountant in catalog.COHORT_ACCOUNTANTS:
-            raise UsageError(f"--noise {self.noise} is accounted with --accountant discrete-rdp "
-                             f"(its discrete events), not {self.accountant}")  # fmt: skip
-        if not float_noise and self.adaptive_clip:
+        check_noise(self)
+        if self.noise != "float" and self.adaptive_clip:
             raise UsageError(f"--adaptive-clip releases a float Gaussian count beside the sum: "
                              f"use it with --noise float, not --noise {self.noise}")  # fmt: skip
-        if not float_noise and self.cohort == "uniform":
-            raise UsageError(f"--cohort uniform (sampling without replacement) is accounted for "
-                             f"float Gaussian noise only: use --noise float, or --cohort poisson "
-                             f"with --noise {self.noise}")  # fmt: skip
         distributed = self.noise in DISTRIBUTED_NOISES
         if distributed and self.clipping != "flat":
             raise UsageError(f"--noise {self.noise} rotates and rounds the whole update: use "

@@ -21,7 +21,9 @@ from jfed.methods.declared.dp_fedavg import (
     _model_shape,
     audit_canaries_param,
     check_central_privacy,
+    check_noise,
     federated_cost,
+    grid_accountant_param,
 )
 from jfed.methods.fields import EPSILON, OPEN_UNIT, POSITIVE, param
 
@@ -50,6 +52,31 @@ class PrivateTraining(FederatedTraining):
     def check(self) -> Self:
         check_central_privacy(self)
         return super().check()
+
+
+CENTRAL_NOISES = ("discrete", "float")
+"""``--noise`` where a trusted server noises the releases: discrete (the default: exact discrete
+Gaussian on an integer grid) or float (float32 Gaussian: the ideal real-valued mechanism)."""
+
+
+@dataclass(frozen=True)
+class GridTraining(PrivateTraining):
+    """:class:`PrivateTraining` whose releases may go on DP-FedAvg's integer grid (``--noise
+    discrete``, the default, accounted by the discrete RDP accountant) or stay float32
+    (``--noise float``), with DP-FedAvg's refusals of the pairs that do not fit."""
+
+    accountant: str | None = grid_accountant_param()
+    noise: str = param(
+        "discrete", "the noise on every release: discrete (exact discrete Gaussian on an integer "
+        "grid, added by a trusted server) or float (float32 Gaussian: the ideal real-valued "
+        "mechanism, floating-point sampling not modelled)", choices=CENTRAL_NOISES,
+        group="privacy",
+    )  # fmt: skip
+
+    def check(self) -> Self:
+        checked = super().check()
+        check_noise(self)
+        return checked
 
 
 def with_client_state(models_per_client: int) -> Callable[[FederatedTraining, CostPlan], Cost]:

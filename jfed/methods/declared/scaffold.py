@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from jfed.methods.declared.common import ACCURACY
 from jfed.methods.declared.dp_fedavg import ONE_CLIENT, TRUSTED, USER_LEVEL, FederatedTraining
-from jfed.methods.declared.private_training import PrivateTraining, with_client_state
+from jfed.methods.declared.private_training import GridTraining, with_client_state
 from jfed.methods.fields import POSITIVE, param
 from jfed.methods.registry import Method, register
 
@@ -25,7 +25,7 @@ class Scaffold(FederatedTraining):
 
 
 @dataclass(frozen=True)
-class DPScaffold(PrivateTraining):
+class DPScaffold(GridTraining):
     """DP-SCAFFOLD: SCAFFOLD with the model updates and the control-variate updates each
     clipped and noised (two releases a round, accounted together)."""
 
