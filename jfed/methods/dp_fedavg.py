@@ -439,8 +439,8 @@ class CentralGridNoise:
     def most_clients(self) -> int:
         """The most records one release sums: the Poisson cohort's capacity (or K), plus the
         canaries."""
-        cohort = self.cohort
-        size = cohort.capacity if isinstance(cohort, Poisson) else self.config.cohort_size
+        capacity = self.cohort.capacity if isinstance(self.cohort, Poisson) else None
+        size = capacity if capacity is not None else self.config.cohort_size
         return int(size) + self.canaries
 
     def _central_grid(self, noise_multiplier: float) -> int:
