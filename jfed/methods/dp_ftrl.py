@@ -18,9 +18,12 @@ Audit (``--audit-canaries M``): the cohort is a schedule, not a sample, so each 
 part as the schedule lets a client take part: canary i, if its coin (probability 1/2) includes
 it, in the rounds ``t = i (mod b)``, b the schedule's period (once per group cycle, epoch or
 min-separation), through the same clipping and the same correlated noise. Its score is its
-largest cosine with a round's release (the model increment, a difference of the released noised
-prefix sums): post-processing of what the mechanism releases, so the one-run lower bound holds
-for the run's certified guarantee whatever the noise's correlation across rounds.
+largest cosine with what the mechanism released of its rounds: with Honaker's tree (the
+default), the round's own leaf node (the round's clipped sum plus the leaf's own draw, a row of
+the certified strategy, carrying one draw's noise); otherwise the round's release (the model
+increment, a difference of the released noised prefix sums). Either is part or a
+post-processing of what the certified mechanism releases, so the one-run lower bound holds for
+the run's certified guarantee whatever the noise's correlation across rounds.
 """
 
 from __future__ import annotations
@@ -96,10 +99,18 @@ class FtrlExperiment(FederatedExperiment):
     """DP-FTRL or BLT-DP-FTRL (the configuration's class decides the noise)."""
 
     config: Any  # a DP-FTRL or BLT-DP-FTRL configuration
-    audited_release = (
-        "the rounds' released increments of the noised prefix sums (post-processing of the "
-        "releases; the canaries take part once every schedule period, in turn)"
-    )
+
+    @property
+    def audited_release(self) -> str:  # type: ignore[override]
+        """What the canaries are scored against (the aggregator's audit view, where it has one:
+        :meth:`jfed.privacy.correlated.CorrelatedGaussianSum.audit_view`)."""
+        turns = "the canaries take part once every schedule period, in turn"
+        if isinstance(self.noise, TreeNoise) and self.noise.honaker:
+            return (f"each round's own leaf node of the tree (its clipped sum plus the leaf's "
+                    f"draw, a row of the certified strategy; {turns})")  # fmt: skip
+        return (f"the rounds' released increments of the noised prefix sums (post-processing "
+                f"of the releases; {turns})")  # fmt: skip
+
     kept = (
         Output("params", "state.params"),
         Output("clipped_fraction", "infos.clipped_fraction"),
