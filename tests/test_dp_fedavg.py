@@ -340,6 +340,41 @@ def test_adaptive_clipping_splits_the_noise_as_andrew_et_al():
         experiment(tiny).calibrated(tiny)
 
 
+def test_adaptive_clipping_on_the_grid_is_certified_for_both_releases():
+    """With the default grid noise both of adaptive clipping's releases are exact discrete
+    Gaussians (the update sum at z_delta, the count at 2 sigma_b): the certified eps is the
+    discrete RDP accountant's for the Poisson-sampled pair, R rounds, built here from the
+    aggregator's parameters (rel 1e-9); the record's joint z is the float pair's rule.
+    Negative control: the update sum alone certifies less."""
+    from jfed.privacy.discrete_accounting import DiscreteGaussianDpEvent, DiscreteRdpAccountant
+
+    config = declared.DPFedAvg(**small(), epsilon=3.0, delta=1e-4, adaptive_clip=True)
+    built = experiment(config)
+    hp, fields = built.calibrated(config)
+    z_delta, sigma_b = float(hp.privacy.noise_multiplier), float(hp.privacy.count_noise)
+    assert fields["accountant"] == "discrete-rdp" and fields["grid_norm"] >= 1
+    assert fields["mechanism_model"].startswith("exact")
+    assert (z_delta**-2 + (2 * sigma_b) ** -2) ** -0.5 == pytest.approx(
+        fields["noise_multiplier"], rel=1e-9
+    )
+    inner = built._aggregator()
+    bound = inner.squared_bound
+    update = DiscreteGaussianDpEvent(z_delta, math.sqrt(bound),
+                                     min(bound, math.sqrt(inner.dimension * bound)),
+                                     inner.dimension)  # fmt: skip
+    count = DiscreteGaussianDpEvent(2 * sigma_b, 1.0, 1.0, 1)
+    q = config.cohort_size / N
+
+    def certified(*releases) -> float:
+        accountant = DiscreteRdpAccountant()
+        event = dp_accounting.ComposedDpEvent(list(releases))
+        accountant.compose(dp_accounting.PoissonSampledDpEvent(q, event), config.rounds)
+        return accountant.get_epsilon(fields["delta_accountant"])
+
+    assert fields["epsilon_certified"] == pytest.approx(certified(update, count), rel=1e-9)
+    assert certified(update) < fields["epsilon_certified"] * (1 - 1e-3)
+
+
 def test_bad_combinations_are_refused():
     with pytest.raises(ValueError, match="--accountant rdp"):
         declared.DPFedAvg(**small(cohort="uniform"), accountant="pld").check()
@@ -349,7 +384,7 @@ def test_bad_combinations_are_refused():
         declared.DPFedAvg(**small(), target_quantile=0.3).check()
     # where the exact grid does not apply: one line naming the flags
     for changes, flags in (
-        (dict(adaptive_clip=True), "--adaptive-clip.*--noise float"),
+        (dict(adaptive_clip=True, noise="skellam"), "--adaptive-clip.*--noise discrete or float"),
         (dict(cohort="uniform"), "--cohort uniform.*--noise float"),
         (dict(noise="float", accountant="discrete-rdp"), "--accountant discrete-rdp"),
         (dict(accountant="pld"), "--noise discrete.*--accountant discrete-rdp"),
@@ -361,6 +396,7 @@ def test_bad_combinations_are_refused():
         with pytest.raises(ValueError, match=flags):
             declared.DPFedAvg(**small(), **changes).check()
     declared.DPFedAvg(**small(), adaptive_clip=True, noise="float").check()
+    declared.DPFedAvg(**small(), adaptive_clip=True).check()  # both releases on the grid
     declared.DPFedAvg(**small(), clipping="per-layer").check()  # the grid clips per layer too
 
 

@@ -34,7 +34,7 @@ from jfed.privacy.aggregators import (
     QuantileAdaptiveGaussianSum,
 )
 from jfed.privacy.canary_aggregator import WithCanaries
-from jfed.privacy.discrete_aggregators import DiscreteGaussianSum
+from jfed.privacy.discrete_aggregators import DiscreteGaussianSum, DiscreteQuantileAdaptiveSum
 from jfed.privacy.privatizers import tree_norm
 
 PyTree = Any
@@ -133,6 +133,10 @@ class FloatNoise:
     def sum(self, per_layer: bool) -> Any:
         return GaussianSum(per_layer)
 
+    def adaptive_sum(self, denominator: float, per_layer: bool) -> Any:
+        """Quantile-adaptive clipping's two float Gaussian releases."""
+        return QuantileAdaptiveGaussianSum(denominator, per_layer)
+
 
 @dataclass(frozen=True)
 class GridNoise:
@@ -151,6 +155,12 @@ class GridNoise:
 
     def sum(self, per_layer: bool) -> Any:
         return DiscreteGaussianSum(self.dimension, self.grid_norm, per_layer=per_layer)
+
+    def adaptive_sum(self, denominator: float, per_layer: bool) -> Any:
+        """Quantile-adaptive clipping's two releases on the grid, each exact
+        (:class:`~jfed.privacy.DiscreteQuantileAdaptiveSum`)."""
+        return DiscreteQuantileAdaptiveSum(self.dimension, self.grid_norm, per_layer=per_layer,
+                                           expected_count=denominator)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -176,6 +186,9 @@ class SecureNoise:
             raise ValueError("a secure sum rotates and rounds the whole update: no per-layer clip")
         return self.mechanism(self.dimension, self.min_clients, self.bits, self.grid_norm)
 
+    def adaptive_sum(self, denominator: float, per_layer: bool) -> Any:
+        raise ValueError("adaptive clipping needs a trusted server's count: no secure sum")
+
 
 Noise = FloatNoise | GridNoise | SecureNoise
 
@@ -191,16 +204,14 @@ def aggregator_of(
 ) -> Any:
     """DP-FedAvg's aggregator: the mean of clipped updates plus noise over the fixed denominator
     (``private``: the ``noise``'s sum, :class:`FloatNoise` by default; quantile-adaptive clipping
-    with ``adaptive``, float noise only), or FedAvg's plain mean over the cohort. With
+    with ``adaptive``, float or on the grid, not a secure sum), or FedAvg's plain mean over the
+    cohort. With
     ``canaries`` > 0 the private sum also carries that many canary clients for an audit of the
     run (:class:`~jfed.privacy.canary_aggregator.WithCanaries`; they take part at the cohort's
     rate ``participation``)."""
     if not private:
         return CohortMean()
-    if adaptive and noise.exact:
-        raise ValueError("adaptive clipping releases a float Gaussian count: use FloatNoise")
-    adaptive_sum = QuantileAdaptiveGaussianSum(denominator, per_layer)
-    inner = adaptive_sum if adaptive else noise.sum(per_layer)
+    inner = noise.adaptive_sum(denominator, per_layer) if adaptive else noise.sum(per_layer)
     if canaries:
         inner = WithCanaries(inner, canaries, participation)
     return FixedDenominatorMean(inner, denominator)

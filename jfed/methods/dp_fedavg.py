@@ -461,12 +461,17 @@ class CentralGridNoise:
         multiplier is searched again on the grid it picks, until the grid holds)."""
         self.grid_norm = self._grid_for(1.0)
         for _ in range(8):
-            largest = max(self._noise_multiplier(c)[0] for c in configs)  # type: ignore[attr-defined]
+            largest = max(self.drawn_multiplier(c) for c in configs)
             grid = self._grid_for(largest)
             if grid >= self.grid_norm:
                 return
             self.grid_norm = grid
         raise UsageError(f"method {self.name}: no grid holds the noise of every eps of the sweep")
+
+    def drawn_multiplier(self, config: Any) -> float:
+        """The largest noise multiplier a release of ``config`` draws on the grid (default: the
+        calibrated z, :meth:`_noise_multiplier`)."""
+        return float(self._noise_multiplier(config)[0])  # type: ignore[attr-defined]
 
     def release_noise(self) -> Any:
         """The releases' noise (:mod:`jfed.algorithms.dp_fedavg`): float, or exact discrete
@@ -684,11 +689,8 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
             params = privacy.DistributedSumParams(config.update_clip, noise_multiplier,
                                                   config.dropout_rate)  # fmt: skip
             return _hyperparams(params, **common)
-        if self.noise_choice.grid:
-            params = privacy.DiscreteGaussianSumParams(config.update_clip, noise_multiplier)
-            return _hyperparams(params, **common)
         if not config.adaptive_clip:
-            params = privacy.GaussianSumParams(config.update_clip, noise_multiplier)
+            params = self.sum_params(config.update_clip, noise_multiplier)
             return _hyperparams(params, **common)
         count_noise = self.count_noise(config)
         try:
@@ -770,8 +772,18 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
         return privacy.reach_delta(shifts, self.rate, config.rounds)
 
     def _aggregator(self) -> Any:
-        """The noise's own sum (without the mean and the canaries around it)."""
-        return self.release_noise().sum(CLIPPINGS[self._dp_config.clipping])
+        """The noise's own sum (without the mean and the canaries around it): adaptive
+        clipping's pair of releases with ``--adaptive-clip``."""
+        per_layer = CLIPPINGS[self._dp_config.clipping]
+        if getattr(self._dp_config, "adaptive_clip", False):
+            return self.release_noise().adaptive_sum(float(self.config.cohort_size), per_layer)
+        return self.release_noise().sum(per_layer)
+
+    def drawn_multiplier(self, config: Any) -> float:
+        """The calibrated z, or with adaptive clipping the update sum's z_delta (larger: the
+        count's noise carries the rest)."""
+        hyper = self.hyperparams(_private(config), self._noise_multiplier(config)[0])
+        return float(hyper.privacy.noise_multiplier)
 
     def _noise_std(self, hyper: dp_fedavg.Hyperparams) -> float:
         """The std of the noise on one release's sum (model units), as the device draws it:
@@ -779,7 +791,7 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
         the grid's integer variance scaled back by ``C / L``, a secure sum's least one."""
         params = hyper.privacy
         if isinstance(params, privacy.AdaptiveClipParams):
-            return float(params.noise_multiplier) * float(params.initial_clip)
+            params = self.sum_params(params.initial_clip, params.noise_multiplier)
         if not self.noise_choice.grid:
             return float(params.noise_multiplier) * float(params.clip_norm)
         aggregator = self._aggregator()
@@ -803,6 +815,9 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
         guarantee = self._statement(self.certify_run(hyper, delta_accountant, accountant))
         update_noise = float(hyper.privacy.noise_multiplier)
         count_noise = float(getattr(hyper.privacy, "count_noise", 0.0))
+        ran = self.ran_multiplier(hyper)
+        if ran is None and count_noise:  # the grid's pair of discrete releases: their joint z
+            ran = privacy.combined_noise_multiplier(update_noise, count_noise)
         fields = guarantee_fields(guarantee, self._noise_std(hyper))
         # the stated delta is the target: the accountant's share, the overflow term at the
         # target eps (which bounds it at the smaller certified eps) and the float reach's term
@@ -812,7 +827,7 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
             "delta_overflow": extra,
             "delta_sampler": self.reach_delta(hyper, config),
             "overflow_probability_per_round": per_round,
-            "noise_multiplier": self.ran_multiplier(hyper),
+            "noise_multiplier": ran,
             "update_noise_multiplier": update_noise,
             "count_noise_std": count_noise,
             "sampling_rate": self.rate if isinstance(self.cohort, Poisson) else None,

@@ -326,10 +326,11 @@ class DPFedAvg(FederatedTraining):
     def check(self) -> Self:
         check_central_privacy(self)
         check_noise(self)
-        if self.noise != "float" and self.adaptive_clip:
-            raise UsageError(f"--adaptive-clip releases a float Gaussian count beside the sum: "
-                             f"use it with --noise float, not --noise {self.noise}")  # fmt: skip
         distributed = self.noise in DISTRIBUTED_NOISES
+        if distributed and self.adaptive_clip:
+            raise UsageError(f"--adaptive-clip releases a trusted server's noised count beside "
+                             f"the sum: use it with --noise discrete or float, not --noise "
+                             f"{self.noise}")  # fmt: skip
         if distributed and self.clipping != "flat":
             raise UsageError(f"--noise {self.noise} rotates and rounds the whole update: use "
                              "--clipping flat")  # fmt: skip
