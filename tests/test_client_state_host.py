@@ -251,3 +251,25 @@ def test_what_a_table_off_the_device_cannot_serve_is_refused_in_one_line(argumen
     assert main(arguments) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"jfed: error: {answer}") and err.count("\n") == 1, err
+
+
+def test_the_cost_check_counts_the_table_where_it_lives(monkeypatch, capsys):
+    """On the device the table counts in the device's arrays and a refusal says so and how to
+    keep it off the device; with ``--client-state host`` it does not, and a host without room
+    for it is refused in one line saying what each place has free."""
+    import jfed.methods.cost as cost
+    from jfed.cli.main import main
+
+    monkeypatch.setattr(cost, "available_memory", lambda: 16 * 2**30)
+    monkeypatch.setattr(cost, "memory_budget", lambda: 16 * 2**30)
+    monkeypatch.setattr(cost, "work_budget", lambda: cost.MAX_WORK["cpu"])
+    big = ["run", "scaffold", "--clients", "10000000", "--rounds", "1"]  # a 24.4 GB table
+    assert main(big) == 2
+    err = capsys.readouterr().err
+    assert "of them the per-client state table: --client-state host or disk" in err
+    monkeypatch.setattr(cost, "available_memory", lambda: 2 * 2**30)
+    assert main([*big, "--client-state", "host"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jfed: error: the per-client state table needs 24.4 GB "
+                          "(client_state='host')") and "2.15 GB in host memory" in err  # fmt: skip
+    assert err.count("\n") == 1

@@ -23,6 +23,7 @@ its package; exit 1).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from jfed import __version__
@@ -236,9 +237,35 @@ def check_cost(args: argparse.Namespace, config, swept: tuple | None) -> None:
         shared = not args.no_shared_noise and len(epsilons or ()) > 1
     chunk = args.chunk_size or ExecutionPlan.for_backend().chunk_size
     memory, work = memory_budget(), work_budget()
-    cost = check_fits(config, chunk, memory, shared, tuple(sorted(given)), work)
+    place = getattr(args, "client_state", None) or "device"
+    cost = check_fits(config, chunk, memory, shared, tuple(sorted(given)), work,
+                      table_on_device=place == "device")  # fmt: skip
+    if cost is not None and cost.client_table and place != "device":
+        check_table_place(args, cost.client_table, place, max(0, memory - cost.memory))
     if swept is not None:
         check_sweep_size(args, swept, cost, memory, work)
+
+
+def check_table_place(args: argparse.Namespace, table: int, place: str, device_free: int) -> None:
+    """Refuse in one line a per-client state table of ``table`` bytes that its place (``host``
+    memory, or the ``--client-state-dir`` folder's disk) has no room for, saying what each place
+    has free (``device_free``: the device's room beside the run's other arrays;
+    :func:`jfed.engine.client_state.choose_client_state`)."""
+    import shutil
+
+    from jfed.engine.client_state import choose_client_state
+    from jfed.methods.cost import available_memory
+
+    disk = None
+    if place == "disk":
+        folder = os.path.abspath(args.client_state_dir)
+        while not os.path.exists(folder):  # the folder is created by the run
+            folder = os.path.dirname(folder)
+        disk = shutil.disk_usage(folder).free
+    try:
+        choose_client_state(table, device_free, available_memory(), disk, requested=place)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def check_sweep_size(args: argparse.Namespace, swept: tuple, cost, memory: int, work: int) -> None:

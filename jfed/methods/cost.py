@@ -72,10 +72,13 @@ class CostPlan(NamedTuple):
     Attributes:
       chunk: clients vmapped at once (the engine plan's ``chunk_size``).
       shared: the eps of a sweep share their draws (the modulated messages double).
+      table_on_device: a per-client state table is held on the device (``False``: in host
+        memory or on disk, ``--client-state host|disk``; only the cohort's rows reach it).
     """
 
     chunk: int
     shared: bool = False
+    table_on_device: bool = True
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,9 @@ class Cost:
       host_memory: bytes the host holds before the program runs (the privacy accounting).
       host_seconds: seconds the host works before the program runs.
       hint: what else lowers it, said in a refusal (e.g. ``"--accountant rdp answers at once"``).
+      client_table: bytes of the per-client state table (every client's rows), counted in
+        ``memory`` only when ``table_on_device``.
+      table_on_device: whether the table is held on the device.
     """
 
     memory: int
@@ -97,6 +103,8 @@ class Cost:
     host_memory: int = 0
     host_seconds: float = 0.0
     hint: str = ""
+    client_table: int = 0
+    table_on_device: bool = True
 
     def plus_host(self, host: Cost) -> Cost:
         """This device cost with ``host``'s accounting beside it (the larger of the two)."""
@@ -227,14 +235,16 @@ def pld_calibration_cost(
 # ------------------------------------------------------------------------------- the checks
 
 
-def estimate(config: Config, chunk: int, shared: bool = False) -> Cost | None:
+def estimate(
+    config: Config, chunk: int, shared: bool = False, table_on_device: bool = True
+) -> Cost | None:
     """The cost of one run of ``config`` with ``chunk`` clients vmapped at once (``shared``: a
-    sweep's eps share their draws), from its method's ``cost`` hook; ``None`` when the method
-    declares none."""
+    sweep's eps share their draws; ``table_on_device``: where a per-client state table is), from
+    its method's ``cost`` hook; ``None`` when the method declares none."""
     from jfed.methods.registry import method_of
 
     hook = method_of(config).cost
-    return None if hook is None else hook(config, CostPlan(chunk, shared))
+    return None if hook is None else hook(config, CostPlan(chunk, shared, table_on_device))
 
 
 def available_memory() -> int:
@@ -284,7 +294,11 @@ class Budget:
         host_memory = available_memory() if self.host_memory is None else self.host_memory
         hint = f" ({cost.hint})" if cost.hint else ""
         if cost.memory > self.memory:
-            return f"about {_bytes(cost.memory)} of arrays, {_bytes(self.memory)} is free"
+            table = ""
+            if cost.client_table and cost.table_on_device:
+                table = (f" ({_bytes(cost.client_table)} of them the per-client state table: "
+                         "--client-state host or disk keeps it off the device)")  # fmt: skip
+            return f"about {_bytes(cost.memory)} of arrays, {_bytes(self.memory)} is free{table}"
         if cost.host_memory > host_memory:
             return (
                 f"about {_bytes(cost.host_memory)} of host memory for its privacy accounting, "
@@ -354,6 +368,7 @@ def check_fits(
     max_work: int = MAX_WORK["accelerator"],
     host_memory: int | None = None,
     max_host_seconds: float = MAX_HOST_SECONDS,
+    table_on_device: bool = True,
 ) -> Cost | None:
     """Refuse (``UsageError``, one line naming a flag and the largest value of it that fits) a
     configuration whose arrays need more than ``memory`` bytes, whose work exceeds
@@ -369,16 +384,18 @@ def check_fits(
       max_work: operations allowed (:func:`work_budget`).
       host_memory: bytes free on the host (``None``: :func:`available_memory` now).
       max_host_seconds: seconds of host accounting allowed.
+      table_on_device: a per-client state table is counted in the device's memory (``False``:
+        it is in host memory or on disk).
     """
     budget = Budget(memory, max_work, host_memory, max_host_seconds)
-    cost = estimate(config, chunk, shared)
+    cost = estimate(config, chunk, shared, table_on_device)
     what = None if cost is None else budget.excess(cost)
     if what is None:
         return cost
     assert cost is not None  # an excess was found, so there is a cost
 
     def fits(candidate: Config) -> bool:
-        found = estimate(candidate, chunk, shared)
+        found = estimate(candidate, chunk, shared, table_on_device)
         return found is not None and budget.excess(found) is None
 
     order = [n for n in cost.sizes if n in given] + [n for n in cost.sizes if n not in given]

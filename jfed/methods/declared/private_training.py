@@ -83,8 +83,9 @@ def with_client_state(models_per_client: int) -> Callable[[FederatedTraining, Co
     """The cost hook of a method that keeps ``models_per_client`` model-sized arrays per client
     (SCAFFOLD's control variate, Ditto's personal model): DP-FedAvg's round
     (:func:`~jfed.methods.declared.dp_fedavg.federated_cost`) plus the engine's table of every
-    client's state (``N x models_per_client x parameters`` float32) and, per round, the
-    cohort's rows gathered and written back."""
+    client's state (``N x models_per_client x parameters`` float32: on the device unless the
+    plan keeps it in host memory or on disk) and, per round, the cohort's rows gathered and
+    written back."""
 
     def cost(config: FederatedTraining, plan: CostPlan) -> Cost:
         base = federated_cost(config, plan)
@@ -94,8 +95,10 @@ def with_client_state(models_per_client: int) -> Callable[[FederatedTraining, Co
         table = FLOAT32 * models_per_client * parameters * clients
         rows = 2 * FLOAT32 * models_per_client * parameters * min(clients, config.cohort_size)
         work = 2 * models_per_client * parameters * config.cohort_size * config.rounds
-        return dataclasses.replace(base, memory=base.memory + table + rows,
-                                   work=base.work + work,
-                                   sizes=("clients", *base.sizes))  # fmt: skip
+        on_device = table if plan.table_on_device else 0
+        return dataclasses.replace(base, memory=base.memory + on_device + rows,
+                                   work=base.work + work, sizes=("clients", *base.sizes),
+                                   client_table=table,
+                                   table_on_device=plan.table_on_device)  # fmt: skip
 
     return cost
