@@ -760,3 +760,112 @@ class CanaryRecords(CanaryWrapper):
     def event(self, params) -> dp_accounting.DpEvent:
         """The inner aggregator's event: a canary is one record, protected as any other."""
         return self.inner.event(params)
+
+
+@dataclass(frozen=True)
+class ShuffleCanaries(CanaryWrapper):
+    """:class:`ShuffledMessages` with M canary RECORDS in one silo, for an empirical audit of
+    shuffle-DP Noisy MB-SGD (Steinke, Nasr and Jagielski's one-run lower bound).
+
+    A silo of shuffle-mbsgd draws its K records WITH replacement, so a canary record in its pool
+    would take real records' draws. Instead each canary is a record slot of its own beside the
+    pool. In every round canary i sends ``c_i ~ Binomial(K, 1 / n_s)`` messages (the marginal
+    law of a record's draw count under K draws with replacement from n_s records; drawn per
+    round and canary from a named stream of the release key, which the inner aggregator does
+    not read), each message its value plus its own ``N(0, sigma0^2 I)``, the same local
+    randomizer as a record's, shuffled (summed) with the round's M K messages. Canary i's value
+    is ``L u_i`` if its coin (probability 1/2, drawn once per run from the audit key) includes
+    it, else 0: an excluded canary still sends its ``c_i`` messages, of a record whose clipped
+    gradient is 0. Every canary's score is its cosine with the round's sum of ALL messages (the
+    shuffler's output, not a silo's part of it, which the shuffle model never releases).
+
+    Why the one-run bound is a lower bound on the certified eps. Steinke et al. need the coins
+    independent (they are: one key per canary) and the mechanism (eps, delta)-DP for each
+    canary's pair (included, excluded) whatever the other canaries are. That pair is the
+    replace-one pair (canary, zero record) with the same draw count ``c_i``: the count depends
+    on the slot, not on its value, as a record's draws do not depend on its value. The
+    certificate (per-round amplification by shuffling of an (eps0, delta0) message, composed
+    over the rounds) protects a record whose messages are that local randomizer's, drawn a
+    Binomial(K, 1 / n_s) number of times a round independently across rounds, shuffled among at
+    least the others' messages; the canary's count law is exactly that marginal, and the other
+    messages around it are the M K real ones plus the other canaries' (no fewer than a real
+    record has: amplification by shuffling only grows with the messages shuffled). What this
+    does not reproduce is the joint law of the K draws (a canary's draws do not take a real
+    record's), which the certificate does not use: it holds for each record alone. The real
+    records' draws, their noise keys and the certificate are those of the run without canaries.
+
+    Attributes:
+      inner: the silos' :class:`ShuffledMessages`.
+      canaries: M >= 2.
+      records: n_s, the records of the canaries' silo (their draw rate is 1 / n_s per draw).
+      silo: the silo holding the canary records (its availability is theirs).
+      seed: the audit key's seed (``jax.random.key(seed)``): the canaries' directions and coins.
+      canary_scale: the norm a canary's gradient is sent with, far above the clip norm.
+    """
+
+    inner: ShuffledMessages
+    canaries: int
+    records: int
+    silo: int = 0
+    seed: int = 0
+    canary_scale: float = 1e6
+
+    def __post_init__(self) -> None:
+        check_int_range("canaries", self.canaries, 2, 2**31 - 1)
+        check_int_range("records", self.records, 1, 2**31 - 1)
+        check_int_range("silo", self.silo, 0, 2**31 - 1)
+        if not isinstance(self.inner, ShuffledMessages):
+            raise ValueError(f"expected a ShuffledMessages to audit, got {self.inner!r}")
+
+    def read(self, hyper) -> ShuffleParams:
+        return self.inner.read(hyper)
+
+    def message_counts(self, key: jax.Array) -> jax.Array:
+        """``f32[M]``: each canary's messages this round, ``Binomial(K, 1 / n_s)`` from ``key``
+        (K Bernoulli draws at rate ``1 / n_s``, one stream per canary)."""
+        stream = jfed_random.named(key, PARTICIPATION_STREAM)
+        ids = jnp.arange(self.canaries, dtype=jnp.int32)
+        batch = self.inner.batch
+
+        def count(i):
+            draws = jax.random.uniform(jax.random.fold_in(stream, i), (batch,))
+            return jnp.sum(draws < 1.0 / self.records)
+
+        return jax.vmap(count)(ids).astype(jnp.float32)
+
+    def canary_messages(self, params, state, template: jax.Array, available: jax.Array,
+                        key: jax.Array) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+        """``(f32[p] the sum of the canaries' messages this round, f32[M] their counts)``:
+        ``sum_i c_i (b_i L u_i + noise)``, the ``sum c_i`` noises drawn at once as one
+        ``N(0, sum c_i sigma0^2 I)`` (equal in distribution, as the silos' are)."""
+        counts = available * self.message_counts(key)
+        gradients = CanaryRecords.canary_gradients(self, template)  # type: ignore[arg-type]
+        signal = _weighted_clipped_sum(gradients, counts * state.included, params.clip_norm)[0]
+        noise = private_normals(jfed_random.named(key, PREPROCESS_STREAM), template.shape)
+        sigma0 = params.noise_std[self.silo]
+        return signal + jnp.sqrt(jnp.sum(counts)) * sigma0 * noise, counts
+
+    def preprocess(self, params, state, update: SiloMessage, key: jax.Array) -> dict:
+        """ONE silo's record (the inner aggregator's), plus ``canary_available``: 1 where it is
+        the canaries' silo and it takes part this round."""
+        record = self.inner.preprocess(params, state.inner, update, key)
+        holds = (update.silo_id == self.silo).astype(jnp.float32)
+        return dict(record, canary_available=holds * update.available.astype(jnp.float32))
+
+    def release(self, params, state, summed: dict, key: jax.Array):
+        """The round's shuffled messages with the canaries' among them, summed; every canary
+        scored against that sum."""
+        summed = dict(summed)
+        available = summed.pop("canary_available")
+        messages, counts = self.canary_messages(params, state, summed["value"], available, key)
+        summed["value"] = summed["value"] + messages.astype(summed["value"].dtype)
+        value, inner_state, diagnostics = self.inner.release(params, state.inner, summed, key)
+        ids = jnp.arange(self.canaries, dtype=jnp.int32)
+        scores = canary_lib.update_scores(state.scores, self.audit_key(), ids, value)
+        taking_part = jnp.sum((counts * state.included) > 0, dtype=jnp.int32)
+        diagnostics = dict(diagnostics, canaries_taking_part=taking_part)
+        return value, CanaryState(inner_state, state.included, scores), diagnostics
+
+    def event(self, params) -> dp_accounting.DpEvent:
+        """The inner aggregator's event: a canary is one record, protected as any other."""
+        return self.inner.event(params)

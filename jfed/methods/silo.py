@@ -42,6 +42,7 @@ from jfed.algorithms.silo_aggregators import (
     POISSON,
     SAMPLINGS,
     CanaryRecords,
+    ShuffleCanaries,
     ShuffledMessages,
 )
 from jfed.data.silos import SiloTask, load_silos
@@ -686,6 +687,9 @@ class ShuffleExperiment(SiloExperiment):
     def program(self, sampling, **common):
         del sampling
         aggregator = ShuffledMessages(self.config.batch, self.messages(self.config))
+        if self.canaries:
+            aggregator = ShuffleCanaries(aggregator, self.canaries,
+                                         int(self.counts[self.canary_silo]), self.canary_silo)
         return silo_sgd.ShuffleMBSGD(**common, aggregator=aggregator)
 
     def hyperparams(self, config, noise) -> silo_sgd.Hyperparams:

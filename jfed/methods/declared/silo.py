@@ -215,8 +215,19 @@ class ShuffleMBSGD(SiloPrivacy):
     # the shuffling bound needs more than 16 ln(2 / delta) messages a round: 25 silos x 20
     # records are 500, enough at the default delta of every built-in data set
     batch: int = batch(20, 10**7)
-    # no --audit-canaries: its silos sample with replacement only, so a canary record in a silo's
-    # pool would displace real records' draws (the audit needs Poisson sampling: Calibrated)
+    audit_canaries: int = param(
+        0, "canary records M beside the smallest silo for an empirical privacy audit of the run "
+        "(Steinke, Nasr and Jagielski's one-run lower bound; 0: no audit): each a record slot "
+        "of its own, its gradient a fixed random direction at the clip norm if its coin (1/2) "
+        "includes it, else 0, sending Binomial(K, 1/n_s) messages a round through the same "
+        "local randomizer, shuffled with the records' (the records' own draws unchanged)",
+        unit="canary records", range=integers(0, 1_000_000), group="privacy",
+    )  # fmt: skip
+
+    def check(self) -> Self:
+        """The audit's refusal: at least two canaries."""
+        check_audit_canaries(self.audit_canaries)
+        return super().check()
 
 
 @dataclass(frozen=True)
