@@ -688,8 +688,9 @@ class ShuffleExperiment(SiloExperiment):
         del sampling
         aggregator = ShuffledMessages(self.config.batch, self.messages(self.config))
         if self.canaries:
-            aggregator = ShuffleCanaries(aggregator, self.canaries,
-                                         int(self.counts[self.canary_silo]), self.canary_silo)
+            aggregator = ShuffleCanaries(
+                aggregator, self.canaries, int(self.counts[self.canary_silo]), self.canary_silo
+            )
         return silo_sgd.ShuffleMBSGD(**common, aggregator=aggregator)
 
     def hyperparams(self, config, noise) -> silo_sgd.Hyperparams:
