@@ -373,18 +373,24 @@ def _host_call(callback: Callable[..., Any], result: PyTree, *args: PyTree) -> A
     return one_run(*args)
 
 
+NAMED_STORES: dict[str, Callable[[], HostTable | None]] = {
+    "device": lambda: None,
+    "host": lambda: HostTable(),
+}
+"""The stores a plan's ``client_state`` may name by a string, each made afresh (a
+:class:`HostTable` is a place of its own)."""
+
+
 def store_named(name: str) -> HostTable | None:
     """The store a plan's ``client_state`` string names: ``"device"`` (``None``) or ``"host"``
     (a new :class:`HostTable` in host memory); a table on disk needs its folder:
     ``HostTable(path)``."""
-    if name == "device":
-        return None
-    if name == "host":
-        return HostTable()
-    raise ValueError(
-        f"expected client_state 'device', 'host' or HostTable(path) (a folder for a table on "
-        f"disk), got client_state={name!r}"
-    )
+    if name not in NAMED_STORES:
+        raise ValueError(
+            f"expected client_state 'device', 'host' or HostTable(path) (a folder for a table on "
+            f"disk), got client_state={name!r}"
+        )
+    return NAMED_STORES[name]()
 
 
 def table_bytes(initial: PyTree, n_clients: int) -> int:

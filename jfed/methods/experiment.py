@@ -381,17 +381,17 @@ class Experiment(Generic[ConfigT]):
         meanwhile, so a run is certified for the program that ran. The runner runs a sweep
         inside this block."""
         program = self.build_program(configs)
-        self.__dict__["_program"] = program
+        self.__dict__["_frozen_program"] = program
         try:
             yield program
         finally:
-            self.__dict__.pop("_program", None)
+            self.__dict__.pop("_frozen_program", None)
 
     def running(self) -> tuple[Any, Any]:
         """``(algorithm, population)`` that runs: the frozen program's inside :meth:`frozen`,
         else the experiment's own. The ledger a run is calibrated and certified from is traced
         from these."""
-        program = self.__dict__.get("_program")
+        program = self.__dict__.get("_frozen_program")
         if program is not None:
             return program.algorithm, program.population
         return self.algorithm, self.population
