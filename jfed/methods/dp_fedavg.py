@@ -419,8 +419,10 @@ class CentralGridNoise:
     (DP-FedAvg, DP-SCAFFOLD, DP-Ditto): the noise each release draws (:meth:`release_noise`), the
     finest integer grid every configuration of a sweep fits (:meth:`choose_grid`, called by
     ``prepare``), the grid's record fields, diagnostics and refusals. The experiment gives
-    ``noise_choice``, ``model``, ``cohort``, ``config``, ``canaries``, ``name`` and
-    ``_noise_multiplier(config)`` (its least z first)."""
+    ``noise_choice``, ``model``, ``cohort``, ``config``, ``canaries``, ``name`` and the
+    calibration members ``n_clients``, ``delta_of``, ``accountant``, ``hyperparams``,
+    ``reach_delta`` and ``noise_multiplier_for``, from which :meth:`_noise_multiplier` finds the
+    least z (and :meth:`_overflow` the Poisson cohort's overflow term)."""
 
     noise_choice: NoiseChoice
     grid_norm: int | None = None
@@ -471,7 +473,57 @@ class CentralGridNoise:
     def drawn_multiplier(self, config: Any) -> float:
         """The largest noise multiplier a release of ``config`` draws on the grid (default: the
         calibrated z, :meth:`_noise_multiplier`)."""
-        return float(self._noise_multiplier(config)[0])  # type: ignore[attr-defined]
+        return float(self._noise_multiplier(config)[0])
+
+    def _overflow(self, config: Any) -> tuple[float, float]:
+        """``(per-round overflow probability, its delta term at the target eps)`` of a Poisson
+        cohort (zeros otherwise); refuses a capacity that overflows too often."""
+        cohort, delta = self.cohort, self.delta_of(config)  # type: ignore[attr-defined]
+        if not isinstance(cohort, Poisson):
+            return 0.0, 0.0
+        n_clients = self.n_clients  # type: ignore[attr-defined]
+        per_round = cohort.overflow_probability(n_clients)
+        extra = cohort.overflow_delta(config.epsilon, config.rounds, n_clients)
+        if extra > OVERFLOW_SHARE * delta * 1.0001:
+            raise UsageError(
+                f"method {self.name}: the Poisson capacity {cohort.capacity} overflows too often "
+                f"for eps={config.epsilon} (delta share {extra / delta:.2g}); run the "
+                "configurations of a sweep together so the capacity fits the largest eps"
+            )
+        return per_round, extra
+
+    def _noise_multiplier(self, config: Any) -> tuple[float, Any, float]:
+        """``(z, accountant, delta_accountant)``: the least z for the run's eps at the delta left
+        by the cohort's overflow term and, for float noise, by its bounded reach
+        (``reach_delta``), through the releases of the current program."""
+        experiment: Any = self  # the experiment's calibration members (see the class docstring)
+        _, extra = self._overflow(config)
+        delta = experiment.delta_of(config)
+        accountant = experiment.accountant(config)
+        # PLD searches at a coarse discretization (1e-3, 10x faster than the 1e-4 that
+        # certifies): its bound is an upper bound at any discretization, so the z it finds
+        # certifies eps <= the target at the finer one too
+        search = privacy.Pld(CALIBRATION_DISCRETIZATION) if isinstance(accountant, privacy.Pld) \
+            else accountant  # fmt: skip
+
+        def least(share: float) -> float:
+            return experiment.noise_multiplier_for(
+                config, functools.partial(experiment.hyperparams, config), config.epsilon,
+                delta - extra - share, search, CALIBRATION_TOLERANCE,
+            )  # fmt: skip
+
+        def reach(z: float) -> float:
+            return experiment.reach_delta(experiment.hyperparams(config, z), config)
+
+        offered = hasattr(config, "noise")  # a method that offers the grid
+        label = f"method {self.name}: eps={config.epsilon}"
+        z, reserve = noise_multiplier_within_reach(
+            least, None if self.noise_choice.grid else reach, delta,
+            label + (" with --noise float" if offered else ""),
+            "use --noise discrete (exact, no reach)" if offered
+            else "lower --epsilon (its float32 noise cannot certify this one)",
+        )  # fmt: skip
+        return z, accountant, delta - extra - reserve
 
     def release_noise(self) -> Any:
         """The releases' noise (:mod:`jfed.algorithms.dp_fedavg`): float, or exact discrete
@@ -709,52 +761,6 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
     def count_noise(self, config: declared.DPFedAvg) -> float:
         """sigma_b: ``--count-noise``, else K / 20."""
         return config.count_noise or config.cohort_size / 20.0
-
-    def _overflow(self, config: declared.DPFedAvg) -> tuple[float, float]:
-        """``(per-round overflow probability, its delta term at the target eps)`` of a Poisson
-        cohort (zeros for a uniform one); refuses a capacity that overflows too often."""
-        cohort, delta = self.cohort, self.delta_of(config)
-        if not isinstance(cohort, Poisson):
-            return 0.0, 0.0
-        per_round = cohort.overflow_probability(self.n_clients)
-        extra = cohort.overflow_delta(config.epsilon, config.rounds, self.n_clients)
-        if extra > OVERFLOW_SHARE * delta * 1.0001:
-            raise UsageError(
-                f"method {self.name}: the Poisson capacity {self.capacity} overflows too "
-                f"often for eps={config.epsilon} (delta share {extra / delta:.2g}); run the "
-                "configurations of a sweep together so the capacity fits the largest eps"
-            )
-        return per_round, extra
-
-    def _noise_multiplier(self, config: declared.FederatedTraining) -> tuple[float, Any, float]:
-        """``(z, accountant, delta_accountant)``: the least z for the run's eps at the delta left
-        by the cohort's overflow term and, for float noise, by its bounded reach
-        (:meth:`reach_delta`), through the releases of the current program."""
-        config = _private(config)
-        _, extra = self._overflow(config)
-        accountant = self.accountant(config)
-        # PLD searches at a coarse discretization (1e-3, 10x faster than the 1e-4 that
-        # certifies): its bound is an upper bound at any discretization, so the z it finds
-        # certifies eps <= the target at the finer one too
-        search = privacy.Pld(CALIBRATION_DISCRETIZATION) if isinstance(accountant, privacy.Pld) \
-            else accountant  # fmt: skip
-        delta = self.delta_of(config)
-
-        def least(share: float) -> float:
-            return self.noise_multiplier_for(
-                config, functools.partial(self.hyperparams, config), config.epsilon,
-                delta - extra - share, search, CALIBRATION_TOLERANCE,
-            )  # fmt: skip
-
-        def reach(z: float) -> float:
-            return self.reach_delta(self.hyperparams(config, z), config)
-
-        z, reserve = noise_multiplier_within_reach(
-            least, None if self.noise_choice.grid else reach, delta,
-            f"method {self.name}: eps={config.epsilon} with --noise float",
-            "use --noise discrete (exact, no reach)",
-        )  # fmt: skip
-        return z, accountant, delta - extra - reserve
 
     def reach_delta(self, hyper: dp_fedavg.Hyperparams, config: declared.DPFedAvg) -> float:
         """Float noise: the delta its bounded reach adds over the run

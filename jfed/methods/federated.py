@@ -28,15 +28,12 @@ from typing import Any
 import numpy as np
 
 from jfed import privacy
-from jfed._validation import UsageError
 from jfed.algorithms.local_training import LocalTraining
 from jfed.data import FederatedData
 from jfed.engine import Poisson, Uniform
 from jfed.engine.cohort import poisson_capacity
 from jfed.methods.declared.dp_fedavg import FederatedTraining
 from jfed.methods.dp_fedavg import (
-    CALIBRATION_DISCRETIZATION,
-    CALIBRATION_TOLERANCE,
     MOMENTUM_DEFAULTS,
     NOISE_CHOICES,
     OVERFLOW_SHARE,
@@ -45,7 +42,6 @@ from jfed.methods.dp_fedavg import (
     evaluate_accuracy,
     grid_noise_std,
     load_population,
-    noise_multiplier_within_reach,
 )
 from jfed.methods.experiment import (
     CanaryAudit,
@@ -173,51 +169,6 @@ class FederatedExperiment(CentralGridNoise, CanaryAudit, Experiment[FederatedTra
         if name:
             return privacy.accountant_named(name)
         return privacy.DiscreteRdp() if self.noise_choice.grid else self.cohort.accountant()
-
-    def _overflow(self, config: Any) -> tuple[float, float]:
-        """``(per-round overflow probability, its delta term at the target eps)`` of a Poisson
-        cohort (zeros otherwise); refuses a capacity that overflows too often."""
-        cohort, delta = self.cohort, self.delta_of(config)
-        if not isinstance(cohort, Poisson):
-            return 0.0, 0.0
-        per_round = cohort.overflow_probability(self.n_clients)
-        extra = cohort.overflow_delta(config.epsilon, config.rounds, self.n_clients)
-        if extra > OVERFLOW_SHARE * delta * 1.0001:
-            raise UsageError(
-                f"method {self.name}: the Poisson capacity {cohort.capacity} overflows too often "
-                f"for eps={config.epsilon} (delta share {extra / delta:.2g}); run the "
-                "configurations of a sweep together so the capacity fits the largest eps"
-            )
-        return per_round, extra
-
-    def _noise_multiplier(self, config: Any) -> tuple[float, Any, float]:
-        """``(z, accountant, delta_accountant)``: the least z for the run's eps at the delta left
-        by the cohort's overflow term and, for float noise, by its bounded reach
-        (:meth:`reach_delta`), through the round's releases."""
-        _, extra = self._overflow(config)
-        delta = self.delta_of(config)
-        accountant = self.accountant(config)
-        # PLD searches at a coarse discretization: an upper bound at any discretization, so the
-        # z it finds certifies eps <= the target at the finer one too
-        search = privacy.Pld(CALIBRATION_DISCRETIZATION) if isinstance(accountant, privacy.Pld) \
-            else accountant  # fmt: skip
-
-        def least(share: float) -> float:
-            return self.noise_multiplier_for(
-                config, lambda z: self.hyperparams(config, z), config.epsilon,
-                delta - extra - share, search, CALIBRATION_TOLERANCE,
-            )  # fmt: skip
-
-        def reach(z: float) -> float:
-            return self.reach_delta(self.hyperparams(config, z), config)
-
-        z, reserve = noise_multiplier_within_reach(
-            least, None if self.noise_choice.grid else reach, delta,
-            f"method {self.name}: eps={config.epsilon}",
-            "use --noise discrete (exact, no reach)" if hasattr(config, "noise")
-            else "lower --epsilon (its float32 noise cannot certify this one)",
-        )  # fmt: skip
-        return z, accountant, delta - extra - reserve
 
     def calibrate(self, config: Any) -> tuple[Any, dict]:
         """The run's hyper-parameters and privacy fields: z calibrated to ``--epsilon`` at
