@@ -463,10 +463,11 @@ def _discrete_parts(event: events.DpEvent) -> list[events.DpEvent]:
         return []
     parts: list[events.DpEvent] = []
     for part in event.events:
+        inner = _discrete_parts(part) if isinstance(part, events.ComposedDpEvent) else []
         if isinstance(part, _DISCRETE):
             parts.append(part)
-        elif isinstance(part, events.ComposedDpEvent) and _discrete_parts(part):
-            parts.extend(_discrete_parts(part))
+        elif inner:
+            parts.extend(inner)
         else:
             return []
     return parts

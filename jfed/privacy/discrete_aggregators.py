@@ -348,10 +348,9 @@ class DiscreteQuantileAdaptiveSum(DiscreteGaussianSum):
         next clip norm; NaN everywhere if a variance left the sampler's range."""
         value_key, count_key = jax.random.split(key)
         clip = state.clip
-        value, state_, diagnostics = super().release(
+        value, _, diagnostics = super().release(
             DiscreteGaussianSumParams(clip, params.noise_multiplier), (), summed, value_key
         )
-        del state_
         count_variance = discrete.variance_at_least(2.0 * params.count_noise, 1)
         bits, quotient = discrete.discrete_gaussian_parameters(count_variance)
         noised = summed["below"] + discrete.discrete_gaussian(count_key, (), bits, quotient)
