@@ -34,7 +34,12 @@ moves a minibatch mean of K gradients by at most ``2 L / K`` (replace-one adjace
 - :class:`ShuffledMessages`: every sampled record's clipped gradient plus ``N(0, sigma0^2 I)``
   is a message (an (eps0, delta0) Gaussian local randomizer); a shuffler permutes the M K
   messages of a round, so a round is central (eps_r, delta_r)-DP by amplification by shuffling
-  (:func:`jfed.privacy.shuffle_epsilon`): its event.
+  (:func:`jfed.privacy.shuffle_epsilon`): its event. The float32 noise is the ideal
+  real-valued mechanism, floating-point sampling not modelled;
+- :class:`ShuffledGridMessages`: the same with every message an exact local randomizer on an
+  integer grid (one record's :class:`SiloDiscreteGaussian` release, drawn per message), its
+  (eps0, delta0) certified through the continuous Gaussian its noise is coupled to, the
+  coupling's total variation inside delta0.
 
 Each silo draws its noise from the key the engine hands the aggregator (its privacy stream,
 apart from the silo's own draws of records).
@@ -488,11 +493,11 @@ class SiloDiscreteGaussian(SiloGaussian):
             params.clip_norm, jnp.sqrt(multiplier * multiplier + np.float32(self._coupling_share()))
         )
 
-    def integer_rows(self, params, gradients: jax.Array, weights: jax.Array, key: jax.Array):
-        """``(i32[p]: the sum of the rounded records of the rows of weight > 0, counts)``:
+    def rounded_rows(self, params, gradients: jax.Array, used: jax.Array, key: jax.Array):
+        """``(i32[b, p]: every row's rounded record, zeros where not used, counts)``:
         ``gradients: f32[b, p]`` clipped, scaled and rounded one row at a time, each row from
-        its own key (``fold_in(key, row)``)."""
-        grid, used = self.grid, weights > 0
+        its own key (``fold_in(key, row)``); ``used: bool[b]``, the rows that are records."""
+        grid = self.grid
         clip_only = DiscreteGaussianSumParams(params.clip_norm, np.float32(1.0))
         rows = jnp.arange(gradients.shape[0], dtype=jnp.int32)
         # rows not drawn are rounded as zeros (accepted at once): the rounding's loop runs as
@@ -500,11 +505,16 @@ class SiloDiscreteGaussian(SiloGaussian):
         drawn = jnp.where(used[:, None], gradients, 0.0)
         records = jax.vmap(lambda row, gradient: grid.preprocess(
             clip_only, (), gradient, jax.random.fold_in(key, row)))(rows, drawn)  # fmt: skip
-        total = jnp.sum(jnp.where(used[:, None], records["value"], 0), axis=0)
         counted = jnp.maximum(jnp.sum(used), 1)
         counts = {"clipped": jnp.sum(records["clipped"] * used) / counted,
                   "rounding_fallbacks": jnp.sum(records["rounding_fallbacks"] * used)}  # fmt: skip
-        return total, counts
+        return jnp.where(used[:, None], records["value"], 0), counts
+
+    def integer_rows(self, params, gradients: jax.Array, weights: jax.Array, key: jax.Array):
+        """``(i32[p]: the sum of the rounded records of the rows of weight > 0, counts)``
+        (:meth:`rounded_rows`)."""
+        records, counts = self.rounded_rows(params, gradients, weights > 0, key)
+        return jnp.sum(records, axis=0), counts
 
     def privatize(self, params, message: SiloMessage, key: jax.Array) -> tuple[jax.Array, dict]:
         """ONE silo's message ``(sum + noise) L / (G K)`` (``f32[p]``; NaN if the noise left the
@@ -605,6 +615,30 @@ class ShuffledMessages(SiloClippedSum):
         noise = params.noise_std[message.silo_id] * private_normals(key, total.shape)
         return total + math.sqrt(self.batch) * noise, counts
 
+    def repeated_messages(self, params, gradients: jax.Array, included: jax.Array,
+                          counts: jax.Array, silo: int, key: jax.Array) -> jax.Array:  # fmt: skip
+        """``f32[p]``: the sum of ``counts_i`` messages of each row ``i`` of ``gradients:
+        f32[M, p]``, its value the clipped row where ``included_i`` (``bool[M]``), else 0, each
+        message with its own noise of silo ``silo``'s sigma0 (an audit's canary records;
+        ``counts: f32[M]``). The ``sum counts`` noises are drawn at once from ``key`` as one
+        ``N(0, sum counts sigma0^2 I)`` (equal in distribution, as a silo's are)."""
+        signal = _weighted_clipped_sum(gradients, counts * included, params.clip_norm)[0]
+        noise = private_normals(key, gradients.shape[1:])
+        sigma0 = params.noise_std[silo]
+        return signal + jnp.sqrt(jnp.sum(counts)) * sigma0 * noise
+
+    def message_noise(self, clip_norm: float, epsilon0: float, delta0: float) -> float:
+        """Host: the least sigma0 making one message (eps0, delta0)-DP for any two records:
+        the analytic Gaussian's at sensitivity 2 L."""
+        from jfed.privacy.gaussian import analytic_gaussian_noise
+
+        return float(analytic_gaussian_noise(2.0 * clip_norm, epsilon0, delta0))
+
+    def message_guarantee(self, params) -> tuple[float, float]:
+        """Host: ``(eps0, the share of delta0 outside the accountant)``: (:meth:`message_epsilon`,
+        0) for the ideal float message."""
+        return self.message_epsilon(params), 0.0
+
     def message_epsilon(self, params) -> float:
         """eps0 of one message (host): the analytic Gaussian's at sensitivity 2 L, the least
         sigma0 and delta0."""
@@ -626,6 +660,122 @@ class ShuffledMessages(SiloClippedSum):
                                          float(params.shuffle_delta),
                                          float(params.message_delta))  # fmt: skip
         return ApproximateDpEvent(epsilon, delta)
+
+
+@dataclass(frozen=True)
+class ShuffledGridMessages(ShuffledMessages):
+    """Shuffle DP with every message an exact local randomizer on an integer grid: the record's
+    clipped gradient rounded to integers under an exact norm bound, plus its own exact discrete
+    Gaussian noise, scaled back (``--noise discrete`` of shuffle-mbsgd). The grid, the rounding
+    and the noise are those of :class:`SiloDiscreteGaussian` for ONE record (:attr:`record`:
+    its release with K = 1), drawn once per message: a message is ``(r + eta) L / G`` with
+    ``||r||^2 <= B`` checked in exact integers and ``eta ~ N_Z(0, s^2)`` per coordinate,
+    ``s^2 >= (sigma0 / L)^2 B + 9`` grid units. The shuffler's sum of a round's messages is
+    summed from the scaled-back messages (post-processing of each).
+
+    Local guarantee. Any two records' rounded vectors are at most ``2 sqrt(B)`` apart, so a
+    message is the discrete Gaussian mechanism of that sensitivity. Up to a total variation
+    ``T`` (:func:`~jfed.privacy.discrete_accounting.coupling_total_variation` of its p
+    coordinates, about 10^-77 each) its noise is the continuous ``N(0, s^2 - 9)`` followed by
+    a data-independent randomization (:func:`~jfed.privacy.discrete_accounting.coupled_gaussian`),
+    whose multiplier is the float message's ``sigma0 / (2 L)`` at the sensitivity ``2 sqrt(B)``.
+    So a message is (eps0, delta0)-DP with eps0 the analytic Gaussian's at that multiplier and
+    delta0 less ``(1 + e^eps0) T`` (:meth:`message_guarantee`): the local randomizer's own
+    guarantee, on which the shuffling bound and the composition over the rounds stand as for
+    :class:`ShuffledMessages`. The grid's inflation of the sensitivity is paid by the noise
+    (about ``sigma0`` :meth:`noise_inflation` on a message).
+
+    Attributes (beyond :class:`ShuffledMessages`'):
+      dimension: p, the coordinates of a gradient (static).
+      grid_norm: G, the clip norm in grid units (noise and grid must fit the sampler's range).
+      max_tries: roundings drawn before a record is sent as zeros (counted).
+    """
+
+    dimension: int = 1
+    grid_norm: int = GRID_NORM
+    max_tries: int = 32
+
+    def __post_init__(self) -> None:
+        self.record  # noqa: B018 (its checks of the grid's fields)
+
+    @property
+    def record(self) -> SiloDiscreteGaussian:
+        """ONE record's exact release (K = 1, unsampled: the shuffle is the amplification):
+        its grid, rounding, noise parameters and event are a message's."""
+        return SiloDiscreteGaussian(POISSON, 1, None, 1, self.dimension, self.grid_norm,
+                                    max_tries=self.max_tries)  # fmt: skip
+
+    def noise_inflation(self) -> float:
+        """``sqrt(B) / G``: a message's sensitivity on the grid over the float message's."""
+        return self.record.noise_inflation()
+
+    def sent(self, params, gradients: jax.Array, used: jax.Array, silo_id: jax.Array,
+             key: jax.Array) -> tuple[jax.Array, dict]:  # fmt: skip
+        """``(f32[p]: the sum of the messages of the rows of gradients: f32[b, p] that are used
+        (bool[b]), each rounded and noised on its own, counts)``, at silo ``silo_id``'s
+        sigma0. NaN if the noise left the sampler's range (:meth:`check` refuses it first)."""
+        rounding_key, noise_key = jax.random.split(key)
+        record = self.record
+        rows, counts = record.rounded_rows(params, gradients, used, rounding_key)
+        rounded = {"value": rows, "clipped": 0.0, "norm": 0.0, "rounding_fallbacks": 0.0}
+        # every coordinate of every row draws its own noise: b messages, b p draws at once
+        noised, _, _ = record.grid.release(record.grid_params(params, silo_id), (), rounded,
+                                           noise_key)  # fmt: skip
+        return jnp.sum(jnp.where(used[:, None], noised, 0.0), axis=0), counts
+
+    def privatize(self, params, message: SiloMessage, key: jax.Array):
+        """ONE silo's part of the round: the sum of its K messages (every drawn record's)."""
+        return self.sent(params, message.gradients, jnp.ones(message.weights.shape, bool),
+                         message.silo_id, key)  # fmt: skip
+
+    def repeated_messages(self, params, gradients: jax.Array, included: jax.Array,
+                          counts: jax.Array, silo: int, key: jax.Array) -> jax.Array:  # fmt: skip
+        """As :meth:`ShuffledMessages.repeated_messages`, each of the ``counts_i <= K``
+        messages of row i rounded and noised on its own (``M K`` rows, the unused ones
+        masked)."""
+        copies = self.batch
+        values = jnp.repeat(jnp.where(included[:, None], gradients, 0.0), copies, axis=0)
+        used = (jnp.arange(copies)[None, :] < counts[:, None]).reshape(-1)
+        return self.sent(params, values, used, jnp.int32(silo), key)[0]
+
+    def message_variation(self) -> float:
+        """``T``: the total variation between a message's p noise coordinates and their
+        continuous coupling."""
+        return self.record.coupling_total_variation(1)
+
+    def message_noise(self, clip_norm: float, epsilon0: float, delta0: float) -> float:
+        """Host: the least sigma0 whose coupled continuous Gaussian is (eps0, delta0 - (1 +
+        e^eps0) T)-DP, so that the discrete message is (eps0, delta0)-DP."""
+        reserved = delta0 - (1.0 + math.exp(epsilon0)) * self.message_variation()
+        return super().message_noise(clip_norm, epsilon0, check_positive("delta0", reserved))
+
+    def message_guarantee(self, params) -> tuple[float, float]:
+        """Host: ``(eps0, (1 + e^E) T)``: one message's eps0 at delta0 (the least sigma0),
+        the analytic Gaussian's for the continuous Gaussian its noise is coupled to at ``delta0
+        - (1 + e^E) T``, ``E`` its eps at ``delta0 / 2`` (at least eps0 as long as that share
+        is at most ``delta0 / 2``, checked), and that share of delta0."""
+        from jfed.privacy.discrete_accounting import coupled_gaussian
+        from jfed.privacy.gaussian import analytic_gaussian_epsilon
+
+        clip = check_positive("clip_norm", params.clip_norm)
+        sigma0 = float(np.min(np.asarray(params.noise_std, np.float64)))
+        delta0 = float(params.message_delta)
+        multiplier = coupled_gaussian(self.record.release_event(clip, sigma0)).noise_multiplier
+        highest = float(analytic_gaussian_epsilon(2.0, multiplier, delta0 / 2.0))
+        share = (1.0 + math.exp(min(highest, 700.0))) * self.message_variation()
+        if share > delta0 / 2.0:
+            raise ValueError(f"the coupling of a message's discrete noise takes {share:.3g} of "
+                             f"delta0={delta0:.3g}: use a finer grid")  # fmt: skip
+        return float(analytic_gaussian_epsilon(2.0, multiplier, delta0 - share)), share
+
+    def message_epsilon(self, params) -> float:
+        """eps0 of one exact message (host; :meth:`message_guarantee`)."""
+        return self.message_guarantee(params)[0]
+
+    def check(self, params) -> None:
+        """Host: ``ValueError`` naming the numbers unless every silo's message noise is in the
+        sampler's range on this grid."""
+        self.record.check(params)
 
 
 # ------------------------------------------------------------------------------ audit
@@ -836,14 +986,16 @@ class ShuffleCanaries(CanaryWrapper):
     def canary_messages(self, params, state, template: jax.Array, available: jax.Array,
                         key: jax.Array) -> tuple[jax.Array, jax.Array]:  # fmt: skip
         """``(f32[p] the sum of the canaries' messages this round, f32[M] their counts)``:
-        ``sum_i c_i (b_i L u_i + noise)``, the ``sum c_i`` noises drawn at once as one
-        ``N(0, sum c_i sigma0^2 I)`` (equal in distribution, as the silos' are)."""
+        ``sum_i c_i`` messages of values ``b_i L u_i``, each through the records' local
+        randomizer (:meth:`ShuffledMessages.repeated_messages`: float noise drawn at once as
+        one ``N(0, sum c_i sigma0^2 I)``; on the grid each message rounded and noised on its
+        own)."""
         counts = available * self.message_counts(key)
         gradients = CanaryRecords.canary_gradients(self, template)  # type: ignore[arg-type]
-        signal = _weighted_clipped_sum(gradients, counts * state.included, params.clip_norm)[0]
-        noise = private_normals(jfed_random.named(key, PREPROCESS_STREAM), template.shape)
-        sigma0 = params.noise_std[self.silo]
-        return signal + jnp.sqrt(jnp.sum(counts)) * sigma0 * noise, counts
+        noise_key = jfed_random.named(key, PREPROCESS_STREAM)
+        messages = self.inner.repeated_messages(params, gradients, state.included, counts,
+                                                self.silo, noise_key)  # fmt: skip
+        return messages, counts
 
     def preprocess(self, params, state, update: SiloMessage, key: jax.Array) -> dict:
         """ONE silo's record (the inner aggregator's), plus ``canary_available``: 1 where it is

@@ -307,6 +307,9 @@ class ShuffleNoise:
       epsilon_round: eps of one shuffled round.
       epsilon, delta: the run's central guarantee (advanced composition over the rounds).
       messages: messages shuffled per round.
+      message_coupling: the share of delta0 an exact message's coupling to the continuous
+        Gaussian takes (:meth:`~jfed.algorithms.silo_aggregators.ShuffledGridMessages.
+        message_guarantee`; 0 for float messages).
     """
 
     noise_std: float
@@ -317,6 +320,15 @@ class ShuffleNoise:
     epsilon: float
     delta: float
     messages: int
+    message_coupling: float = 0.0
+
+    def carried_coupling(self, rounds: int) -> float:
+        """The run's delta that the messages' coupling takes: R rounds of the shuffling bound's
+        ``(e^eps_r + 1)(1 + e^-eps0 / 2) n`` times :attr:`message_coupling` (Feldman, McMillan
+        and Talwar's extension to (eps0, delta0) randomizers, :func:`jfed.privacy.
+        shuffle_epsilon`), the composition adding the rounds' deltas."""
+        carried = (math.exp(self.epsilon_round) + 1.0) * (1.0 + math.exp(-self.epsilon0) / 2.0)
+        return rounds * carried * self.messages * self.message_coupling
 
 
 def shuffle_run_epsilon(messages: int, rounds: int, delta: float) -> Callable[..., float]:
@@ -338,6 +350,7 @@ def shuffle_noise(
     delta: float,
     clip_norm: float,
     run_epsilon: Callable[[ShuffleParams], float] | None = None,
+    aggregator: ShuffledMessages | None = None,
 ) -> ShuffleNoise:
     """sigma0 per record so that R rounds of shuffled messages are central (eps, delta)-DP.
 
@@ -351,12 +364,17 @@ def shuffle_noise(
       messages, rounds, epsilon, delta, clip_norm: the setting.
       run_epsilon: ``ShuffleParams -> eps`` of the run (default :func:`shuffle_run_epsilon` at
         host precision; a run passes the eps of the events its program released).
+      aggregator: the messages' aggregator, whose local randomizer is calibrated and states
+        (eps0, delta0) (default: float messages,
+        :class:`~jfed.algorithms.silo_aggregators.ShuffledMessages`; the exact ones:
+        :class:`~jfed.algorithms.silo_aggregators.ShuffledGridMessages`).
     """
     messages = check_int_range("messages", messages, 1, 10**12)
     rounds = check_int_range("rounds", rounds, 1, 10**9)
     epsilon, delta = check_positive("epsilon", epsilon), check_open_unit("delta", delta)
     clip_norm = check_positive("clip_norm", clip_norm)
     run_epsilon = run_epsilon or shuffle_run_epsilon(messages, rounds, delta)
+    aggregator = aggregator or ShuffledMessages(messages=messages)
     shuffle_delta = delta / (3 * rounds)
     limit = shuffle_validity_limit(messages, shuffle_delta)
     if limit <= 0:
@@ -367,7 +385,7 @@ def shuffle_noise(
 
     def params(epsilon0: float) -> ShuffleParams:
         delta0 = delta / (3 * rounds * messages * (math.exp(epsilon0) + 1) * 1.5)
-        noise = float(analytic_gaussian_noise(2.0 * clip_norm, epsilon0, delta0))
+        noise = aggregator.message_noise(clip_norm, epsilon0, delta0)
         return ShuffleParams(clip_norm, noise, delta0, shuffle_delta)
 
     def too_much(epsilon0: float) -> bool:
@@ -385,8 +403,8 @@ def shuffle_noise(
         while too_much(epsilon0):
             epsilon0 *= 1 - 1e-9
     chosen = params(epsilon0)
-    aggregator = ShuffledMessages(messages=messages)
+    message_epsilon, coupling = aggregator.message_guarantee(chosen)
     return ShuffleNoise(
-        chosen.noise_std, aggregator.message_epsilon(chosen), chosen.message_delta, shuffle_delta,
-        aggregator.event(chosen).epsilon, run_epsilon(chosen), delta, messages,
+        chosen.noise_std, message_epsilon, chosen.message_delta, shuffle_delta,
+        aggregator.event(chosen).epsilon, run_epsilon(chosen), delta, messages, coupling,
     )  # fmt: skip

@@ -24,8 +24,13 @@ the program as it runs; their events are certified by the accountants of the flo
 through the continuous Gaussian the discrete noise is coupled to
 (:func:`jfed.privacy.discrete_accounting.coupled_gaussian`), the coupling's total variation
 added to delta (``delta_coupling``, about 10^-73). ``float`` keeps the float32 Gaussian, whose
-records, like shuffle-mbsgd's (float only), say "ideal real-valued mechanism; floating-point
-sampling not modelled" in their notion and ``mechanism_model``.
+records say "ideal real-valued mechanism; floating-point sampling not modelled" in their notion
+and ``mechanism_model``. shuffle-mbsgd's messages are local randomizers, float32 by default (as
+the other local randomizers', modulated's and dpsgd's: the fast path) and exact with ``discrete``
+(:class:`~jfed.algorithms.silo_aggregators.ShuffledGridMessages`: every message rounded to the
+grid and noised with its own exact discrete Gaussian, its (eps0, delta0) certified through the
+continuous Gaussian its noise is coupled to, the coupling's total variation inside delta0:
+``delta0_coupling``, and its share of the run's delta: ``delta_coupling``).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from jfed.algorithms.silo_aggregators import (
     SAMPLINGS,
     CanaryRecords,
     ShuffleCanaries,
+    ShuffledGridMessages,
     ShuffledMessages,
 )
 from jfed.data.silos import SiloTask, load_silos
@@ -75,6 +81,16 @@ EXACT_MODEL = (
     "coupled to (its variance less 9 grid units), the coupling's total variation added to delta"
 )
 """What an exact silo release's record says of its arithmetic (``mechanism_model``)."""
+
+SHUFFLE_EXACT_MODEL = (
+    "exact: each message its record's clipped gradient rounded to an integer grid (conditional "
+    "randomized rounding, its norm bound checked in integers) plus its own discrete Gaussian "
+    "noise sampled exactly in integer arithmetic, scaled back; each message's (eps0, delta0) "
+    "certified as the continuous Gaussian its noise is coupled to (its variance less 9 grid "
+    "units), the coupling's total variation added to delta0; the shuffling bound and the "
+    "composition over the rounds on top"
+)
+"""What an exact shuffle-mbsgd record says of its arithmetic (``mechanism_model``)."""
 
 
 def load_task(config: declared.SiloData) -> SiloTask:
@@ -684,9 +700,40 @@ class ShuffleExperiment(SiloExperiment):
         available = self.availability.expected(len(self.counts), config.available or 0)
         return available * config.batch
 
+    def record_share(self, config) -> int:
+        """1: sigma0 is the noise of one record's message (the grid is fitted to sigma0 / L)."""
+        del config
+        return 1
+
+    def message_aggregator(self) -> ShuffledMessages:
+        """The round's messages: float32 (:class:`ShuffledMessages`) or, with ``--noise
+        discrete``, exact on the grid (:class:`ShuffledGridMessages`)."""
+        batch, messages = self.config.batch, self.messages(self.config)
+        grid = self.grid
+        if grid is None:
+            return ShuffledMessages(batch, messages)
+        return ShuffledGridMessages(batch, messages, grid.dimension, grid.grid_norm)
+
+    def grid_release(self, ledger=None) -> silo_aggregators.SiloDiscreteGaussian:
+        """An exact run's release of one message (:attr:`ShuffledGridMessages.record`)."""
+        (release,) = (ledger or self.ledger()).releases
+        aggregator = release.aggregator
+        return getattr(aggregator, "inner", aggregator).record
+
+    def chain_fields(self, chain: silo_privacy.ShuffleNoise, rounds: int) -> dict:
+        """What a record says of the messages' arithmetic: float, the ideal mechanism's label
+        (:meth:`noise_fields`); exact, :data:`SHUFFLE_EXACT_MODEL`, the coupling's share of
+        delta0 (``delta0_coupling``) and of the run's delta (``delta_coupling``, carried by the
+        shuffling bound over the rounds), and the rest of delta (``delta_accountant``)."""
+        if not self.exact:
+            return self.noise_fields(chain.epsilon, chain.delta)
+        coupling = chain.carried_coupling(rounds)
+        return {"mechanism_model": SHUFFLE_EXACT_MODEL, "delta_accountant": chain.delta - coupling,
+                "delta_coupling": coupling, "delta0_coupling": chain.message_coupling}  # fmt: skip
+
     def program(self, sampling, **common):
         del sampling
-        aggregator = ShuffledMessages(self.config.batch, self.messages(self.config))
+        aggregator = self.message_aggregator()
         if self.canaries:
             aggregator = ShuffleCanaries(
                 aggregator, self.canaries, int(self.counts[self.canary_silo]), self.canary_silo
@@ -728,11 +775,14 @@ class ShuffleExperiment(SiloExperiment):
             return self.certified_epsilon(self.hyperparams(config, params), delta, Advanced(),
                                           ledger)  # fmt: skip
 
+        (release,) = ledger.releases
+        aggregator = getattr(release.aggregator, "inner", release.aggregator)  # an audit's
         calibrated = []
         chains = self.__dict__.setdefault("_chains", {})
         for epsilon in epsilons:
             chain = silo_privacy.shuffle_noise(messages, config.rounds, epsilon, delta,
-                                               config.gradient_clip, run_epsilon)  # fmt: skip
+                                               config.gradient_clip, run_epsilon,
+                                               aggregator)  # fmt: skip
             chains[(epsilon, config.gradient_clip)] = chain
             fields = _isrl_fields(
                 self.method, chain.epsilon, "shuffle-fmt21+advanced-composition", delta,
@@ -740,6 +790,6 @@ class ShuffleExperiment(SiloExperiment):
                 epsilon_per_round=chain.epsilon_round,
                 shuffled_messages_per_round=chain.messages,
             )  # fmt: skip
-            fields |= self.noise_fields(chain.epsilon, delta)  # float32 messages only
+            fields |= self.chain_fields(chain, config.rounds)
             calibrated.append((np.full(len(self.counts), chain.noise_std), fields))
         return calibrated

@@ -215,6 +215,16 @@ class ShuffleMBSGD(SiloPrivacy):
     # the shuffling bound needs more than 16 ln(2 / delta) messages a round: 25 silos x 20
     # records are 500, enough at the default delta of every built-in data set
     batch: int = batch(20, 10**7)
+    # float by default, as the other local randomizers' (modulated, dpsgd): every message draws
+    # its own exact noise on the grid, K times a silo's draws (bench/shuffle_exact.py)
+    noise: str = param(
+        "float", "the messages' arithmetic: float (float32 Gaussian local randomizer: the ideal "
+        "real-valued mechanism, floating-point sampling not modelled; the fast default) or "
+        "discrete (each message its record's clipped gradient rounded to an integer grid under "
+        "an exact integer norm bound plus its own exact discrete Gaussian noise: the guarantee "
+        "holds for the program as it runs, at a speed cost)", choices=SILO_NOISES,
+        group="privacy",
+    )  # fmt: skip
     audit_canaries: int = param(
         0, "canary records M beside the smallest silo for an empirical privacy audit of the run "
         "(Steinke, Nasr and Jagielski's one-run lower bound; 0: no audit): each a record slot "
