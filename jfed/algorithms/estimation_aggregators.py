@@ -20,7 +20,9 @@ hyper-parameters as they ran.
 - :class:`RandomizedResponseVotes`: every voter sends one bit through binary randomized response
   (:mod:`jfed.privacy.randomized_response`, exact at every eps).
 - :class:`NoisyBatchMeans`: a server's T batch means of disjoint functions, each plus Gaussian
-  noise of a per-coordinate standard deviation, averaged by T steps of SGD (the functional mean).
+  noise of a per-coordinate standard deviation, averaged by T steps of SGD (the functional mean;
+  float32 noise, ``--noise float``); :class:`DiscreteBatchMeans`, the same release on an integer
+  grid with exact discrete Gaussian noise (its default, ``--noise discrete``).
 
 Every event is stated under bounded adjacency (``adjacency = BOUNDED``): a release's sensitivity is
 the distance between its values on two inputs that differ in one protected unit (one unit's value,
@@ -52,9 +54,14 @@ import numpy as np
 from jfed._random import private_normals, threshold_value
 from jfed.privacy import discrete
 from jfed.privacy.discrete_aggregators import (
+    DEFAULT_BETA,
     LAPLACE_SCALE_BITS,
+    DiscreteGaussianSum,
+    DiscreteGaussianSumParams,
     DiscreteLaplaceSum,
     DiscreteLaplaceSumParams,
+    l1_bound,
+    largest_grid_norm,
     on_grid,
 )
 from jfed.privacy.gaussian import analytic_gaussian_noise
@@ -682,3 +689,212 @@ class NoisyBatchMeans(_Stateless):
         if np.any(noise_std <= 0.0):
             return dp_accounting.NonPrivateDpEvent()  # a coordinate released as it is
         return dp_accounting.GaussianDpEvent(float(1.0 / np.linalg.norm(sensitivities / noise_std)))
+
+
+@dataclass(frozen=True)
+class DiscreteBatchMeans(NoisyBatchMeans):
+    """:class:`NoisyBatchMeans`'s release on an integer grid: the same batch means, noised
+    exactly, certified as the float release of the same sigma (so the guarantee holds for the
+    program as it runs).
+
+    Whitening. Coordinate l of every function's clipped projection is divided by its noise std
+    sigma_l: the anisotropic Gaussian becomes an isotropic one (every coordinate's noise std 1 on
+    a batch mean), and a function's whitened vector lies in the box ``|w_l| <= kappa_l /
+    sigma_l``, inside the ball of radius ``R = ||kappa / sigma||_2`` (the r coordinates used).
+    One isotropic noise is what the discrete Gaussian's L2 guarantee and its coupling need.
+    The grid's pieces are :attr:`grid`'s (``grid.squared_bound`` is B, ``grid.noise_inflation()``
+    is ``sqrt(B) / L``, a function's sensitivity on the grid over the float release's and about
+    the noise std on a batch mean over sigma_l).
+
+    Grid. Each function's whitened vector is one record of
+    :class:`~jfed.privacy.discrete_aggregators.DiscreteGaussianSum` (clip norm R, so R becomes
+    ``L = grid_norm`` grid units): rounded by conditional randomized rounding until its squared
+    norm is at most ``B`` (``grid.squared_bound``, checked in exact integer arithmetic; after
+    ``max_tries`` failures it is sent as zeros and counted). Batch t's integer sum (int32,
+    exact) gets ``N_Z(0, s_t^2)`` per coordinate, ``s_t^2 >= (n_t / R)^2 B + 9`` grid units
+    (``n_t`` the batch's functions), sampled exactly in integer arithmetic; only then is it
+    scaled back, ``R / L``, divided by ``n_t`` and multiplied by sigma_l (post-processing): the
+    batch mean plus noise of std about ``sigma_l sqrt(B) / L`` per coordinate (the
+    float release's sigma_l; rounding adds at most ``(R / L)^2 / (4 n_t)`` of sigma_l^2 more).
+
+    Sensitivity. Whatever a function's projection and its rounding's draws, its integer record
+    ``v`` has ``||v||^2 <= B`` exactly; replacing one function of the server changes one batch's
+    integer sum by ``v - v'``, ``||v - v'|| <= 2 sqrt(B)``, and nothing else (the batches are
+    disjoint; the division by ``n_t`` comes after the noise).
+
+    Event. ``DiscreteGaussianDpEvent(z, 2 sqrt(B), min(4B, 2 sqrt(r B)), r)`` (bounded
+    adjacency, as the float release's), ``z = sqrt((n_b / R)^2 + 9 / B) / 2`` with ``n_b = n //
+    T`` the smallest batch (a larger batch's noise is larger still), ``r`` = :attr:`dimension`.
+    Its continuous coupling (:func:`~jfed.privacy.discrete_accounting.coupled_gaussian`: the
+    variance less 9 grid units) is ``GaussianDpEvent(n_b / (2 R))``, which is the float
+    release's ``1 / ||Delta / sigma||_2`` (``Delta_l = 2 kappa_l / n_b``): the exact release is
+    certified as the float one of the same sigma, its delta plus ``(1 + e^eps)`` times
+    :meth:`coupling_total_variation`.
+
+    Attributes:
+      dimension: the coordinates of a function's projection (static; the program's
+        ``MAX_TERMS``: the coordinates past r are zeros, which round to zeros).
+      grid_norm: L, the whitened radius R in grid units (static; :func:`batch_means_grid_norm`
+        picks one for a sweep).
+      beta: conditional rounding's parameter.
+      max_tries: roundings drawn before a function is sent as zeros.
+    """
+
+    dimension: int = 1
+    grid_norm: int = 2**12
+    beta: float = DEFAULT_BETA
+    max_tries: int = 32
+
+    def __post_init__(self) -> None:
+        self.grid  # noqa: B018 (its checks of the static fields)
+
+    @property
+    def grid(self) -> DiscreteGaussianSum:
+        """The grid a function is rounded to and a batch's noise drawn on: one record of
+        :class:`~jfed.privacy.discrete_aggregators.DiscreteGaussianSum` is one function."""
+        return DiscreteGaussianSum(self.dimension, self.grid_norm, self.beta, self.max_tries)
+
+    def _sum_multiplier(self, functions: Any, radius: Any, xp: Any = jnp) -> Any:
+        """``sqrt((n / R)^2 + 9 / B)``: a batch sum's noise std over ``sqrt(B)`` for ``n``
+        functions (the coupling's 9 grid units included); ``xp``: ``jnp`` on the device,
+        ``np`` on the host."""
+        from jfed.privacy.discrete_accounting import COUPLING_VARIANCE
+
+        ratio = functions / radius
+        return xp.sqrt(ratio * ratio + COUPLING_VARIANCE / self.grid.squared_bound)
+
+    def preprocess(
+        self, params: BatchMeansParams, state: tuple, update: dict, key: jax.Array
+    ) -> dict:
+        """ONE server's noisy iterate from its functions' projections (``update["projections"]:
+        f32[N, K]``, ``update["batch"]: i32[N]``, each function's batch, T for none); where a
+        used coordinate has no noise (a non-private configuration of the program) the batch
+        means as they are."""
+        del state
+        projections, batch_of, weight = update["projections"], update["batch"], update["weight"]
+        iterations = update["batches"].shape[0]
+        whitening, radius, private = self.whitening(params)
+        rounding_key, noise_key = jax.random.split(key)
+        clip_only = DiscreteGaussianSumParams(radius, np.float32(1.0))
+        records = jax.vmap(lambda i, projection: self.grid.preprocess(
+            clip_only, (), projection * whitening, jax.random.fold_in(rounding_key, i)
+        ))(jnp.arange(projections.shape[0]), projections)  # fmt: skip
+        # exact int32 sums per batch (a function outside every batch, id T, is dropped)
+        totals = jax.ops.segment_sum(records["value"], batch_of, num_segments=iterations)
+        counts = jax.ops.segment_sum(jnp.ones_like(batch_of, jnp.float32), batch_of,
+                                     num_segments=iterations)  # fmt: skip
+
+        def batch_mean(total: jax.Array, count: jax.Array, t: jax.Array) -> jax.Array:
+            summed = {"value": total, "clipped": 0.0, "norm": 0.0, "rounding_fallbacks": 0.0}
+            noised, _, _ = self.grid.release(self.batch_grid(params, count), (), summed,
+                                             jax.random.fold_in(noise_key, t))  # fmt: skip
+            return noised / jnp.maximum(count, 1.0)
+
+        whitened = jax.vmap(batch_mean)(totals, counts, jnp.arange(iterations))
+        iterate = jnp.where(private, sgd_average(whitened * params.noise_std),
+                            sgd_average(update["batches"]))  # fmt: skip
+        fallbacks = jnp.sum(jnp.where(batch_of < iterations, records["rounding_fallbacks"], 0.0))
+        diagnostics = {**update["diagnostics"], "rounding_fallbacks": fallbacks}
+        diagnostics = jax.tree.map(lambda value: weight * value, diagnostics)
+        return {"value": weight * iterate, "weight": weight, "diagnostics": diagnostics}
+
+    def whitening(self, params: BatchMeansParams) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Device: ``(1 / sigma: f32[K]`` (0 past r), ``R: f32[]``, ``private: bool[]``): the
+        whitening, the whitened radius ``||kappa / sigma||_2`` and whether every used
+        coordinate has noise. Without noise (a non-private configuration of the program, whose
+        values are not used) R is 1: no division by zero, no noise beyond the sampler's range."""
+        used = jnp.arange(jnp.shape(params.noise_std)[0]) < params.terms
+        noisy = params.noise_std > 0
+        private = jnp.all(noisy | ~used)
+        whitening = jnp.where(used & noisy, 1.0 / jnp.where(noisy, params.noise_std, 1.0), 0.0)
+        radius = jnp.sqrt(jnp.sum(jnp.square(params.clip * whitening)))
+        return whitening, jnp.where(private & (radius > 0), radius, 1.0), private
+
+    def batch_grid(self, params: BatchMeansParams, count: jax.Array) -> DiscreteGaussianSumParams:
+        """Device: the grid's parameters of a batch of ``count`` functions, ``(R, sqrt((n_t /
+        R)^2 + 9 / B))`` in float32 (a few roundings of 2^-24, which the integer variance's
+        relative margin of 2^-16 covers: the noise is never below what :meth:`event` states);
+        a multiplier of 1 without noise."""
+        _, radius, private = self.whitening(params)
+        multiplier = jnp.where(private, self._sum_multiplier(count, radius), 1.0)
+        return DiscreteGaussianSumParams(radius, multiplier)
+
+    def whitened_radius(self, params: BatchMeansParams) -> float:
+        """Host: ``R = ||kappa / sigma||_2`` over the r coordinates used (float64 of the float32
+        numbers that ran)."""
+        terms = int(params.terms)
+        clip = np.asarray(params.clip, np.float64)[:terms]
+        return float(np.linalg.norm(clip / np.asarray(params.noise_std, np.float64)[:terms]))
+
+    def event(self, params: BatchMeansParams) -> dp_accounting.DpEvent:
+        """``DiscreteGaussianDpEvent(sqrt((n_b / R)^2 + 9 / B) / 2, 2 sqrt(B), min(4B, 2
+        sqrt(r B)), r)`` of one server's release (host; ``NonPrivateDpEvent`` where a used
+        coordinate has no noise)."""
+        import dp_accounting
+
+        from jfed.privacy.discrete_accounting import DiscreteGaussianDpEvent
+
+        if np.any(np.asarray(params.noise_std, np.float64)[: int(params.terms)] <= 0.0):
+            return dp_accounting.NonPrivateDpEvent()
+        smallest = int(params.functions) // int(params.iterations)
+        multiplier = self._sum_multiplier(smallest, self.whitened_radius(params), np)
+        squared = 4 * self.grid.squared_bound
+        return DiscreteGaussianDpEvent(float(multiplier) / 2.0, math.sqrt(squared),
+                                       l1_bound(squared, self.dimension),
+                                       self.dimension)  # fmt: skip
+
+    def check(self, params: BatchMeansParams) -> None:
+        """Host: ``ValueError`` naming the numbers unless the largest batch's noise is in the
+        sampler's range on this grid."""
+        functions, iterations = int(params.functions), int(params.iterations)
+        largest = -(-functions // iterations)
+        multiplier = self._sum_multiplier(largest, self.whitened_radius(params), np)
+        self.grid.check(DiscreteGaussianSumParams(1.0, float(multiplier)))
+
+    def noise_variance_factor(self, params: BatchMeansParams) -> float:
+        """Host: the discrete noise's variance on coordinate l of the smallest batch's mean
+        over sigma_l^2, ``2^k m (R / (L n_b))^2``, ``2^k m`` the integer variance the device
+        draws for that batch (:meth:`batch_noise`): about ``(sqrt(B) / L)^2``."""
+        smallest = int(params.functions) // int(params.iterations)
+        bits, quotient, _ = self.batch_noise(params, smallest)
+        variance = float(2 ** int(bits) * int(quotient))
+        return variance * (self.whitened_radius(params) / (self.grid_norm * smallest)) ** 2
+
+    def batch_noise(self, params: BatchMeansParams, count: int):
+        """Host: ``(k, m, in_range)`` of the noise ``N_Z(0, 2^k m)`` the device draws for a
+        batch of ``count`` functions, computed by the device's own code from the float32
+        parameters."""
+        device = BatchMeansParams(*(jnp.asarray(np.asarray(value, np.float32))
+                                    for value in params[:2]),
+                                  *(jnp.int32(int(value)) for value in params[2:]))  # fmt: skip
+        noise = jax.jit(lambda p, n: self.grid.noise_parameters(self.batch_grid(p, n)))
+        return noise(device, jnp.float32(count))
+
+    def coupling_total_variation(self, iterations: int) -> float:
+        """The total variation between one server's noise (``iterations`` batches of
+        :attr:`dimension` discrete Gaussian coordinates) and the continuous Gaussian it is
+        accounted as (:func:`~jfed.privacy.discrete_accounting.coupling_total_variation`)."""
+        from jfed.privacy.discrete_accounting import coupling_total_variation
+
+        return coupling_total_variation(int(iterations) * self.dimension)
+
+
+def batch_means_grid_norm(
+    dimension: int, largest_batch: int, multiplier: float, most: int = 2**12
+) -> int:
+    """Host: the finest power-of-two grid (at most ``most``) on which a
+    :class:`DiscreteBatchMeans` runs exactly: a batch sum's noise at ``multiplier`` (its std
+    over ``sqrt(B)``, at most this for every batch), the coupling's 9 grid units added, in the
+    sampler's range, and the int32 sum of ``largest_batch`` functions exact
+    (:func:`~jfed.privacy.discrete_aggregators.largest_grid_norm`). ``ValueError`` if no grid
+    does."""
+    from jfed.privacy.discrete_accounting import COUPLING_VARIANCE
+
+    grid_norm = most
+    while True:
+        bound = discrete.rounded_squared_norm_bound(grid_norm, dimension, DEFAULT_BETA)
+        coupled = math.sqrt(multiplier**2 + COUPLING_VARIANCE / bound)
+        fitted = largest_grid_norm(dimension, largest_batch, coupled, DEFAULT_BETA, grid_norm)
+        if fitted == grid_norm:
+            return grid_norm
+        grid_norm = fitted

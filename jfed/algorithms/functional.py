@@ -16,9 +16,12 @@ gradient of the least-squares loss ``E (Y - a^T Phi_r(X))^2`` with the uniform d
 matrix (the identity) in place of each function's empirical one. The noise is Gaussian, per
 coordinate ``sigma_l`` (anisotropic: shaped by ``kappa_l``; isotropic: one sigma). Each server's
 noisy steps are its release, made through ``clients.aggregate`` with
-:class:`~jfed.algorithms.estimation_aggregators.NoisyBatchMeans` (a local randomizer: each server
-the curator of its own functions only), which states its event; the aggregator averages the S
-servers' iterates. The error ``||mu~ - mu*||^2_{L2}`` is exact by orthonormality.
+:class:`~jfed.algorithms.estimation_aggregators.DiscreteBatchMeans` (on an integer grid, exact
+discrete Gaussian noise: a program with a ``grid_norm``) or
+:class:`~jfed.algorithms.estimation_aggregators.NoisyBatchMeans` (float32 noise), a local
+randomizer either way (each server the curator of its own functions only), which states its
+event; the aggregator averages the S servers' iterates. The error ``||mu~ - mu*||^2_{L2}`` is
+exact by orthonormality.
 """
 
 from __future__ import annotations
@@ -31,7 +34,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jfed.algorithms.estimation_aggregators import BatchMeansParams, NoisyBatchMeans, sgd_average
+from jfed.algorithms.estimation_aggregators import (
+    BatchMeansParams,
+    DiscreteBatchMeans,
+    NoisyBatchMeans,
+    sgd_average,
+)
 
 MAX_TERMS = 32
 TRUTH_TERMS = 64
@@ -44,11 +52,14 @@ class Info(NamedTuple):
     """Per replication (``f32[]`` each): ``error``, ``||mu~ - mu*||^2``; ``noise_free_error``, the
     same for the estimate the same data give without the privacy noise (same functions, batches
     and clipping), so ``error - noise_free_error`` is the price of privacy with the data's own
-    variation cancelled; ``clipped``, the fraction of the projections' coordinates clipped."""
+    variation cancelled; ``clipped``, the fraction of the projections' coordinates clipped;
+    ``rounding_fallbacks``, the functions whose rounding to the grid fell back to zeros (0 for
+    float noise)."""
 
     error: jax.Array
     noise_free_error: jax.Array
     clipped: jax.Array
+    rounding_fallbacks: jax.Array
 
 
 class Hyperparams(NamedTuple):
@@ -168,12 +179,23 @@ class FunctionalMean:
       model: the data model.
       max_functions, max_observations: padded sizes (the configuration's n and m are traced).
       iterations: T (static: the loop over disjoint batches).
+      grid_norm: the integer grid of the exact release
+        (:class:`~jfed.algorithms.estimation_aggregators.DiscreteBatchMeans`), or ``None`` for
+        float32 noise (:class:`~jfed.algorithms.estimation_aggregators.NoisyBatchMeans`).
     """
 
     model: Model
     max_functions: int
     max_observations: int
     iterations: int
+    grid_norm: int | None = None
+
+    @property
+    def release(self) -> DiscreteBatchMeans | NoisyBatchMeans:
+        """The servers' release: on the grid where the program has one."""
+        if self.grid_norm is None:
+            return NoisyBatchMeans()
+        return DiscreteBatchMeans(dimension=MAX_TERMS, grid_norm=self.grid_norm)
 
     def init(self, hp: Hyperparams, key: jax.Array) -> tuple:
         """No server state: every round reads the run's hyper-parameters."""
@@ -200,11 +222,13 @@ class FunctionalMean:
         return jnp.where(used, clipped, 0.0), jnp.sum(used & (clipped != projection))
 
     def server(self, hp: Hyperparams, server_id: jax.Array, key: jax.Array) -> dict:
-        """One server's message to :class:`~jfed.algorithms.estimation_aggregators.NoisyBatchMeans`
-        (which adds the noise and takes the T SGD steps): ``batches: f32[T, MAX_TERMS]``, the
-        means of its clipped projections over T disjoint batches of its functions (function i in
-        batch ``i mod T``); ``weight``, 1.0 for a server of the configuration (0.0 for padding);
-        and diagnostics: ``quiet: f32[MAX_TERMS]``, the iterate of the same steps without noise,
+        """One server's message to its release (:attr:`release`, which adds the noise and takes
+        the T SGD steps): ``batches: f32[T, MAX_TERMS]``, the means of its clipped projections
+        over T disjoint batches of its functions (function i in batch ``i mod T``); the
+        projections themselves, ``projections: f32[max_functions, MAX_TERMS]``, with each one's
+        batch, ``batch: i32[max_functions]`` (T for a padded function), which the grid rounds
+        one by one; ``weight``, 1.0 for a server of the configuration (0.0 for padding); and
+        diagnostics: ``quiet: f32[MAX_TERMS]``, the iterate of the same steps without noise,
         and ``clipped``, how many coordinates were clipped."""
         data_key = jax.random.split(key)[0]  # the functions' data (the noise is the release's)
         index = jnp.arange(self.max_functions)
@@ -221,7 +245,9 @@ class FunctionalMean:
             batch_means.append(batch / jnp.maximum(jnp.sum(member), 1.0))
         batches = jnp.stack(batch_means)
         count = jnp.sum(jnp.where(present, clipped, 0)).astype(jnp.float32)
-        return {"batches": batches, "weight": (server_id < hp.servers).astype(jnp.float32),
+        batch = jnp.where(present, index % self.iterations, self.iterations).astype(jnp.int32)
+        return {"batches": batches, "projections": projections, "batch": batch,
+                "weight": (server_id < hp.servers).astype(jnp.float32),
                 "diagnostics": {"quiet": sgd_average(batches), "clipped": count}}  # fmt: skip
 
     def squared_error(self, hp: Hyperparams, estimate: jax.Array) -> jax.Array:
@@ -237,9 +263,10 @@ class FunctionalMean:
 
     def round(self, state: tuple, hp: Hyperparams, key: jax.Array, clients) -> tuple[tuple, Info]:
         params = BatchMeansParams(hp.noise_std, hp.clip, hp.functions, hp.iterations, hp.terms)
-        summed, _, _ = clients.aggregate(NoisyBatchMeans(), params, (), self.server, hp, key)
+        summed, _, _ = clients.aggregate(self.release, params, (), self.server, hp, key)
         servers, diagnostics = summed["weight"], summed["diagnostics"]
         coordinates = servers * hp.functions.astype(jnp.float32) * hp.terms.astype(jnp.float32)
         return state, Info(self.squared_error(hp, summed["value"] / servers),
                            self.squared_error(hp, diagnostics["quiet"] / servers),
-                           diagnostics["clipped"] / coordinates)  # fmt: skip
+                           diagnostics["clipped"] / coordinates,
+                           diagnostics.get("rounding_fallbacks", jnp.float32(0.0)))  # fmt: skip

@@ -16,7 +16,12 @@ contributions rounded to a grid plus discrete Laplace or discrete Gaussian noise
 :func:`grid_norm_for`), and the record's ``mechanism_model`` says so; with ``--noise float`` the
 noise is float32 and the record's notion and ``mechanism_model`` say "ideal real-valued
 mechanism; floating-point sampling not modelled", as DP-FedAvg's float records do. The
-functional mean's Gaussian release is float32 and says the same.
+functional mean's releases are exact by default too (each function's whitened projection rounded
+to an integer grid, exact discrete Gaussian noise on the batch sums:
+:class:`~jfed.algorithms.estimation_aggregators.DiscreteBatchMeans`, one grid for a sweep,
+:func:`functional_grid_norm_for`), certified as the float release of the same sigma through the
+continuous Gaussian the discrete noise is coupled to; ``--noise float`` keeps the float32
+Gaussian, labelled as above.
 """
 
 from __future__ import annotations
@@ -35,13 +40,17 @@ from jfed.algorithms import estimation, functional
 from jfed.algorithms.estimation_aggregators import (
     GRID_SCALE_TARGET,
     AnalyticGaussianNoise,
+    BatchMeansParams,
+    DiscreteBatchMeans,
     DiscreteGaussianNoise,
     DiscreteLaplaceNoise,
     LaplaceNoise,
+    batch_means_grid_norm,
 )
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_of
 from jfed.privacy import Analytic, Basic, ParallelDpEvent, discrete, spent
+from jfed.privacy.discrete_accounting import coupled_gaussian
 from jfed.privacy.discrete_aggregators import LAPLACE_SCALE_BITS
 from jfed.privacy.gaussian import analytic_gaussian_noise
 from jfed.privacy.mechanisms import AnisotropicGaussianMechanism, GaussianMechanism
@@ -568,21 +577,88 @@ def functional_theory(config: declared.FunctionalEstimation) -> dict:
     return {**terms, "theory_rate": max(terms.values())}
 
 
-def calibrate_functional(config: declared.FunctionalEstimation, terms: int, ledger: Any = None):
+FUNCTIONAL_EXACT_MODEL = (
+    "exact: each function's clipped projection whitened by the noise (coordinate l over "
+    "sigma_l) and rounded to an integer grid (conditional randomized rounding, its norm bound "
+    "checked in integers), each batch's integer sum, discrete Gaussian noise sampled exactly in "
+    "integer arithmetic, scaled back after the noise; certified as the float release of the "
+    "same sigma through the continuous Gaussian the discrete noise is coupled to (its variance "
+    "less 9 grid units), the coupling's total variation added to delta"
+)
+"""What an exact functional release's record says of its arithmetic (``mechanism_model``)."""
+
+FUNCTIONAL_GRID_NORM = 2**12
+"""The finest grid :func:`functional_grid_norm_for` chooses (the whitened radius in grid units)."""
+
+
+def functional_grid_norm_for(configs: list[declared.FunctionalEstimation]) -> int | None:
+    """Host: the grid of a sweep's exact functional releases (``None`` where none is exact):
+    the finest power of two at most :data:`FUNCTIONAL_GRID_NORM` on which every exact
+    configuration's largest batch (``ceil(n / T)`` functions) sums exactly in int32 with its
+    noise in the sampler's range (:func:`~jfed.algorithms.estimation_aggregators.
+    batch_means_grid_norm`). A batch sum's noise std over ``sqrt(B)`` is ``n_t / R`` with the
+    whitened radius ``R = n_b / (2 z)``, i.e. ``2 z n_t / n_b``, z the whitened multiplier of
+    (eps, delta) (the analytic Gaussian's, which both noise shapes meet exactly).
+    :class:`~jfed._validation.UsageError` naming the flags if no grid holds them."""
+    grid_norm = None
+    for config in configs:
+        if not config.exact_noise:
+            continue
+        multiplier = float(analytic_gaussian_noise(1.0, config.epsilon, delta_of(config)))
+        largest = -(-config.functions // config.iterations)
+        smallest = config.functions // config.iterations
+        # a relative 2^-20 above: the float32 numbers that run may round the noise up a little
+        per_sum = 2.0 * multiplier * largest / smallest * (1.0 + 2.0**-20)
+        try:
+            grid_norm = batch_means_grid_norm(functional.MAX_TERMS, largest, per_sum,
+                                              grid_norm or FUNCTIONAL_GRID_NORM)  # fmt: skip
+        except ValueError as error:
+            raise UsageError(
+                f"--noise discrete: {error} (--functions {config.functions}, --iterations "
+                f"{config.iterations}, --epsilon {config.epsilon:g}): use --noise float"
+            ) from None
+    return grid_norm
+
+
+def _functional_program(config: declared.FunctionalEstimation,
+                        grid_norm: int | None) -> functional.FunctionalMean:  # fmt: skip
+    return functional.FunctionalMean(model_of(config), config.functions, config.observations,
+                                     config.iterations, grid_norm)  # fmt: skip
+
+
+def calibrate_functional(
+    config: declared.FunctionalEstimation, terms: int, ledger: Any = None,
+    grid_norm: int | None = None,
+):  # fmt: skip
     """Per-coordinate clipping bounds of a function's projection, the noise of each server's
     batch means, and the privacy fields: certified exactly (analytic Gaussian) from what the
     round's release states at the numbers that ran (the whitened mechanism is an isotropic
-    Gaussian; :class:`~jfed.algorithms.estimation_aggregators.NoisyBatchMeans`).
+    Gaussian; :class:`~jfed.algorithms.estimation_aggregators.NoisyBatchMeans`). On the grid
+    (``config.exact_noise``) the release is
+    :class:`~jfed.algorithms.estimation_aggregators.DiscreteBatchMeans`, accounted as the
+    continuous Gaussian its noise is coupled to: sigma is calibrated at delta less the
+    coupling's share (``delta_accountant``; ``delta_coupling`` is ``(1 + e^eps)`` times the
+    coupling's total variation over one server's release), and the record states the grid.
 
-    ``ledger``: the round's releases (default: traced from the program of ``config``)."""
+    ``ledger``: the round's releases (default: traced from the program of ``config``);
+    ``grid_norm``: the exact release's grid (default: :func:`functional_grid_norm_for` of
+    ``config``)."""
     model = model_of(config)
     bounds = model.clip_bounds(terms, config.observations, config.servers * config.functions)
     batch = config.functions // config.iterations
     sensitivities = 2.0 * bounds / batch  # replace one function of a batch
     shape, delta = NOISE_SHAPES[config.noise_shape], delta_of(config)
+    exact = config.exact_noise
+    if exact and grid_norm is None:
+        grid_norm = functional_grid_norm_for([config])
+    coupling = 0.0
+    if exact:
+        grid = DiscreteBatchMeans(functional.MAX_TERMS, cast(int, grid_norm))
+        variation = grid.coupling_total_variation(config.iterations)
+        coupling = (1.0 + math.exp(min(config.epsilon, 700.0))) * variation
     std = np.zeros(terms)
     if shape.private:
-        multiplier = float(analytic_gaussian_noise(1.0, config.epsilon, delta))
+        multiplier = float(analytic_gaussian_noise(1.0, config.epsilon, delta - coupling))
         std = shape.noise_std(sensitivities, multiplier)
     padded = np.zeros(functional.MAX_TERMS)
     padded_std, padded_bounds = padded.copy(), padded.copy()
@@ -593,44 +669,69 @@ def calibrate_functional(config: declared.FunctionalEstimation, terms: int, ledg
     )  # fmt: skip
     fields = {"epsilon_certified": math.inf, "delta": 0.0, "accountant": "none",
               "notion": "none (non-private)", "sigma": 0.0}  # fmt: skip
+    total_variance = float(np.sum(std**2))
     if shape.private:
         if ledger is None:
-            program = functional.FunctionalMean(model, config.functions, config.observations,
-                                                config.iterations)  # fmt: skip
-            ledger = round_ledger(program, config.servers)
-        certified = spent(round_event(ledger, hp), delta, accountant=Analytic(),
+            ledger = round_ledger(_functional_program(config, grid_norm), config.servers)
+        (release,) = ledger.releases
+        event = coupled_gaussian(round_event(ledger, hp))
+        certified = spent(event, delta - coupling, accountant=Analytic(),
                           adjacency=ledger.adjacency)  # fmt: skip
+        notion = "user-level (eps, delta)-DP of each server's release"
         fields = {
             "epsilon_certified": float(certified),
             "delta": delta,
             "accountant": shape.accountant + "; disjoint batches, so each function is in one "
             "release",
-            "notion": f"user-level (eps, delta)-DP of each server's release ({float_model()})",
+            "notion": f"{notion} ({float_model()})",
             "mechanism_model": float_model(),
             "sigma": float(std.max()),
             **shape.extra(sensitivities, std, config.epsilon, delta),
         }
+        if exact:
+            aggregator = release.aggregator
+            params = BatchMeansParams(*(np.asarray(value, np.float64) for value in (
+                np.asarray(hp.noise_std, np.float32), np.asarray(hp.clip, np.float32),
+                config.functions, config.iterations, terms)))  # fmt: skip
+            try:
+                aggregator.check(params)
+            except ValueError as error:
+                raise UsageError(f"--noise discrete: {error}, or --noise float") from None
+            total_variance *= aggregator.noise_variance_factor(params)
+            fields.update({
+                "accountant": f"{fields['accountant']}; on the integer grid, the continuous "
+                "Gaussian the discrete noise is coupled to",
+                "notion": notion, "mechanism_model": FUNCTIONAL_EXACT_MODEL,
+                "delta_accountant": delta - coupling, "delta_coupling": coupling,
+                "grid_norm": aggregator.grid_norm,
+                "noise_inflation": aggregator.grid.noise_inflation(),
+            })  # fmt: skip
     return hp, {
         **fields,
         "protected": "one function of one server (all its observations)",
         "trust_model": "each server a trusted curator of its own functions",
         "terms_used": terms,
-        "noise_total_variance": float(np.sum(std**2)),
+        "noise_total_variance": total_variance,
     }
 
 
 class FunctionalExperiment(MonteCarloExperiment):
     """Functional mean estimation."""
 
-    outputs = (*MONTE_CARLO_OUTPUTS, Output("noise_free_error", "infos.noise_free_error"))
+    outputs = (*MONTE_CARLO_OUTPUTS, Output("noise_free_error", "infos.noise_free_error"),
+               Output("rounding_fallbacks", "infos.rounding_fallbacks", reduce="sum"))  # fmt: skip
 
     def __init__(self, config: declared.FunctionalEstimation) -> None:
         super().__init__(config)
         self._max = (config.servers, config.functions, config.observations)
+        self._grid_norm = functional_grid_norm_for([config])
 
     def prepare(self, configs: list[declared.FunctionalEstimation]) -> None:
+        """Size the program for the largest S, n and m of the grid, and choose one integer grid
+        that holds every configuration's exact release."""
         self._max = tuple(max(getattr(c, name) for c in configs)
                           for name in ("servers", "functions", "observations"))  # fmt: skip
+        self._grid_norm = functional_grid_norm_for(configs)
 
     @property
     def task(self) -> Task:
@@ -640,7 +741,7 @@ class FunctionalExperiment(MonteCarloExperiment):
     def algorithm(self) -> functional.FunctionalMean:
         _, functions, observations = self._max
         return functional.FunctionalMean(model_of(self.config), functions, observations,
-                                         self.config.iterations)  # fmt: skip
+                                         self.config.iterations, self._grid_norm)  # fmt: skip
 
     def identity(self) -> dict:
         return {"dataset": f"synthetic {self.config.basis} Sobolev functions"}
@@ -649,7 +750,7 @@ class FunctionalExperiment(MonteCarloExperiment):
         return config.terms if config.terms is not None else optimal_terms(config)
 
     def calibrate(self, config: declared.FunctionalEstimation):
-        return calibrate_functional(config, self.terms_of(config), self.ledger())
+        return calibrate_functional(config, self.terms_of(config), self.ledger(), self._grid_norm)
 
     def evaluate(self, outputs: dict, config: declared.FunctionalEstimation) -> dict:
         squared = np.asarray(outputs["error"], np.float64)  # already ||mu~ - mu*||^2
@@ -665,13 +766,17 @@ class FunctionalExperiment(MonteCarloExperiment):
             "clipped_fraction": float(np.mean(outputs["clipped"])),
             "truncation_error": model_of(config).truncation(self.terms_of(config)),
             **functional_theory(config),
-        }
+            # functions whose rounding fell back to zeros (outside the guarantee: not private)
+            **({"rounding_fallbacks": int(outputs["rounding_fallbacks"])}
+               if config.exact_noise else {}),
+        }  # fmt: skip
 
     @staticmethod
     def summary(record: dict) -> str:
+        grid = " on an integer grid" if record.get("grid_norm") else ""
         return (
             f"functional-estimation ({record['basis']}, r={record['terms_used']}, "
-            f"{record['noise_shape']}): S={record['servers']} x n={record['functions']} "
+            f"{record['noise_shape']}{grid}): S={record['servers']} x n={record['functions']} "
             f"functions x m={record['observations']} points: L2 MSE {record['mse']:.4g} +- "
             f"{record['mse_se']:.2g} (truncation {record['truncation_error']:.2g}) over "
             f"{record['replications']} replications; theory rate {record['theory_rate']:.3g} "

@@ -118,7 +118,22 @@ class FunctionalEstimation(Config):
                            "sensitivity), both scaled by the analytic Gaussian; or none",
                            choices=catalog.FUNCTIONAL_NOISE_SHAPES,
                            group="privacy")  # fmt: skip
+    noise: str | None = param(
+        None, "the noise's arithmetic: discrete (each function's whitened projection rounded to "
+        "an integer grid, integer batch sums, exact discrete Gaussian noise: the guarantee holds "
+        "for the program as it runs) or float (float32 noise: the ideal real-valued mechanism, "
+        "floating-point sampling not modelled)", kind=str, choices=ESTIMATION_NOISES,
+        group="privacy", default_text="discrete",
+        requires=(lambda c: c.noise_shape != "none",
+                  "only with a private --noise-shape (none adds no noise)"),
+    )  # fmt: skip
     replications: int = replications(100)
+
+    @property
+    def exact_noise(self) -> bool:
+        """Whether the servers' releases run on the integer grid (``--noise``, or its default;
+        never without noise)."""
+        return self.noise_shape != "none" and self.noise != "float"
 
     def check(self) -> Self:
         super().check()
