@@ -9,10 +9,11 @@ every 20 rounds, R = 100 rounds: k = 5 participations), one local epoch, update 
 server SGD with momentum 0.9 on the released increments (the papers' DP-FTRLM), step 0.3. No
 amplification by sampling is assumed for any of the three:
 
-- ``independent``: ``dp-ftrl --noise-strategy independent``, DP-FedAvg under the schedule:
-  fresh noise every round, its sensitivity sqrt(k) (the run is k participations' Gaussians);
-- ``tree``: ``dp-ftrl``, tree aggregation restarted every pass of 20 rounds, Honaker's
-  estimator: sensitivity sqrt(k (floor(log2 20) + 1)) = 5;
+- ``independent``: ``dp-ftrl --noise-strategy independent --noise float``, DP-FedAvg under the
+  schedule: fresh noise every round, its sensitivity sqrt(k) (the run is k participations'
+  Gaussians);
+- ``tree``: ``dp-ftrl --noise float``, tree aggregation restarted every pass of 20 rounds,
+  Honaker's estimator: sensitivity sqrt(k (floor(log2 20) + 1)) = 5;
 - ``blt``: ``blt-dp-ftrl``, jax-privacy's BLT optimized for (R, b, k) (at most 4 buffers).
 
 Beside them, for context only, ``dp-fedavg`` on Poisson cohorts of the same expected size
@@ -109,11 +110,15 @@ def summary(part: str, method: str, rows: list[dict], epsilon: float, **extra) -
 
 def ftrl_part(out: str, epsilons, seeds: int, rounds: int) -> list[dict]:
     setting = dict(FTRL, rounds=rounds)
+    # float noise, as the reference results ran (DP-FTRL's default became the integer grid
+    # later: the same z to 1e-4, each node's noise inflated by sqrt(B) / L, other draws)
     runs = {
-        "independent": sweep(out, "independent",
-                             declared.DPFTRL(**setting, noise_strategy="independent"), epsilons,
-                             seeds),
-        "tree": sweep(out, "tree", declared.DPFTRL(**setting), epsilons, seeds),
+        "independent": sweep(
+            out, "independent",
+            declared.DPFTRL(**setting, noise_strategy="independent", noise="float"),
+            epsilons, seeds,
+        ),
+        "tree": sweep(out, "tree", declared.DPFTRL(**setting, noise="float"), epsilons, seeds),
         "blt": sweep(out, "blt", declared.BltDPFTRL(**setting), epsilons, seeds),
         "dp-fedavg (Poisson, amplified)": sweep(
             out, "dp-fedavg", declared.DPFedAvg(**dict(SYNTHETIC, rounds=rounds)), epsilons, seeds

@@ -24,7 +24,7 @@ from jfed.methods.declared.ditto import DPDitto
 from jfed.methods.declared.dp_ftrl import DPFTRL
 from jfed.methods.declared.scaffold import DPScaffold
 from jfed.methods.dp_fedavg import IDEAL
-from jfed.privacy import aggregators, correlated
+from jfed.privacy import aggregators, correlated, discrete
 from jfed.sweep import runner
 
 SIZES = dict(clients=1000, rounds=12, cohort_size=100, hidden=32, epsilon=1.0, delta=1e-5)
@@ -36,8 +36,11 @@ CANARIES = 400
 METHODS = {
     # float noise: the broken variant scales the float Gaussian draws
     "dp-scaffold": (DPScaffold, {"noise": "float"}),
-    "dp-ftrl": (DPFTRL, {"noise_strategy": "independent"}),
-    "dp-ftrl-tree": (DPFTRL, {}),
+    "dp-ftrl": (DPFTRL, {"noise_strategy": "independent", "noise": "float"}),
+    "dp-ftrl-tree": (DPFTRL, {"noise": "float"}),
+    # the default: the tree on the integer grid (the broken variant divides the exact discrete
+    # Gaussian draws by ten)
+    "dp-ftrl-grid": (DPFTRL, {}),
 }
 # DP-SCAFFOLD's program compiles for about 15 s on 2 cores: its runs are slow tests
 NAMES = [pytest.param("dp-scaffold", marks=pytest.mark.slow), "dp-ftrl"]
@@ -117,6 +120,15 @@ def test_the_trees_correct_run_audits_at_or_below_its_claim():
     assert record["audit_epsilon_lower"] <= record["epsilon_certified"] <= 1.0
 
 
+def test_the_grid_trees_correct_run_audits_at_or_below_its_claim():
+    """DP-FTRL's default: the tree on the integer grid, its canaries rounded and summed with the
+    real clients' integers (measured at this seed: 0 against 1)."""
+    record = audited("dp-ftrl-grid")
+    assert record["audit_epsilon_lower"] <= record["epsilon_certified"] <= 1.0
+    assert record["mechanism_model"] != IDEAL and record["rounding_fallbacks"] == 0
+    assert "own leaf node" in record["audit_notion"]
+
+
 # the broken runs come last: they forget every compiled program after them
 # measured at these seeds: dp-scaffold 2.07, dp-ftrl (independent noise) 2.07
 @pytest.mark.parametrize("name", NAMES)
@@ -137,3 +149,29 @@ def test_the_trees_audit_catches_a_tenth_of_its_noise(broken_noise):
     assert claimed == pytest.approx(1.0, rel=1e-3)
     assert "own leaf node" in record["audit_notion"]
     assert record["audit_epsilon_lower"] > claimed
+
+
+@pytest.fixture
+def broken_grid_noise(monkeypatch):
+    """Every exact discrete Gaussian draw (the grid tree's nodes and its audit view) divided by
+    20 in integers; the record still states the calibrated noise."""
+    original = discrete.discrete_gaussian
+
+    def twentieth(key, shape, bits, quotient):
+        return original(key, shape, bits, quotient) // 20
+
+    monkeypatch.setattr(discrete, "discrete_gaussian", twentieth)
+    for cached in (runner._unit_function, runner._program, runner._compiled):
+        cached.cache_clear()
+    yield
+    fresh_programs()
+
+
+def test_the_grid_trees_audit_catches_a_twentieth_of_its_noise(broken_grid_noise):
+    """The default grid tree with its node noise divided by 20 audits at 2.07 against its claim
+    of 1 (measured at this seed). Divided by 10 it audits at 0.84 here: not caught (the float
+    tree's tenth, at its own draws, gives 1.07), so the test divides by 20."""
+    record = run("dp-ftrl-grid")
+    claimed = record["epsilon_certified"]
+    assert claimed == pytest.approx(1.0, rel=1e-3)
+    assert record["audit_epsilon_lower"] > 1.5 * claimed

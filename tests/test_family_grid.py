@@ -16,27 +16,16 @@ from __future__ import annotations
 import dp_accounting
 import numpy as np
 import pytest
+from experiments import calibrated, innermost
 
 import jfed
-from jfed.methods import build_experiment, declared
+from jfed.methods import declared
 from jfed.methods.dp_fedavg import NOISE_CHOICES
 from jfed.privacy import DiscreteGaussianSum, DiscreteRdp
 from jfed.privacy.discrete_accounting import ORDERS, DiscreteRdpAccountant, poisson_subsampled_rdp
 
 DIGITS = dict(dataset="digits-dirichlet", clients=30, dirichlet=0.1, batch=10)
 SMALL = dict(DIGITS, rounds=20, cohort_size=6, epsilon=4.0, delta=1e-4)
-
-
-def calibrated(config):
-    experiment = build_experiment(config)
-    experiment.prepare([config])
-    return experiment, *experiment.calibrated(config)
-
-
-def innermost(aggregator):
-    while hasattr(aggregator, "inner"):
-        aggregator = aggregator.inner
-    return aggregator
 
 
 def _reference_epsilon(z: float, rate: float, rounds: int, delta: float) -> float:

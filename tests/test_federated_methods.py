@@ -160,7 +160,7 @@ def test_tree_dp_ftrl_certifies_dp_accountings_tree_aggregation_eps():
     noise that ran (sigma / C), composed over the 3 trees, gives the record's eps. Negative
     control: a tree over all 12 rounds (deeper) spends more at the same node noise."""
     for honaker in (True, False):
-        config = declared.DPFTRL(**FTRL, honaker=honaker)
+        config = declared.DPFTRL(**FTRL, honaker=honaker, noise="float")
         fields = _certified(config)[-1]
         assert fields["participations"] == 3 and fields["min_separation"] == 4
         node = fields["sigma"] / config.update_clip
@@ -191,7 +191,7 @@ def test_blt_and_independent_noise_certify_the_brute_force_sensitivity(monkeypat
         blt_coefficients = np.asarray(reference.toeplitz_coefs(12), np.float64)
     cases = [
         (declared.BltDPFTRL(**FTRL), blt_coefficients),
-        (declared.DPFTRL(**FTRL, noise_strategy="independent"), np.eye(12)[0]),
+        (declared.DPFTRL(**FTRL, noise_strategy="independent", noise="float"), np.eye(12)[0]),
     ]
     for config, coefficients in cases:
         _, _, fields = _certified(config)
@@ -231,7 +231,7 @@ def test_the_float_noises_bounded_reach_is_reserved_from_delta_and_large_eps_ref
     from jfed._validation import UsageError
 
     ftrl = name == "DPFTRL"
-    config = declared.DPFTRL(**FTRL) if ftrl else getattr(declared, name)(
+    config = declared.DPFTRL(**FTRL, noise="float") if ftrl else getattr(declared, name)(
         **DIGITS, rounds=5, cohort_size=6, epsilon=4.0, delta=1e-4, accountant="rdp",
         noise="float")  # fmt: skip
     experiment, hyper, fields = _certified(config)

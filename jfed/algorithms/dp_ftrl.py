@@ -74,14 +74,18 @@ class ServerState(NamedTuple):
 
 
 def ftrl_aggregator(
-    noise: Any, participation: Any, denominator: float, wrap: Callable[[Any], Any] | None = None
-) -> FixedDenominatorMean:
+    noise: Any, participation: Any, denominator: float, wrap: Callable[[Any], Any] | None = None,
+    noised_sum: Any = None,
+) -> FixedDenominatorMean:  # fmt: skip
     """The clipped sum with correlated noise ``noise`` (a strategy of
     :mod:`jfed.privacy.correlated`) calibrated for ``participation``, over the fixed
     ``denominator``; ``wrap`` puts an aggregator around the sum (e.g. the canary clients of an
-    audit, :class:`~jfed.privacy.canary_aggregator.WithCanaries`)."""
-    correlated = CorrelatedGaussianSum(noise, participation)
-    return FixedDenominatorMean(wrap(correlated) if wrap else correlated, denominator)
+    audit, :class:`~jfed.privacy.canary_aggregator.WithCanaries`). ``noised_sum``: the sum
+    itself, where it is not the float one (``CorrelatedGaussianSum(noise, participation)``),
+    e.g. the tree on an integer grid (:class:`~jfed.privacy.DiscreteTreeSum`)."""
+    if noised_sum is None:
+        noised_sum = CorrelatedGaussianSum(noise, participation)
+    return FixedDenominatorMean(wrap(noised_sum) if wrap else noised_sum, denominator)
 
 
 @dataclass(frozen=True)
@@ -132,4 +136,6 @@ class DPFTRL:
             "cohort_size": cohort.info.size,
             "server_update_norm": tree_norm(released),
         }
+        if "rounding_fallbacks" in diagnostics:  # the integer grid's
+            infos["rounding_fallbacks"] = diagnostics["rounding_fallbacks"]
         return ServerState(params, opt_state, aggregator_state), infos

@@ -497,7 +497,8 @@ class CentralGridNoise:
         by the cohort's overflow term and, for float noise, by its bounded reach
         (``reach_delta``), through the releases of the current program."""
         experiment: Any = self  # the experiment's calibration members (see the class docstring)
-        _, extra = self._overflow(config)
+        _, overflow = self._overflow(config)
+        extra = overflow + self.exact_reserve(config)
         delta = experiment.delta_of(config)
         accountant = experiment.accountant(config)
         # PLD searches at a coarse discretization (1e-3, 10x faster than the 1e-4 that
@@ -524,6 +525,12 @@ class CentralGridNoise:
             else "lower --epsilon (its float32 noise cannot certify this one)",
         )  # fmt: skip
         return z, accountant, delta - extra - reserve
+
+    def exact_reserve(self, config: Any) -> float:
+        """The delta an exact noise's certificate reserves before calibration (default 0: the
+        discrete RDP accountant certifies the grid's events themselves; a run certified through
+        a coupled continuous Gaussian reserves the coupling's share)."""
+        return 0.0
 
     def release_noise(self) -> Any:
         """The releases' noise (:mod:`jfed.algorithms.dp_fedavg`): float, or exact discrete

@@ -36,16 +36,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfed import privacy
+from jfed._validation import UsageError
 from jfed.algorithms import dp_ftrl
 from jfed.engine.schedules import CyclicGroups, MinSeparation, ShuffledEpochs
+from jfed.methods.dp_fedavg import DEFAULT_GRID_NORM, grid_noise_std
 from jfed.methods.experiment import Output
 from jfed.methods.federated import FederatedExperiment, server_momentum
 from jfed.privacy.correlated import (
     BltNoise,
+    CorrelatedGaussianSum,
     CorrelatedGaussianSumParams,
     IndependentNoise,
     TreeNoise,
 )
+from jfed.privacy.discrete_accounting import coupled_gaussian
+from jfed.privacy.discrete_tree import DiscreteTreeSum, largest_tree_grid_norm
 from jfed.privacy.participation import Participation
 
 
@@ -95,6 +100,14 @@ NOISES = {"tree": _tree, "independent": _independent}
 :func:`optimized_blt`."""
 
 
+def grid_tree(noise: TreeNoise | IndependentNoise) -> TreeNoise:
+    """The tree a strategy runs as on the integer grid (:class:`~jfed.privacy.DiscreteTreeSum`):
+    the tree itself; independent noise as trees of one round each (every round's node is its own
+    fresh draw and the released increment is that node: the same mechanism, sensitivity
+    ``sqrt(k)`` under k participations)."""
+    return TreeNoise(1, honaker=False) if isinstance(noise, IndependentNoise) else noise
+
+
 class FtrlExperiment(FederatedExperiment):
     """DP-FTRL or BLT-DP-FTRL (the configuration's class decides the noise)."""
 
@@ -140,12 +153,69 @@ class FtrlExperiment(FederatedExperiment):
         return self.n_clients / period(self.cohort)
 
     @property
+    def noised_sum(self) -> CorrelatedGaussianSum | DiscreteTreeSum:
+        """The noised sum the program runs: with ``--noise discrete`` (DP-FTRL's default) the
+        tree on the integer grid (:func:`grid_tree`; every node exact discrete Gaussian noise on
+        an integer block sum), else the float32 strategy."""
+        if not self.noise_choice.grid:
+            return CorrelatedGaussianSum(self.noise, self.participation)
+        if self.grid_norm is None:
+            self.grid_norm = self._grid_for(1.0)
+        return DiscreteTreeSum(grid_tree(self.noise), self.participation, self.dimension,
+                               self.grid_norm)  # fmt: skip
+
+    @property
     def algorithm(self) -> dp_ftrl.DPFTRL:
         aggregator = dp_ftrl.ftrl_aggregator(
             self.noise, self.participation, self.expected_cohort,
             lambda correlated: self.with_canaries(correlated, period(self.cohort)),
+            noised_sum=self.noised_sum,
         )  # fmt: skip
         return dp_ftrl.DPFTRL(self.model, self.training, self.cohort, aggregator)
+
+    # -- the integer grid (--noise discrete)
+    @property
+    def most_clients(self) -> int:
+        """The most records a round sums: the schedule's capacity (its largest group, or K),
+        plus the canaries."""
+        return int(self.cohort.capacity(self.n_clients)) + self.canaries
+
+    def _grid_for(self, noise_multiplier: float) -> int:
+        """The finest grid on which every node's block sum and noise stay in int32
+        (:func:`~jfed.privacy.largest_tree_grid_norm`)."""
+        try:
+            return largest_tree_grid_norm(grid_tree(self.noise), self.participation,
+                                          self.dimension, self.most_clients, noise_multiplier,
+                                          most=DEFAULT_GRID_NORM)  # fmt: skip
+        except ValueError as error:
+            raise UsageError(
+                f"method {self.name}: {error}: lower --cohort-size or use --noise float"
+            ) from None
+
+    def grid_release(self) -> Any:
+        return self.noised_sum
+
+    def accountant(self, config: Any) -> Any:
+        """``--accountant``, else the schedule's (PLD). On the grid the run's discrete Gaussian
+        is certified through the continuous Gaussian it is coupled to (:meth:`accounted`), so
+        the float noise's accountants serve both noises."""
+        name = config.accountant
+        return privacy.accountant_named(name) if name else self.cohort.accountant()
+
+    def accounted(self, event: Any) -> Any:
+        """On the grid, the run's discrete Gaussian replaced by the continuous Gaussian it is
+        coupled to (:func:`~jfed.privacy.discrete_accounting.coupled_gaussian`; the coupling's
+        total variation is reserved from delta: :meth:`exact_reserve`); float: ``event``."""
+        return coupled_gaussian(event) if self.noise_choice.grid else event
+
+    def exact_reserve(self, config: Any) -> float:
+        """On the grid, the coupling's share of delta at the target eps, ``(1 + e^eps) T`` over
+        every node coordinate drawn in the run (:meth:`DiscreteTreeSum.coupling_delta`; the
+        certified eps is at most the target, so this covers it); 0 for float noise."""
+        tree = self.noised_sum
+        if not isinstance(tree, DiscreteTreeSum):
+            return 0.0
+        return float(tree.coupling_delta(config.epsilon))
 
     def hyperparams(self, config: Any, noise_multiplier: float | None) -> dp_ftrl.Hyperparams:
         f32 = jnp.float32
@@ -163,24 +233,34 @@ class FtrlExperiment(FederatedExperiment):
         under an input exactly when the draws it needs lie within reach, and one client moves
         the draws by the mechanism's sensitivity, at most ``1 / z`` of a draw's standard
         deviation in any one of them; a union bound over every fresh draw of the run (every
-        client takes part by the schedule: no sampling)."""
+        client takes part by the schedule: no sampling). 0 on the grid (exact sampler)."""
+        if self.noise_choice.grid:
+            return 0.0
         draws = sum(int(self.noise.draws(t)) for t in range(config.rounds))
         multiplier = float(hyper.privacy.noise_multiplier)
         return privacy.reach_delta([1.0 / multiplier], 1.0, draws)
 
     def calibrate(self, config: Any) -> tuple[Any, dict]:
         """z calibrated and certified for the run's event (:meth:`FederatedExperiment.calibrate`),
-        with the mechanism's sensitivity and the noise it adds per round."""
+        with the mechanism's sensitivity and the noise it adds per round. On the grid each
+        node's noise is the discrete Gaussian's (variance ``2^k m >= (z Delta)^2`` grid units);
+        the per-round noise fields are the float strategy's at that node noise."""
         hyper, fields = super().calibrate(config)
-        aggregator = self.algorithm.aggregator.inner
-        params = CorrelatedGaussianSumParams(config.update_clip, fields["noise_multiplier"])
-        increments = aggregator.increment_noise_std(params) / self.expected_cohort
-        prefix = aggregator.prefix_noise_std(params) / self.expected_cohort
         pattern = self.participation
+        strategy = CorrelatedGaussianSum(self.noise, pattern)
+        clip = config.update_clip
+        multiplier = fields["noise_multiplier"]
+        if self.noise_choice.grid:
+            node_std = grid_noise_std(self.noised_sum, self.sum_params(clip, multiplier))
+            multiplier = node_std / (clip * strategy.sensitivity)
+            fields["delta_coupling"] = self.exact_reserve(config)
+        params = CorrelatedGaussianSumParams(clip, multiplier)
+        increments = strategy.increment_noise_std(params) / self.expected_cohort
+        prefix = strategy.prefix_noise_std(params) / self.expected_cohort
         fields |= {
-            "sigma": float(aggregator.noise_std(params)),
-            "noise_strategy": aggregator.noise.name,
-            "sensitivity": aggregator.sensitivity,
+            "sigma": float(strategy.noise_std(params)),
+            "noise_strategy": strategy.noise.name,
+            "sensitivity": strategy.sensitivity,
             "participations": pattern.participations,
             "min_separation": pattern.min_separation,
             "mean_increment_noise_std": float(np.mean(increments)),

@@ -451,8 +451,15 @@ class Experiment(Generic[ConfigT]):
 
     def run_event(self, hyper: Any) -> Any:
         """The ``DpEvent`` of a whole run at host hyper-parameters ``hyper``: the ledger's
-        releases composed over :attr:`rounds`."""
-        return self.ledger().event(hyper, self.rounds)
+        releases composed over :attr:`rounds` (as :meth:`accounted` gives it to accountants)."""
+        return self.accounted(self.ledger().event(hyper, self.rounds))
+
+    def accounted(self, event: Any) -> Any:
+        """The event an accountant certifies for the ledger's ``event`` (default: itself). A
+        method whose exact noise is certified through the continuous Gaussian it is coupled to
+        maps it here (:func:`jfed.privacy.discrete_accounting.coupled_gaussian`), so that its
+        calibration and its certificate read the same event."""
+        return event
 
     def noise_multiplier_for(
         self, config: ConfigT, build: Any, epsilon: float, delta: float, accountant: Any,
@@ -467,7 +474,7 @@ class Experiment(Generic[ConfigT]):
         if key not in _CALIBRATIONS:
             ledger = self.ledger()
             _CALIBRATIONS[key] = calibrate(
-                lambda z: ledger.event(build(z), self.rounds), epsilon, delta,
+                lambda z: self.accounted(ledger.event(build(z), self.rounds)), epsilon, delta,
                 accountant=accountant, adjacency=ledger.adjacency, tolerance=tolerance,
             )  # fmt: skip
         return _CALIBRATIONS[key]

@@ -182,7 +182,7 @@ class FederatedExperiment(CentralGridNoise, CanaryAudit, Experiment[FederatedTra
         per_round, extra = self._overflow(config)
         z, accountant, delta_accountant = self._noise_multiplier(config)
         hyper = self.hyperparams(config, z)
-        grid_sum = self.release_noise().sum(False)
+        grid_sum = self.grid_release()
         params = self.sum_params(config.update_clip, z)
         self.check_drawable(grid_sum, params, config)
         guarantee = self.certify_run(hyper, delta_accountant, accountant)
@@ -207,6 +207,11 @@ class FederatedExperiment(CentralGridNoise, CanaryAudit, Experiment[FederatedTra
             "mechanism_model": self.noise_choice.model,
         }
         return hyper, fields | self.grid_fields(grid_sum)
+
+    def grid_release(self) -> Any:
+        """The release whose grid the record describes and the sampler's range is checked on
+        (a cohort's noised sum: :meth:`release_noise`)."""
+        return self.release_noise().sum(False)
 
     def reach_delta(self, hyper: Any, config: Any) -> float:
         """The delta the float32 noise's bounded reach adds over the run

@@ -12,7 +12,7 @@ from typing import Any, Self
 from jfed._validation import UsageError
 from jfed.methods.declared.common import ACCURACY
 from jfed.methods.declared.dp_fedavg import USER_LEVEL, FederatedTraining, federated_cost
-from jfed.methods.declared.private_training import PrivateTraining
+from jfed.methods.declared.private_training import CENTRAL_NOISES, PrivateTraining
 from jfed.methods.fields import Range, integers, param
 from jfed.methods.registry import Method, register
 
@@ -109,12 +109,21 @@ class DPFTRL(FtrlTraining):
         True, "tree: Honaker's estimator (every node drawn, combined by inverse variance)",
         requires=(_tree, "only with --noise-strategy tree"),
     )  # fmt: skip
+    noise: str = param(
+        "discrete", "the noise of every node (or round): discrete (exact discrete Gaussian on "
+        "the tree's integer node sums, added by a trusted server; certified through the "
+        "continuous Gaussian it is coupled to) or float (float32 Gaussian: the ideal real-valued "
+        "mechanism, floating-point sampling not modelled)", choices=CENTRAL_NOISES,
+        group="privacy",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class BltDPFTRL(FtrlTraining):
     """BLT-DP-FTRL: buffered linear Toeplitz noise, jax-privacy's strategy optimized for the
-    schedule's participation pattern."""
+    schedule's participation pattern. float32 noise only (no ``--noise``): the released noise is
+    ``C^{-1} z`` with a real-valued inverse, which does not keep a release on an integer grid;
+    its record says "ideal real-valued mechanism; floating-point sampling not modelled"."""
 
     blt_buffers: int = param(4, "the most buffers of the optimized BLT strategy", unit="buffers",
                              range=integers(1, 10))  # fmt: skip
