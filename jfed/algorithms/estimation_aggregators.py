@@ -771,32 +771,53 @@ class DiscreteBatchMeans(NoisyBatchMeans):
         used coordinate has no noise (a non-private configuration of the program) the batch
         means as they are."""
         del state
-        projections, batch_of, weight = update["projections"], update["batch"], update["weight"]
+        batch_of, weight = update["batch"], update["weight"]
         iterations = update["batches"].shape[0]
-        whitening, radius, private = self.whitening(params)
+        _, _, private = self.whitening(params)
         rounding_key, noise_key = jax.random.split(key)
-        clip_only = DiscreteGaussianSumParams(radius, np.float32(1.0))
-        records = jax.vmap(lambda i, projection: self.grid.preprocess(
-            clip_only, (), projection * whitening, jax.random.fold_in(rounding_key, i)
-        ))(jnp.arange(projections.shape[0]), projections)  # fmt: skip
+        records = self.integers(params, update["projections"], rounding_key)
         # exact int32 sums per batch (a function outside every batch, id T, is dropped)
         totals = jax.ops.segment_sum(records["value"], batch_of, num_segments=iterations)
         counts = jax.ops.segment_sum(jnp.ones_like(batch_of, jnp.float32), batch_of,
                                      num_segments=iterations)  # fmt: skip
 
-        def batch_mean(total: jax.Array, count: jax.Array, t: jax.Array) -> jax.Array:
-            summed = {"value": total, "clipped": 0.0, "norm": 0.0, "rounding_fallbacks": 0.0}
-            noised, _, _ = self.grid.release(self.batch_grid(params, count), (), summed,
-                                             jax.random.fold_in(noise_key, t))  # fmt: skip
-            return noised / jnp.maximum(count, 1.0)
+        def noised(total: jax.Array, count: jax.Array, t: jax.Array) -> tuple:
+            bits, quotient, in_range = self.grid.noise_parameters(self.batch_grid(params, count))
+            noise = discrete.discrete_gaussian(jax.random.fold_in(noise_key, t), total.shape,
+                                               bits, quotient)  # fmt: skip
+            return total + noise, in_range
 
-        whitened = jax.vmap(batch_mean)(totals, counts, jnp.arange(iterations))
-        iterate = jnp.where(private, sgd_average(whitened * params.noise_std),
-                            sgd_average(update["batches"]))  # fmt: skip
+        noised_totals, in_range = jax.vmap(noised)(totals, counts, jnp.arange(iterations))
+        # NaN if a noise left the sampler's range (the host's check refuses such parameters)
+        iterate = jnp.where(jnp.all(in_range), self.scaled_back(params, noised_totals, counts),
+                            jnp.nan)  # fmt: skip
+        iterate = jnp.where(private, iterate, sgd_average(update["batches"]))
         fallbacks = jnp.sum(jnp.where(batch_of < iterations, records["rounding_fallbacks"], 0.0))
         diagnostics = {**update["diagnostics"], "rounding_fallbacks": fallbacks}
         diagnostics = jax.tree.map(lambda value: weight * value, diagnostics)
         return {"value": weight * iterate, "weight": weight, "diagnostics": diagnostics}
+
+    def integers(self, params: BatchMeansParams, projections: jax.Array, key: jax.Array) -> dict:
+        """``{"value": i32[N, K], "rounding_fallbacks": f32[N], ...}``: each function's
+        projection (``projections: f32[N, K]``) whitened and rounded on the grid as one record
+        of :attr:`grid` (clip norm R), function i from ``fold_in(key, i)``."""
+        whitening, radius, _ = self.whitening(params)
+        clip_only = DiscreteGaussianSumParams(radius, np.float32(1.0))
+        return jax.vmap(lambda i, projection: self.grid.preprocess(
+            clip_only, (), projection * whitening, jax.random.fold_in(key, i)
+        ))(jnp.arange(projections.shape[0]), projections)  # fmt: skip
+
+    def scaled_back(
+        self, params: BatchMeansParams, noised: jax.Array, counts: jax.Array
+    ) -> jax.Array:
+        """``f32[K]``: the iterate of the noised integer batch sums ``noised: i32[T, K]`` of
+        ``counts: f32[T]`` functions each: ``R / L`` times them, over ``n_t``, times sigma_l
+        (the whitening undone), then :func:`sgd_average` (the release's float map:
+        post-processing of the exact noised integers)."""
+        _, radius, _ = self.whitening(params)
+        means = noised.astype(jnp.float32) * (radius / self.grid_norm)
+        means = means / jnp.maximum(counts, 1.0)[:, None]
+        return sgd_average(means * params.noise_std)
 
     def whitening(self, params: BatchMeansParams) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Device: ``(1 / sigma: f32[K]`` (0 past r), ``R: f32[]``, ``private: bool[]``): the
