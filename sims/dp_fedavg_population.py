@@ -34,7 +34,7 @@ import numpy as np
 
 import jfed
 from jfed.methods import DPFedAvg, FedAvgSampled
-from jfed.methods.declared.dp_fedavg import NOISES
+from jfed.methods.declared.dp_fedavg import DP_FEDAVG_ACCOUNTANTS, NOISES
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -61,10 +61,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="two populations, two eps, 30 rounds")
     parser.add_argument("--noise", choices=NOISES, default=None,
                         help="DP-FedAvg's --noise (default: the library's, discrete)")  # fmt: skip
+    parser.add_argument("--accountant", choices=DP_FEDAVG_ACCOUNTANTS, default=None,
+                        help="DP-FedAvg's --accountant (default: the noise's own; pld with "
+                        "--noise discrete: through the coupled continuous Gaussian)")  # fmt: skip
     args = parser.parse_args()
     populations, epsilons, seeds, setting = POPULATIONS, EPSILONS, args.seeds, dict(SETTING)
     if args.noise is not None:
         setting["noise"] = args.noise
+    if args.accountant is not None:
+        setting["accountant"] = args.accountant
     if args.quick:
         populations, epsilons, seeds = QUICK["populations"], QUICK["epsilons"], QUICK["seeds"]
         setting["rounds"] = QUICK["rounds"]
@@ -76,7 +81,8 @@ def main() -> None:
         private = jfed.run_grid(DPFedAvg(clients=n, **setting), list(epsilons), seeds,
                                 out=folder, resume=resume)  # fmt: skip
         baseline_folder = os.path.join(args.out, f"n{n}-baseline")
-        baseline_setting = {k: v for k, v in setting.items() if k not in ("update_clip", "noise")}
+        baseline_setting = {k: v for k, v in setting.items()
+                            if k not in ("update_clip", "noise", "accountant")}  # fmt: skip
         baseline = jfed.run_grid(
             FedAvgSampled(clients=n, **baseline_setting), None, seeds,
             out=baseline_folder, resume=os.path.exists(os.path.join(baseline_folder, "runs.jsonl")),

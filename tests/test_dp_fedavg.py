@@ -387,7 +387,7 @@ def test_bad_combinations_are_refused():
         (dict(adaptive_clip=True, noise="skellam"), "--adaptive-clip.*--noise discrete or float"),
         (dict(cohort="uniform"), "--cohort uniform.*--noise float"),
         (dict(noise="float", accountant="discrete-rdp"), "--accountant discrete-rdp"),
-        (dict(accountant="pld"), "--noise discrete.*--accountant discrete-rdp"),
+        (dict(noise="ddgauss", accountant="pld"), "--noise ddgauss.*--accountant discrete-rdp"),
         (dict(noise="ddgauss", clipping="per-layer"), "--clipping flat"),
         (dict(noise="skellam", audit_canaries=10), "--audit-canaries"),
         (dict(bits=16), "--bits.*only with --noise ddgauss or skellam"),
@@ -398,6 +398,7 @@ def test_bad_combinations_are_refused():
     declared.DPFedAvg(**small(), adaptive_clip=True, noise="float").check()
     declared.DPFedAvg(**small(), adaptive_clip=True).check()  # both releases on the grid
     declared.DPFedAvg(**small(), clipping="per-layer").check()  # the grid clips per layer too
+    declared.DPFedAvg(**small(), accountant="pld").check()  # the grid through the coupling
 
 
 LEARNING = small(rounds=20, cohort_size=60)
@@ -535,7 +536,7 @@ PUBLIC = {
     "protected", "trust_model", "adjacency", "sigma", "noise_multiplier",
     "update_noise_multiplier", "count_noise_std", "sampling_rate", "mechanism_model",
     "overflow_probability_per_round", "grid_norm", "noise_inflation", "min_clients",
-    "noise_std_per_round", "not_private_fields", "delta_sampler",
+    "noise_std_per_round", "not_private_fields", "delta_sampler", "delta_coupling",
     # the method, its selection rule, the population's public size and the static program
     "method", "algorithm", "paper", "report_metric", "selection_metric", "selection_maximize",
     "n_clients", "capacity", "plan", "slice", "slice_size", "shared_noise", "device",

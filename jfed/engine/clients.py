@@ -127,7 +127,7 @@ def check_participation(aggregator: Any, cohort: Any, rounds: int) -> None:
         )
 
 
-def _together(events: list) -> Any:
+def releases_together(events: list) -> Any:
     """The releases one cohort makes in one round as ONE event, for the cohort to wrap once:
     Gaussians of multipliers ``z_i`` on the same clients are one Gaussian of
     ``(sum z_i^-2)^-1/2`` (exactly: the pair's privacy loss is that of its projection on the
@@ -231,7 +231,8 @@ class Ledger:
         ``hyper``.
 
         - The releases of one round over one sampled cohort (same clients) are wrapped ONCE by
-          the cohort's sampling (:func:`_together` joins them): wrapping each would count two
+          the cohort's sampling (:func:`releases_together` joins them): wrapping each would count
+          two
           independent samples where there is one. Releases over two different sampled cohorts
           in one round are refused (their draws are nested, not independent).
         - A local randomizer's release is its own event (never wrapped).
@@ -269,7 +270,7 @@ class Ledger:
             if isinstance(cohort, All):  # nothing sampled: each release is its own event
                 per_round += events
             else:
-                per_round.append(cohort.sampled_event(_together(events), n_clients))
+                per_round.append(cohort.sampled_event(releases_together(events), n_clients))
         for schedule, events in scheduled.items():
             pattern = schedule.participation(int(rounds))
             one = events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)

@@ -526,11 +526,51 @@ class CentralGridNoise:
         )  # fmt: skip
         return z, accountant, delta - extra - reserve
 
+    @property
+    def coupled(self) -> bool:
+        """Whether the run is certified through the continuous Gaussian its exact noise is
+        coupled to: central grid noise under a continuous accountant (``--accountant pld`` or
+        ``rdp``; DP-FTRL's default), which analyses the cohort's sampling as the Gaussian's.
+        Else the grid's own events certify it (the discrete RDP accountant), or the noise is
+        float (or a secure sum's shares, which are never coupled)."""
+        choice = self.noise_choice
+        if not choice.grid or choice.secure is not None:
+            return False
+        accountant = self.accountant(self.base_config)  # type: ignore[attr-defined]
+        return not isinstance(accountant, privacy.DiscreteRdp)
+
+    def accounted(self, event: Any) -> Any:
+        """The event an accountant certifies: with :attr:`coupled`, every central discrete
+        Gaussian of the run replaced by the continuous Gaussian it is coupled to
+        (:func:`~jfed.privacy.discrete_accounting.coupled_gaussian`: ``sigma^2 - 9`` grid units,
+        inside the cohort's sampling and the rounds' composition), the coupling's total variation
+        reserved from delta (:meth:`exact_reserve`); else ``event``."""
+        from jfed.privacy.discrete_accounting import coupled_gaussian
+
+        if not self.coupled:
+            return event
+        try:
+            return joined(coupled_gaussian(event))
+        except ValueError as error:  # a release whose noise is too small to couple
+            raise UsageError(
+                f"method {self.name}: {error} (the count of --adaptive-clip: raise "
+                "--count-noise); or use --accountant discrete-rdp"
+            ) from None
+
     def exact_reserve(self, config: Any) -> float:
-        """The delta an exact noise's certificate reserves before calibration (default 0: the
-        discrete RDP accountant certifies the grid's events themselves; a run certified through
-        a coupled continuous Gaussian reserves the coupling's share)."""
-        return 0.0
+        """The delta an exact noise's certificate reserves before calibration: with
+        :attr:`coupled`, ``(1 + e^eps) T`` at the target eps (which bounds it at the certified
+        eps), T the coupling's total variation over every discrete Gaussian coordinate the run
+        draws (:func:`~jfed.privacy.discrete_accounting.coupling_total_variation`); 0 otherwise
+        (the discrete RDP accountant certifies the grid's events themselves)."""
+        if not self.coupled:
+            return 0.0
+        from jfed.privacy.discrete_accounting import coupling_total_variation
+
+        experiment: Any = self
+        event = experiment.ledger().event(experiment.hyperparams(config, 1.0), experiment.rounds)
+        variation = coupling_total_variation(discrete_coordinates(event))
+        return (1.0 + math.exp(min(config.epsilon, 700.0))) * variation
 
     def release_noise(self) -> Any:
         """The releases' noise (:mod:`jfed.algorithms.dp_fedavg`): float, or exact discrete
@@ -580,6 +620,43 @@ class CentralGridNoise:
         if not self.noise_choice.grid:
             return {}
         return {"rounding_fallbacks": int(outputs["rounding_fallbacks"])}
+
+
+def discrete_coordinates(event: Any) -> int:
+    """Host: how many central discrete Gaussian coordinates ``event`` draws (every round's noise
+    is drawn whatever the cohort's sampling; self-compositions count each time)."""
+    import dp_accounting
+
+    from jfed.privacy.discrete_accounting import DiscreteGaussianDpEvent
+
+    if isinstance(event, DiscreteGaussianDpEvent):
+        return int(event.dimension)
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        return int(event.count) * discrete_coordinates(event.event)
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        return sum(discrete_coordinates(part) for part in event.events)
+    inner = getattr(event, "event", None)  # sampled events wrap one
+    return 0 if inner is None else discrete_coordinates(inner)
+
+
+def joined(event: Any) -> Any:
+    """``event`` with every sampled composition (one cohort's releases in one round) joined as
+    the ledger joins them (:func:`jfed.engine.clients.releases_together`): coupled Gaussians on
+    the same clients are one Gaussian, which the PLD accountant composes under sampling."""
+    import dp_accounting
+
+    from jfed.engine.clients import releases_together
+
+    if isinstance(event, dp_accounting.PoissonSampledDpEvent):
+        inner = event.event
+        if isinstance(inner, dp_accounting.ComposedDpEvent):
+            inner = releases_together(list(inner.events))
+        return dp_accounting.PoissonSampledDpEvent(event.sampling_probability, inner)
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        return dp_accounting.SelfComposedDpEvent(joined(event.event), event.count)
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        return dp_accounting.ComposedDpEvent([joined(part) for part in event.events])
+    return event
 
 
 def grid_noise_std(aggregator: Any, params: Any) -> float:
@@ -846,6 +923,8 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
             "sampling_rate": self.rate if isinstance(self.cohort, Poisson) else None,
             "mechanism_model": self.noise_choice.model,
         }
+        if self.coupled:
+            fields["delta_coupling"] = self.exact_reserve(config)
         fields |= self.grid_fields(self._aggregator())
         if self.noise_choice.secure is not None:
             fields["min_clients"] = self.min_clients

@@ -49,7 +49,6 @@ from jfed.privacy.correlated import (
     IndependentNoise,
     TreeNoise,
 )
-from jfed.privacy.discrete_accounting import coupled_gaussian
 from jfed.privacy.discrete_tree import DiscreteTreeSum, largest_tree_grid_norm
 from jfed.privacy.participation import Participation
 
@@ -197,25 +196,10 @@ class FtrlExperiment(FederatedExperiment):
 
     def accountant(self, config: Any) -> Any:
         """``--accountant``, else the schedule's (PLD). On the grid the run's discrete Gaussian
-        is certified through the continuous Gaussian it is coupled to (:meth:`accounted`), so
-        the float noise's accountants serve both noises."""
+        is certified through the continuous Gaussian it is coupled to (:attr:`coupled`,
+        :meth:`accounted`), so the float noise's accountants serve both noises."""
         name = config.accountant
         return privacy.accountant_named(name) if name else self.cohort.accountant()
-
-    def accounted(self, event: Any) -> Any:
-        """On the grid, the run's discrete Gaussian replaced by the continuous Gaussian it is
-        coupled to (:func:`~jfed.privacy.discrete_accounting.coupled_gaussian`; the coupling's
-        total variation is reserved from delta: :meth:`exact_reserve`); float: ``event``."""
-        return coupled_gaussian(event) if self.noise_choice.grid else event
-
-    def exact_reserve(self, config: Any) -> float:
-        """On the grid, the coupling's share of delta at the target eps, ``(1 + e^eps) T`` over
-        every node coordinate drawn in the run (:meth:`DiscreteTreeSum.coupling_delta`; the
-        certified eps is at most the target, so this covers it); 0 for float noise."""
-        tree = self.noised_sum
-        if not isinstance(tree, DiscreteTreeSum):
-            return 0.0
-        return float(tree.coupling_delta(config.epsilon))
 
     def hyperparams(self, config: Any, noise_multiplier: float | None) -> dp_ftrl.Hyperparams:
         f32 = jnp.float32
@@ -253,7 +237,6 @@ class FtrlExperiment(FederatedExperiment):
         if self.noise_choice.grid:
             node_std = grid_noise_std(self.noised_sum, self.sum_params(clip, multiplier))
             multiplier = node_std / (clip * strategy.sensitivity)
-            fields["delta_coupling"] = self.exact_reserve(config)
         params = CorrelatedGaussianSumParams(clip, multiplier)
         increments = strategy.increment_noise_std(params) / self.expected_cohort
         prefix = strategy.prefix_noise_std(params) / self.expected_cohort

@@ -206,6 +206,8 @@ class FederatedExperiment(CentralGridNoise, CanaryAudit, Experiment[FederatedTra
             "sampling_rate": self.rate if isinstance(self.cohort, Poisson) else None,
             "mechanism_model": self.noise_choice.model,
         }
+        if self.coupled:
+            fields["delta_coupling"] = self.exact_reserve(config)
         return hyper, fields | self.grid_fields(grid_sum)
 
     def grid_release(self) -> Any:

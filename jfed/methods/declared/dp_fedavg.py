@@ -231,9 +231,11 @@ def grid_accountant_param() -> Any:
     """The ``--accountant`` field of a configuration whose ``--noise`` may be on the integer
     grid (DP-FedAvg's, and :class:`~jfed.methods.declared.private_training.GridTraining`'s)."""
     return param(
-        None, "accountant that calibrates the noise (pld: float noise on Poisson cohorts, "
-        "add-or-remove; rdp: float noise on either cohort, and the only one for uniform cohorts, "
-        "replace-one; discrete-rdp: the integer-grid noises)", kind=str,
+        None, "accountant that calibrates the noise (pld: Poisson cohorts, add-or-remove; rdp: "
+        "either cohort, and the only one for uniform cohorts, replace-one; with --noise discrete "
+        "both certify the continuous Gaussian the exact noise is coupled to, which analyses "
+        "Poisson sampling as tightly as float noise's; discrete-rdp: the integer-grid noises' "
+        "own events, the only one for ddgauss and skellam)", kind=str,
         choices=DP_FEDAVG_ACCOUNTANTS, default_text="discrete-rdp for the grid noises, pld for "
         "float on poisson, rdp for uniform", group="privacy",
     )  # fmt: skip
@@ -242,15 +244,17 @@ def grid_accountant_param() -> Any:
 def check_noise(config: Any) -> None:
     """The refusals of ``--noise`` with ``--accountant`` and ``--cohort`` that every method
     offering the integer grid shares: the discrete RDP accountant composes the grid's discrete
-    events only, the cohorts' float accountants the float Gaussian only, and sampling without
-    replacement is accounted for float noise only."""
+    events only, the cohorts' continuous accountants the float Gaussian and the central grid's
+    coupled Gaussian (not a secure sum's shares), and sampling without replacement is accounted
+    for float noise only."""
     float_noise = config.noise == "float"
     if float_noise and config.accountant == "discrete-rdp":
         raise UsageError("--accountant discrete-rdp composes the integer-grid noises; with "
                          "--noise float use pld or rdp")  # fmt: skip
-    if not float_noise and config.accountant in catalog.COHORT_ACCOUNTANTS:
+    if config.noise in DISTRIBUTED_NOISES and config.accountant in catalog.COHORT_ACCOUNTANTS:
         raise UsageError(f"--noise {config.noise} is accounted with --accountant discrete-rdp "
-                         f"(its discrete events), not {config.accountant}")  # fmt: skip
+                         f"(the sum of its clients' noise shares), not "
+                         f"{config.accountant}")  # fmt: skip
     if not float_noise and config.cohort == "uniform":
         raise UsageError(f"--cohort uniform (sampling without replacement) is accounted for "
                          f"float Gaussian noise only: use --noise float, or --cohort poisson "
