@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from jfed.algorithms import functional
-from jfed.methods import FunctionalEstimation
+from jfed.methods import FunctionalEstimation, build_experiment
 from jfed.methods import estimation as experiments
 from jfed.sweep import run
+from jfed.sweep.runner import run_sweep
 
 
 @pytest.mark.parametrize("basis", ["fourier", "legendre"])
@@ -105,10 +106,19 @@ PRIVATE = FunctionalEstimation(servers=2, functions=20, observations=16, terms=3
 
 @pytest.fixture(scope="module")
 def functional_rows():
-    """The records of :data:`PRIVATE` and of the same run without noise (same seed, same r),
-    each run on its own: the noise shape is a number of the program, so one compiled program
-    serves both."""
-    return run(PRIVATE), run(PRIVATE.replace(noise_shape="none"))
+    """The records of :data:`PRIVATE` (on the integer grid, the default) and of the same run
+    without noise (same seed, same r), swept together: the noise shape is a number of the
+    program, so one compiled program serves both."""
+    configs = [PRIVATE, PRIVATE.replace(noise_shape="none")]
+    noisy, silent = run_sweep(build_experiment(PRIVATE), configs, None, progress=False,
+                              share_noise=False)  # fmt: skip
+    return noisy, silent
+
+
+@pytest.fixture(scope="module")
+def float_row():
+    """:data:`PRIVATE` with ``--noise float`` (float32 Gaussian noise)."""
+    return run(PRIVATE.replace(noise="float"))
 
 
 def test_functional_run_reports_mse_and_the_theory(functional_rows):
@@ -133,3 +143,41 @@ def test_the_functional_price_of_privacy_is_paired_with_the_noise_free_estimate(
     variance = noisy["noise_total_variance"] / (PRIVATE.servers * PRIVATE.iterations)
     assert abs(noisy["privacy_mse"] - variance) <= 4 * noisy["privacy_mse_se"]
     assert abs(noisy["privacy_mse"] - 2 * variance) > 4 * noisy["privacy_mse_se"]
+
+
+FLOAT_MSE_BEFORE_THE_GRID = 37.835867483317855
+"""The MSE of :data:`PRIVATE` with float32 noise, as the program ran before the integer grid
+existed (its noise was then the only one)."""
+
+
+def test_float_noise_draws_what_it_drew_before_the_grid(float_row):
+    """``--noise float`` runs the float32 release of before: the same MSE at the same seed (to
+    1e-6: a draw that changed would move it by percents), labelled as the ideal real-valued
+    mechanism, and no grid in its record."""
+    assert float_row["mse"] == pytest.approx(FLOAT_MSE_BEFORE_THE_GRID, rel=1e-6)
+    assert float_row["mechanism_model"].startswith("ideal real-valued mechanism")
+    assert "ideal real-valued mechanism" in float_row["notion"]
+    assert "grid_norm" not in float_row and "rounding_fallbacks" not in float_row
+
+
+def test_the_exact_estimator_has_the_float_estimators_mse(functional_rows, float_row):
+    """The grid's MSE and the float release's at the same seed (the same data, other noise draws)
+    differ by less than 3 standard errors of their difference (taken as independent, which the
+    shared data only makes larger than it is), and the grid's noise variance is the float one's
+    times the rounding's inflation squared (within 10^-4: the integer variance's rounding up).
+    Negative control: an estimator with twice the float noise's variance (expected MSE the float
+    one's plus that variance) is rejected by the same tolerance."""
+    exact, _ = functional_rows
+    assert exact["mechanism_model"].startswith("exact") and exact["rounding_fallbacks"] == 0
+    tolerance = 3.0 * math.hypot(exact["mse_se"], float_row["mse_se"])
+    assert abs(exact["mse"] - float_row["mse"]) <= tolerance
+    # the integer variance rounds up by 2^-16 of it and by less than sqrt(2) sigma grid units
+    # (the sampler's form 2^k m; sigma is tens of thousands of grid units here)
+    inflation = exact["noise_inflation"] ** 2
+    assert exact["noise_total_variance"] == pytest.approx(
+        float_row["noise_total_variance"] * inflation, rel=1e-4
+    )
+    doubled = float_row["mse"] + float_row["noise_total_variance"] / (
+        PRIVATE.servers * PRIVATE.iterations
+    )
+    assert abs(exact["mse"] - doubled) > tolerance
