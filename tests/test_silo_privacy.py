@@ -159,9 +159,15 @@ def _gaussian_epsilon(sigma, sensitivity, delta):
 
 def _shuffled(sigma0, messages, delta0, delta_shuffle, delta):
     """The shuffle chain in closed form: eps0 of one message (sensitivity 2L, dp-accounting's
-    Gaussian), Feldman-McMillan-Talwar's amplification of ``messages`` of them per round, the
-    advanced composition theorem over the rounds (or basic composition, if smaller)."""
+    Gaussian), then :func:`_shuffle_chain`."""
     epsilon0 = _gaussian_epsilon(sigma0, 2 * CLIP, delta0)
+    return _shuffle_chain(epsilon0, messages, delta0, delta_shuffle, delta)
+
+
+def _shuffle_chain(epsilon0, messages, delta0, delta_shuffle, delta):
+    """Feldman-McMillan-Talwar's amplification of ``messages`` (eps0, delta0) messages per
+    round, the advanced composition theorem over the rounds (or basic composition, if
+    smaller)."""
     e0 = math.exp(epsilon0)
     inner = 8 * math.sqrt(e0 * math.log(4 / delta_shuffle)) / math.sqrt(messages)
     epsilon = math.log1p((e0 - 1) / (e0 + 1) * (inner + 8 * e0 / messages))
