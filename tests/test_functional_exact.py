@@ -178,3 +178,25 @@ def test_one_coordinates_output_laws_meet_the_stated_guarantee():
     low = er.float_release_law(0.0, scaled, er.PRIVATE_NORMAL_TAIL_CELLS)
     high = er.float_release_law(float(sensitivity), scaled, er.PRIVATE_NORMAL_TAIL_CELLS)
     assert er.hockey_stick(low, high, 5.0) > 0.5
+
+
+def test_one_sweep_runs_one_arithmetic():
+    """A sweep's configurations share one program: exact and float32 releases together are
+    refused, naming --noise; a noise-free configuration joins either."""
+    from jfed._validation import UsageError
+    from jfed.methods import build_experiment
+
+    exact = FunctionalEstimation(functions=20, observations=4, terms=2)
+    experiment = build_experiment(exact)
+    experiment.prepare([exact, exact.replace(noise_shape="none")])
+    assert experiment.algorithm.grid_norm is not None
+    with pytest.raises(UsageError, match="--noise"):
+        experiment.prepare([exact, exact.replace(noise="float")])
+
+
+def test_the_cost_model_counts_the_programs_terms():
+    """The cost model's mirrors of the program's sizes (it imports no algorithm)."""
+    from jfed.methods.declared import estimation as declared
+
+    assert (declared.TRUTH_TERMS, declared.MAX_TERMS) == (functional.TRUTH_TERMS,
+                                                          functional.MAX_TERMS)  # fmt: skip

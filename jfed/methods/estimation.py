@@ -731,6 +731,12 @@ class FunctionalExperiment(MonteCarloExperiment):
         that holds every configuration's exact release."""
         self._max = tuple(max(getattr(c, name) for c in configs)
                           for name in ("servers", "functions", "observations"))  # fmt: skip
+        arithmetic = {c.exact_noise for c in configs if NOISE_SHAPES[c.noise_shape].private}
+        if len(arithmetic) > 1:
+            raise UsageError(
+                "--noise: one sweep runs one program, on the integer grid or with float32 noise, "
+                "not both: sweep --noise discrete and --noise float apart"
+            )
         self._grid_norm = functional_grid_norm_for(configs)
 
     @property

@@ -154,6 +154,7 @@ SITE_OPERATIONS = 4000
 UNIT_OPERATIONS = 300
 TERM_OPERATIONS = 300
 TRUTH_TERMS = 64  # basis terms of the functional model (jfed.algorithms.functional.TRUTH_TERMS)
+MAX_TERMS = 32  # coordinates of a function's projection (jfed.algorithms.functional.MAX_TERMS)
 
 
 def _per_unit(config: Estimation) -> bool:
@@ -179,8 +180,9 @@ def estimation_cost(config: Estimation, plan: CostPlan) -> Cost:
 
 def functional_cost(config: FunctionalEstimation, plan: CostPlan) -> Cost:
     """Each function's basis matrix ``[m, 64]`` over ``n`` functions and a chunk of servers:
-    ``[chunk, n, m, 64]``. Work: ``replications S n m 64`` terms."""
-    per_server = config.functions * config.observations * (TRUTH_TERMS + 2)
+    ``[chunk, n, m, 64]``, and its projection with, on the grid, its rounded and scaled copies
+    (``3 x 32`` numbers). Work: ``replications S n m 64`` terms."""
+    per_server = config.functions * (config.observations * (TRUTH_TERMS + 2) + 3 * MAX_TERMS)
     memory = FLOAT32 * min(plan.chunk, config.servers) * per_server
     work = config.replications * config.servers * per_server * TERM_OPERATIONS
     return Cost(memory, work, ("observations", "functions", "servers", "replications"))
