@@ -730,13 +730,25 @@ class ShuffledGridMessages(ShuffledMessages):
 
     def repeated_messages(self, params, gradients: jax.Array, included: jax.Array,
                           counts: jax.Array, silo: int, key: jax.Array) -> jax.Array:  # fmt: skip
-        """As :meth:`ShuffledMessages.repeated_messages`, each of the ``counts_i <= K``
-        messages of row i rounded and noised on its own (``M K`` rows, the unused ones
-        masked)."""
-        copies = self.batch
-        values = jnp.repeat(jnp.where(included[:, None], gradients, 0.0), copies, axis=0)
-        used = (jnp.arange(copies)[None, :] < counts[:, None]).reshape(-1)
-        return self.sent(params, values, used, jnp.int32(silo), key)[0]
+        """As :meth:`ShuffledMessages.repeated_messages`, each of the ``sum counts`` messages
+        rounded and noised on its own: the messages are laid out one after another (row i's
+        ``counts_i`` of them, then row i + 1's) and sent K at a time, as many times as they
+        need (a loop of ``ceil(sum counts / K)`` steps, each from its own key), so a round
+        costs the messages sent, not ``M K``."""
+        values = jnp.where(included[:, None], gradients, 0.0)
+        ends = jnp.cumsum(counts.astype(jnp.int32))
+        total, chunk = ends[-1], self.batch
+
+        def send_chunk(carry):
+            step, summed = carry
+            slots = step * chunk + jnp.arange(chunk, dtype=jnp.int32)
+            owners = jnp.minimum(jnp.searchsorted(ends, slots, side="right"), len(counts) - 1)
+            part, _ = self.sent(params, values[owners], slots < total, jnp.int32(silo),
+                                jax.random.fold_in(key, step))  # fmt: skip
+            return step + 1, summed + part
+
+        start = (jnp.int32(0), jnp.zeros(gradients.shape[1:], jnp.float32))
+        return jax.lax.while_loop(lambda carry: carry[0] * chunk < total, send_chunk, start)[1]
 
     def message_variation(self) -> float:
         """``T``: the total variation between a message's p noise coordinates and their
@@ -922,12 +934,14 @@ class ShuffleCanaries(CanaryWrapper):
     pool. In every round canary i sends ``c_i ~ Binomial(K, 1 / n_s)`` messages (the marginal
     law of a record's draw count under K draws with replacement from n_s records; drawn per
     round and canary from a named stream of the release key, which the inner aggregator does
-    not read), each message its value plus its own ``N(0, sigma0^2 I)``, the same local
-    randomizer as a record's, shuffled (summed) with the round's M K messages. Canary i's value
-    is ``L u_i`` if its coin (probability 1/2, drawn once per run from the audit key) includes
-    it, else 0: an excluded canary still sends its ``c_i`` messages, of a record whose clipped
-    gradient is 0. Every canary's score is its cosine with the round's sum of ALL messages (the
-    shuffler's output, not a silo's part of it, which the shuffle model never releases).
+    not read), each message its value through the same local randomizer as a record's (its own
+    ``N(0, sigma0^2 I)``; on the grid, rounded and noised exactly:
+    :meth:`ShuffledMessages.repeated_messages`), shuffled (summed) with the round's M K
+    messages. Canary i's value is ``L u_i`` if its coin (probability 1/2, drawn once per run
+    from the audit key) includes it, else 0: an excluded canary still sends its ``c_i``
+    messages, of a record whose clipped gradient is 0. Every canary's score is its cosine with
+    the round's sum of ALL messages (the shuffler's output, not a silo's part of it, which the
+    shuffle model never releases).
 
     Why the one-run bound is a lower bound on the certified eps. Steinke et al. need the coins
     independent (they are: one key per canary) and the mechanism (eps, delta)-DP for each

@@ -355,9 +355,12 @@ def shuffle_noise(
     """sigma0 per record so that R rounds of shuffled messages are central (eps, delta)-DP.
 
     Chain: each message (a clipped gradient, sensitivity 2L) is an (eps0, delta0) Gaussian local
-    randomizer (analytic calibration); shuffling ``messages`` of them per round gives central
-    (eps_r, delta_r) by :func:`jfed.privacy.shuffle_epsilon`; R rounds compose by advanced
-    composition. delta is split in three equal parts (local randomizers, shuffling, composition).
+    randomizer (analytic calibration; an exact message through the continuous Gaussian its discrete
+    noise is coupled to, the coupling's total variation inside delta0:
+    :class:`~jfed.algorithms.silo_aggregators.ShuffledGridMessages`); shuffling ``messages`` of them
+    per round gives central (eps_r, delta_r) by :func:`jfed.privacy.shuffle_epsilon`; R rounds
+    compose by advanced composition. delta is split in three equal parts (local randomizers,
+    shuffling, composition).
     eps0 is the largest value, within the shuffling bound's validity range, meeting the target.
 
     Args:
