@@ -416,41 +416,64 @@ def test_exact_shuffle_messages_certify_their_coupled_gaussian(uneven):
         assert fields["epsilon_certified"] != pytest.approx(control, rel=1e-6)
 
 
+# the 10^30 row's float32 norm overflows, so its clip sends zeros (inside the bound too): its
+# messages are sent with the value 0, as an excluded row's
+INCLUDED = np.array([True, False, False, True, True, False])
+MESSAGES = np.array([2, 1, 3, 0, 4, 1])  # of each adversarial row: 11, sent 4 at a time
+
+
 def test_exact_messages_are_integers_within_their_norm_bound_with_their_own_noise():
-    """One silo's exact messages (the adversarial rows above, clip norm 1, G = 4096): their sum
-    times G is an integer vector, the rounded rows (the same keys) have squared norms at most B
-    in exact integers, and what is left, the messages' noise, has variance ``ROWS s^2`` per
-    coordinate over 512 keys (s^2 >= (sigma0 / L)^2 B + 9: each message its own draw; within 5
-    standard errors of a sample variance). Negative controls: one noise draw for the silo's
-    messages (variance s^2), and 0.9 and 1.1 times the noise std, are rejected."""
+    """Exact messages (ShuffledGridMessages, clip norm 1, G = 4096): ``MESSAGES`` of each
+    adversarial row above, its value the clipped row where ``INCLUDED`` (else 0), sent 4 at a
+    time in three steps (an audit's canary messages; a silo's K messages are one such step).
+    Their sum times G is an integer vector; every rounded row has squared norm at most B in
+    exact integers; what is left after the included rows' values, the messages' noise (and the
+    unbiased rounding), has mean 0 and variance ``11 s^2`` per coordinate over 512 keys (s^2 >=
+    (sigma0 / L)^2 B + 9: each message its own draw; within 5 standard errors). Negative
+    controls: one noise for all the messages (s^2), a noise in each of the 4 x 6 slots, and 0.9
+    and 1.1 times the noise std are rejected, and so is the signal with the excluded rows'
+    values sent."""
     sigma0 = 0.1
-    messages = silo_aggregators.ShuffledGridMessages(ROWS, ROWS, DIMENSION, GRID)
+    messages = silo_aggregators.ShuffledGridMessages(4, 24, DIMENSION, GRID)
     params = silo_aggregators.ShuffleParams(jnp.float32(1.0), jnp.full(1, sigma0, jnp.float32),
                                             jnp.float32(1e-9), jnp.float32(1e-9))  # fmt: skip
-    rows, used = jnp.asarray(_adversarial_rows()), jnp.ones(ROWS, bool)
+    rows = jnp.asarray(_adversarial_rows())
+    included, counts = jnp.asarray(INCLUDED), jnp.asarray(MESSAGES, jnp.float32)
 
     @jax.jit
     def one(key):
-        value, counts = messages.sent(params, rows, used, jnp.int32(0), key)
-        rounded, _ = messages.record.rounded_rows(params, rows, used, jax.random.split(key)[0])
-        return value, rounded, counts["rounding_fallbacks"]
+        rounding_key, noise_key = jax.random.split(key)
+        value = messages.repeated_messages(params, rows, included, counts, 0, noise_key)
+        rounded, _ = messages.record.rounded_rows(params, rows, jnp.ones(ROWS, bool),
+                                                  rounding_key)  # fmt: skip
+        return value, rounded
 
-    values, rounded, fallbacks = jax.vmap(one)(jax.random.split(jax.random.key(11), 512))
+    values, rounded = jax.vmap(one)(jax.random.split(jax.random.key(11), 512))
     scaled = np.asarray(values, np.float64) * GRID
-    assert np.array_equal(scaled, np.round(scaled)) and int(jnp.sum(fallbacks)) == 0
-    rounded = np.asarray(rounded, np.int64)
+    assert np.array_equal(scaled, np.round(scaled))
     bound = _squared_bound(GRID, DIMENSION)
-    assert np.sum(rounded**2, axis=-1).max() <= bound
-    noise = scaled - rounded.sum(axis=1)
-    variance, n = float(np.mean(noise**2)), noise.size
+    assert np.sum(np.asarray(rounded, np.int64) ** 2, axis=-1).max() <= bound
+    clipped = _adversarial_rows().astype(np.float64)
+    clipped /= np.maximum(np.linalg.norm(clipped, axis=1, keepdims=True), 1.0)
+    signal = GRID * (MESSAGES * INCLUDED) @ clipped
+    noise, n = scaled - signal, scaled.size
+    variance = float(np.mean(noise**2))
     least = sigma0**2 * bound + COUPLING  # the sampler's 2^k m exceeds it by < sqrt(2) s
 
     def consistent(expected: float) -> bool:
         return abs(variance - expected) <= 5 * expected * math.sqrt(2 / (n - 1))
 
-    assert consistent(ROWS * least)
-    for control in (least, 0.81 * ROWS * least, 1.21 * ROWS * least):
+    sent = int(MESSAGES.sum())
+    assert consistent(sent * least)
+    for control in (least, 4 * ROWS * least, 0.81 * sent * least, 1.21 * sent * least):
         assert not consistent(control)
+    error = math.sqrt(sent * least / len(scaled))  # the standard error of a coordinate's mean
+
+    def centred(expected_signal) -> bool:
+        return bool(np.all(np.abs(np.mean(scaled - expected_signal, axis=0)) <= 5 * error))
+
+    assert centred(signal)
+    assert not centred(GRID * MESSAGES @ clipped)
 
 
 def _shuffle_program(grid_norm: int | None) -> silo_sgd.ShuffleMBSGD:
