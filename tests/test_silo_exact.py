@@ -1,6 +1,7 @@
 """The silo methods' exact releases (``--noise discrete``, the default of noisy-mbsgd, accel-mbsgd
-and local-sgd): each record's clipped gradient on an integer grid under an exact norm bound, the
-silo's integer sum plus exact discrete Gaussian noise (``SiloDiscreteGaussian``).
+and local-sgd, an option of shuffle-mbsgd): each record's clipped gradient on an integer grid
+under an exact norm bound, the silo's integer sum plus exact discrete Gaussian noise
+(``SiloDiscreteGaussian``; shuffle-mbsgd: each message its own noise).
 
 - the certified eps equals dp-accounting's for the continuous Gaussian the discrete noise is
   coupled to (the float release's at the same noise std), the coupling's share of delta written
@@ -14,7 +15,13 @@ silo's integer sum plus exact discrete Gaussian noise (``SiloDiscreteGaussian``)
 - in the program, the noise on the server's average has variance sigma^2 / N (tolerance from
   its known variance); negative control: 0.9 and 1.1 times the noise std are rejected;
 - training with the exact release and with the float one ends within the seed spread of each
-  other; negative control: four times the noise does not (the same compiled program).
+  other; negative control: four times the noise does not (the same compiled program);
+- shuffle-mbsgd's exact messages (``--noise discrete``, ``ShuffledGridMessages``): eps0 and the
+  run's eps against the coupled Gaussian and the shuffle chain in closed form (rel 1e-9;
+  negative controls: the message count 1% off, the grid without the rounding's inflation);
+  messages on the grid, each with its own noise (negative controls: one noise, 0.9 and 1.1
+  times the std); training within the seed spread of float messages (negative control: twice
+  the noise); float messages draw as recorded, bit for bit.
 """
 
 import math
