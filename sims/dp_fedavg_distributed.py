@@ -10,7 +10,10 @@ seed as ONE sweep per mechanism (``jfed.run_grid``; ``runs.jsonl`` per mechanism
 resumable):
 
 - central, exact (``--noise discrete``, the default): the server adds discrete Gaussian noise to
-  the integer sum (a trusted server; discrete RDP accountant);
+  the integer sum (a trusted server), certified through the continuous Gaussian the noise is
+  coupled to (PLD: the float Gaussian's z);
+- the same exact release under ``--accountant discrete-rdp`` (the discrete events, Zhu and
+  Wang's subsampling bound: the secure sums' accountant, like for like);
 - central, float (``--noise float``): float32 Gaussian noise, PLD (the ideal real-valued
   mechanism; floating-point sampling not modelled);
 - Skellam (``--noise skellam``) at ``--bits`` 8, 12, 16 and 20: each client rotates its clipped
@@ -53,6 +56,7 @@ SETTING = dict(clients=CLIENTS, rounds=50, cohort_size=50, update_clip=1.0,
                client_learning_rate=0.1, batch=10)  # fmt: skip
 MECHANISMS = (  # (name, DP-FedAvg's fields, its eps grid: None for every eps)
     ("central exact", dict(noise="discrete"), None),
+    ("central exact discrete-rdp", dict(noise="discrete", accountant="discrete-rdp"), None),
     ("central float", dict(noise="float"), None),
     *((f"skellam {b} bits", dict(noise="skellam", bits=b), None) for b in BITS),
     ("ddgauss 16 bits", dict(noise="ddgauss", bits=16), (2.0, 8.0)),

@@ -260,11 +260,13 @@ def test_guarantee_equals_dp_accounting_and_calibration_round_trips(cohort):
     assert fields["mechanism_model"].startswith("ideal real-valued mechanism")
 
 
-def test_the_default_noise_is_exact_and_certified_as_an_independent_computation():
-    """--noise discrete (the default): the integer grid's discrete Gaussian, its Poisson-sampled
-    Renyi curve by Zhu and Wang's bound computed in the test, the least z (1% less exceeds the
-    target); the record names the exact mechanism, its grid and accountant."""
-    config = declared.DPFedAvg(**small(), epsilon=3.0, delta=1e-4)
+def test_the_grids_discrete_rdp_is_certified_as_an_independent_computation():
+    """--noise discrete (the default) with --accountant discrete-rdp: the integer grid's
+    discrete Gaussian, its Poisson-sampled Renyi curve by Zhu and Wang's bound computed in the
+    test, the least z (1% less exceeds the target); the record names the exact mechanism, its
+    grid and accountant. (The default accountant, PLD through the coupling:
+    tests/test_grid_coupled.py.)"""
+    config = declared.DPFedAvg(**small(), epsilon=3.0, delta=1e-4, accountant="discrete-rdp")
     assert config.noise == "discrete"
     built = experiment(config)
     hyper, fields = built.calibrated(config)
@@ -342,13 +344,16 @@ def test_adaptive_clipping_splits_the_noise_as_andrew_et_al():
 
 def test_adaptive_clipping_on_the_grid_is_certified_for_both_releases():
     """With the default grid noise both of adaptive clipping's releases are exact discrete
-    Gaussians (the update sum at z_delta, the count at 2 sigma_b): the certified eps is the
-    discrete RDP accountant's for the Poisson-sampled pair, R rounds, built here from the
-    aggregator's parameters (rel 1e-9); the record's joint z is the float pair's rule.
+    Gaussians (the update sum at z_delta, the count at 2 sigma_b): under --accountant
+    discrete-rdp (the default where the count's noise is too small to couple, as here: 2
+    sigma_b = 3) the certified eps is the discrete RDP accountant's for the Poisson-sampled
+    pair, R rounds, built here from the aggregator's parameters (rel 1e-9); the record's joint
+    z is the float pair's rule.
     Negative control: the update sum alone certifies less."""
     from jfed.privacy.discrete_accounting import DiscreteGaussianDpEvent, DiscreteRdpAccountant
 
-    config = declared.DPFedAvg(**small(), epsilon=3.0, delta=1e-4, adaptive_clip=True)
+    config = declared.DPFedAvg(**small(), epsilon=3.0, delta=1e-4, adaptive_clip=True,
+                               accountant="discrete-rdp")  # fmt: skip
     built = experiment(config)
     hp, fields = built.calibrated(config)
     z_delta, sigma_b = float(hp.privacy.noise_multiplier), float(hp.privacy.count_noise)

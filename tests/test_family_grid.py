@@ -39,7 +39,9 @@ def _reference_epsilon(z: float, rate: float, rounds: int, delta: float) -> floa
 
 @pytest.mark.parametrize("name", ["DPScaffold", "DPDitto"])
 def test_a_discrete_run_certifies_the_discrete_rdp_eps_of_its_events(name):
-    config = getattr(declared, name)(**SMALL)
+    """Under --accountant discrete-rdp (the default, PLD through the coupled Gaussians, is
+    checked in tests/test_grid_coupled.py)."""
+    config = getattr(declared, name)(**SMALL, accountant="discrete-rdp")
     experiment, hyper, fields = calibrated(config)
     releases = experiment.ledger().releases
     assert len(releases) == (2 if name == "DPScaffold" else 1)

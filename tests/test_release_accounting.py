@@ -89,11 +89,14 @@ def test_certified_epsilon_is_dp_accountings_for_the_emitted_events(config):
 
 @pytest.mark.parametrize("noise", ["discrete", "ddgauss"])
 def test_the_grid_noises_certify_the_discrete_event_that_ran(noise):
-    """The default exact noise and the secure sum: the emitted event is the Poisson sampling of
-    the discrete Gaussian the aggregator states at the multiplier that ran (the secure sum's with
-    its shares), and the record's eps is that event's composition over the rounds under the
-    discrete RDP accountant; the event with the noise doubled certifies another eps."""
-    config = declared.DPFedAvg(**SMALL, epsilon=3.0, delta=1e-4, noise=noise)
+    """The exact noise under --accountant discrete-rdp and the secure sum: the emitted event is
+    the Poisson sampling of the discrete Gaussian the aggregator states at the multiplier that
+    ran (the secure sum's with its shares), and the record's eps is that event's composition
+    over the rounds under the discrete RDP accountant; the event with the noise doubled
+    certifies another eps. (The exact noise's default, PLD through the coupled Gaussian:
+    tests/test_grid_coupled.py.)"""
+    config = declared.DPFedAvg(**SMALL, epsilon=3.0, delta=1e-4, noise=noise,
+                               accountant="discrete-rdp")  # fmt: skip
     experiment = build_experiment(config)
     experiment.prepare([config])
     hyper, fields = experiment.calibrated(config)

@@ -8,8 +8,12 @@ event by hand). ``--noise`` chooses the aggregator (:data:`NOISE_CHOICES`):
 
 - ``discrete`` (the default): updates rounded to an integer grid, an integer sum, exact discrete
   Gaussian noise (:class:`~jfed.privacy.DiscreteGaussianSum`): the guarantee holds for the
-  program as it runs. Event ``PoissonSampled(q, DiscreteGaussian(z))`` per round, composed by
-  the discrete RDP accountant (``DiscreteRdp()``, Zhu and Wang's subsampling bound).
+  program as it runs. Event ``PoissonSampled(q, DiscreteGaussian(z))`` per round, certified by
+  default through the continuous Gaussian the discrete noise is coupled to
+  (:func:`~jfed.privacy.discrete_accounting.coupled_gaussian`: variance ``sigma^2 - 9`` grid
+  units, its total variation reserved from delta as ``delta_coupling``) by PLD, which analyses
+  the Poisson sampling as the Gaussian's; or (``--accountant discrete-rdp``) composed by the
+  discrete RDP accountant (``DiscreteRdp()``, Zhu and Wang's looser subsampling bound).
 - ``float``: float32 Gaussian noise (:class:`~jfed.privacy.GaussianSum`), certified for the
   ideal real-valued mechanism; the records say so. Adaptive clipping and uniform cohorts run
   with it only (their float releases and their sampling without replacement are accounted for
@@ -526,11 +530,28 @@ class CentralGridNoise:
         )  # fmt: skip
         return z, accountant, delta - extra - reserve
 
+    def default_accountant(self, config: Any) -> Any:
+        """The accountant without ``--accountant``: the cohort's (PLD for a Poisson cohort or a
+        schedule, RDP for a uniform one), which certifies the central grid through the
+        continuous Gaussian its exact noise is coupled to (:attr:`coupled`); the discrete RDP
+        accountant for a secure sum's shares and for a grid release whose noise is too small to
+        couple (:meth:`coupling_applies`)."""
+        choice = self.noise_choice
+        if choice.grid and (choice.secure is not None or not self.coupling_applies(config)):
+            return privacy.DiscreteRdp()
+        return self.cohort.accountant()
+
+    def coupling_applies(self, config: Any) -> bool:
+        """Whether every discrete Gaussian of a grid run has more than the coupling's variance
+        (9 grid units; default: yes, the update sums' variance is ``z^2 B`` with B in the
+        millions)."""
+        return True
+
     @property
     def coupled(self) -> bool:
         """Whether the run is certified through the continuous Gaussian its exact noise is
-        coupled to: central grid noise under a continuous accountant (``--accountant pld`` or
-        ``rdp``; DP-FTRL's default), which analyses the cohort's sampling as the Gaussian's.
+        coupled to: central grid noise under a continuous accountant (the default, PLD; or
+        ``rdp``), which analyses the cohort's sampling as the Gaussian's.
         Else the grid's own events certify it (the discrete RDP accountant), or the noise is
         float (or a secure sum's shares, which are never coupled)."""
         choice = self.noise_choice
@@ -799,13 +820,20 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
 
     # -- privacy
     def accountant(self, config: declared.FederatedTraining) -> Any:
-        """The accountant that certifies: ``--accountant``, else the noise's own (the discrete
-        RDP accountant for the grid noises) or the cohort's (PLD for a Poisson cohort, RDP for a
-        uniform one)."""
+        """The accountant that certifies: ``--accountant``, else :meth:`default_accountant`."""
         name = _private(config).accountant
         if name:
             return privacy.accountant_named(name)
-        return privacy.DiscreteRdp() if self.noise_choice.grid else self.cohort.accountant()
+        return self.default_accountant(config)
+
+    def coupling_applies(self, config: Any) -> bool:
+        """With ``--adaptive-clip`` on the grid the count's noise ``N_Z(0, (2 sigma_b)^2)`` must
+        exceed the coupling's 9 grid units: ``sigma_b > 1.5``."""
+        from jfed.privacy.discrete_accounting import COUPLING_VARIANCE
+
+        if not getattr(config, "adaptive_clip", False):
+            return True
+        return (2.0 * self.count_noise(config)) ** 2 > COUPLING_VARIANCE
 
     def hyperparams(
         self, config: declared.FederatedTraining, noise_multiplier: float | None

@@ -194,13 +194,6 @@ class FtrlExperiment(FederatedExperiment):
     def grid_release(self) -> Any:
         return self.noised_sum
 
-    def accountant(self, config: Any) -> Any:
-        """``--accountant``, else the schedule's (PLD). On the grid the run's discrete Gaussian
-        is certified through the continuous Gaussian it is coupled to (:attr:`coupled`,
-        :meth:`accounted`), so the float noise's accountants serve both noises."""
-        name = config.accountant
-        return privacy.accountant_named(name) if name else self.cohort.accountant()
-
     def hyperparams(self, config: Any, noise_multiplier: float | None) -> dp_ftrl.Hyperparams:
         f32 = jnp.float32
         return dp_ftrl.Hyperparams(

@@ -163,12 +163,12 @@ class FederatedExperiment(CentralGridNoise, CanaryAudit, Experiment[FederatedTra
         return config.delta if config.delta is not None else self.n_clients**-1.1
 
     def accountant(self, config: Any) -> Any:
-        """``--accountant``, else the noise's own (the discrete RDP accountant on the grid) or the
-        cohort's (PLD for Poisson and schedules, RDP for a uniform cohort)."""
+        """``--accountant``, else :meth:`default_accountant` (the cohort's: PLD for Poisson and
+        schedules, the grid through its coupled Gaussian)."""
         name = config.accountant
         if name:
             return privacy.accountant_named(name)
-        return privacy.DiscreteRdp() if self.noise_choice.grid else self.cohort.accountant()
+        return self.default_accountant(config)
 
     def calibrate(self, config: Any) -> tuple[Any, dict]:
         """The run's hyper-parameters and privacy fields: z calibrated to ``--epsilon`` at

@@ -7,8 +7,9 @@ clipped model updates (clip C, fixed denominator K) and the noised sum of the cl
 control-variate updates (clip C_c), both with noise multiplier z. The engine's ledger wraps them
 once by the cohort's sampling; z is calibrated for that composition over the rounds and
 certified for it. ``--noise discrete`` (the default) puts both releases on one integer grid
-(L grid units per clip norm, chosen for the sweep): two exact discrete Gaussian events composed
-inside one sampled event, certified by the discrete RDP accountant; ``--noise float`` draws
+(L grid units per clip norm, chosen for the sweep): two exact discrete Gaussian events inside
+one sampled event, certified by default through the continuous Gaussians they are coupled to
+(joined as one, PLD; ``--accountant discrete-rdp``: their discrete events); ``--noise float`` draws
 float32 Gaussian noise for both, as one Gaussian of multiplier ``z / sqrt(2)`` (the ideal
 mechanism's guarantee, its bounded reach reserved from delta).
 

@@ -236,8 +236,9 @@ def grid_accountant_param() -> Any:
         "both certify the continuous Gaussian the exact noise is coupled to, which analyses "
         "Poisson sampling as tightly as float noise's; discrete-rdp: the integer-grid noises' "
         "own events, the only one for ddgauss and skellam)", kind=str,
-        choices=DP_FEDAVG_ACCOUNTANTS, default_text="discrete-rdp for the grid noises, pld for "
-        "float on poisson, rdp for uniform", group="privacy",
+        choices=DP_FEDAVG_ACCOUNTANTS, default_text="pld for poisson (the exact grid through its "
+        "coupled Gaussian), rdp for uniform; discrete-rdp for ddgauss, skellam and an adaptive "
+        "clip's count noise of 1.5 or less", group="privacy",
     )  # fmt: skip
 
 

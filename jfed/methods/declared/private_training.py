@@ -62,7 +62,7 @@ Gaussian on an integer grid) or float (float32 Gaussian: the ideal real-valued m
 @dataclass(frozen=True)
 class GridTraining(PrivateTraining):
     """:class:`PrivateTraining` whose releases may go on DP-FedAvg's integer grid (``--noise
-    discrete``, the default, accounted by the discrete RDP accountant) or stay float32
+    discrete``, the default, certified through its coupled Gaussian by PLD) or stay float32
     (``--noise float``), with DP-FedAvg's refusals of the pairs that do not fit."""
 
     accountant: str | None = grid_accountant_param()
