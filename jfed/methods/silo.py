@@ -714,11 +714,16 @@ class ShuffleExperiment(SiloExperiment):
             return ShuffledMessages(batch, messages)
         return ShuffledGridMessages(batch, messages, grid.dimension, grid.grid_norm)
 
+    def released_messages(self, ledger=None) -> ShuffledMessages:
+        """The round's messages as the program releases them (an audit's inner aggregator)."""
+        (release,) = (ledger or self.ledger()).releases
+        return getattr(release.aggregator, "inner", release.aggregator)
+
     def grid_release(self, ledger=None) -> silo_aggregators.SiloDiscreteGaussian:
         """An exact run's release of one message (:attr:`ShuffledGridMessages.record`)."""
-        (release,) = (ledger or self.ledger()).releases
-        aggregator = release.aggregator
-        return getattr(aggregator, "inner", aggregator).record
+        messages = self.released_messages(ledger)
+        assert isinstance(messages, ShuffledGridMessages)  # read only with --noise discrete
+        return messages.record
 
     def chain_fields(self, chain: silo_privacy.ShuffleNoise, rounds: int) -> dict:
         """What a record says of the messages' arithmetic: float, the ideal mechanism's label
@@ -775,8 +780,7 @@ class ShuffleExperiment(SiloExperiment):
             return self.certified_epsilon(self.hyperparams(config, params), delta, Advanced(),
                                           ledger)  # fmt: skip
 
-        (release,) = ledger.releases
-        aggregator = getattr(release.aggregator, "inner", release.aggregator)  # an audit's
+        aggregator = self.released_messages(ledger)
         calibrated = []
         chains = self.__dict__.setdefault("_chains", {})
         for epsilon in epsilons:
