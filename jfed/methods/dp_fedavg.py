@@ -573,9 +573,11 @@ class CentralGridNoise:
         try:
             return joined(coupled_gaussian(event))
         except ValueError as error:  # a release whose noise is too small to couple
+            experiment: Any = self
+            adaptive = getattr(experiment.base_config, "adaptive_clip", False)
+            count = " (with --adaptive-clip, raise --count-noise)" if adaptive else ""
             raise UsageError(
-                f"method {self.name}: {error} (the count of --adaptive-clip: raise "
-                "--count-noise); or use --accountant discrete-rdp"
+                f"method {self.name}: {error}{count}; or use --accountant discrete-rdp"
             ) from None
 
     def exact_reserve(self, config: Any) -> float:
