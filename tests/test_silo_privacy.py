@@ -191,10 +191,19 @@ def _one_pass(noise, hyper, delta, off):
 
 def _shuffle(noise, hyper, delta, off):
     deltas = _float32([hyper.message_delta, hyper.shuffle_delta])
-    return _shuffled(noise[0], round(len(SIZES) * SHUFFLE_BATCH * off), *deltas, delta)
+    return _shuffled(noise[0], round(len(SHUFFLE_SIZES) * SHUFFLE_BATCH * off), *deltas, delta)
 
 
-SHUFFLE_BATCH = 80  # 240 messages a round: more than the shuffling bound needs at delta 1/30^2
+# 240 messages a round: more than the shuffling bound needs at delta 1/90^2; every silo holds
+# at least K records (shuffle-mbsgd samples K distinct records a silo)
+SHUFFLE_BATCH = 80
+SHUFFLE_SIZES = (90, 120, 120)
+
+
+@pytest.fixture(scope="module")
+def shuffled_silos():
+    """Three logistic silos of two sizes (90, 120, 120 records), for shuffle-mbsgd's K = 80."""
+    return logistic_silos(SHUFFLE_SIZES, 3)
 
 
 def _settings():
@@ -226,7 +235,7 @@ SLOW_SETTINGS = ("local-sgd exact",)
     "name",
     [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SETTINGS else n for n in _settings()],
 )
-def test_every_private_silo_method_certifies_the_events_it_released(name, uneven):
+def test_every_private_silo_method_certifies_the_events_it_released(name, request):
     """The record's eps (and ``exact_epsilon``: what PLD certifies for the noise under Poisson
     sampling) equals dp-accounting's value for that setting, computed here from events built
     with dp-accounting's own classes at the noise the run reads (its float32 hyper-parameters),
@@ -235,7 +244,8 @@ def test_every_private_silo_method_certifies_the_events_it_released(name, uneven
     from jfed.methods import build_experiment
 
     config, certifies, reference = _settings()[name]
-    experiment = build_experiment(config, task=uneven)
+    task = request.getfixturevalue("shuffled_silos" if name == "shuffle-mbsgd" else "uneven")
+    experiment = build_experiment(config, task=task)
     hyper, fields = experiment.calibrate(config)
     noise = _float32(hyper.noise_std)
     delta = experiment.delta

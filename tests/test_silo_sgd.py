@@ -211,6 +211,44 @@ def test_one_pass_batches_are_disjoint():
     assert int(indices.max()) < count
 
 
+@pytest.mark.parametrize("sampling", [
+    None,
+    pytest.param(silo_aggregators.WITH_REPLACEMENT, marks=pytest.mark.xfail(
+        strict=True, reason="negative control: K draws with replacement repeat records")),
+])  # fmt: skip
+def test_shuffle_mbsgd_draws_no_record_twice_in_a_round(sampling):
+    """shuffle-mbsgd's shuffling bound covers ONE changed message among a round's, so a record
+    may send at most one: ShuffleMBSGD's sampler (``None``: the program's own) draws K distinct
+    records of the silo every round. A silo of K + 1 records over 2,000 rounds' keys: every
+    round's K indices are distinct real records. Negative control: sampling with replacement
+    (shuffle-mbsgd's former sampler) repeats a record in about 96% of the rounds there."""
+    batch, count, rounds = 6, 7, 2000
+    rng = np.random.default_rng(0)
+    silo = SiloData.from_lists(
+        [rng.normal(size=(count, 3))], [rng.integers(0, 2, count).astype(float)]
+    ).record(jnp.int32(0))
+    program = silo_sgd.ShuffleMBSGD(Loss("logistic"), 3, 1, batch, 4)
+    sampler = program.sampling if sampling is None else sampling
+    keys = jax.random.split(jax.random.key(3), rounds)
+    indices = jax.jit(jax.vmap(lambda key: sampler.draw(key, silo, batch, None, None)[0]))(keys)
+    indices = np.sort(np.asarray(indices), axis=1)
+    assert indices.shape == (rounds, batch) and int(indices.max()) < count
+    assert bool(np.all(np.diff(indices, axis=1) > 0))
+
+
+def test_shuffle_mbsgd_refuses_a_silo_smaller_than_its_batch():
+    """K distinct records a round need K records in every silo: digits-evenodd's smallest silo
+    has 47, so --batch 48 is refused in one line naming the flag (47 runs: negative control)."""
+    from jfed._validation import UsageError
+    from jfed.methods import ShuffleMBSGD, build_experiment
+
+    with pytest.raises(UsageError, match=r"expected --batch <= the smallest silo \(47 records\)"):
+        build_experiment(ShuffleMBSGD(batch=48))
+    experiment = build_experiment(ShuffleMBSGD(batch=47))
+    assert experiment.sampling is silo_aggregators.WITHOUT_REPLACEMENT
+    assert experiment.identity()["sampling"] == "without-replacement"
+
+
 def test_multistage_schedule_and_bad_configurations():
     assert silo_sgd.multistage_schedule(30, 2) == (2, 4, 8, 16)
     assert sum(silo_sgd.multistage_schedule(31, 3)) == 31

@@ -34,8 +34,10 @@ moves a minibatch mean of K gradients by at most ``2 L / K`` (replace-one adjace
 - :class:`ShuffledMessages`: every sampled record's clipped gradient plus ``N(0, sigma0^2 I)``
   is a message (an (eps0, delta0) Gaussian local randomizer); a shuffler permutes the M K
   messages of a round, so a round is central (eps_r, delta_r)-DP by amplification by shuffling
-  (:func:`jfed.privacy.shuffle_epsilon`): its event. The float32 noise is the ideal
-  real-valued mechanism, floating-point sampling not modelled;
+  (:func:`jfed.privacy.shuffle_epsilon`): its event. The bound is for ONE changed message among
+  the round's, so each silo samples its K records without replacement (a record sends at most
+  one message a round); it is applied given the sampled records, with no subsampling credit.
+  The float32 noise is the ideal real-valued mechanism, floating-point sampling not modelled;
 - :class:`ShuffledGridMessages`: the same with every message an exact local randomizer on an
   integer grid (one record's :class:`SiloDiscreteGaussian` release, drawn per message), its
   (eps0, delta0) certified through the continuous Gaussian its noise is coupled to, the
@@ -119,7 +121,9 @@ class WithReplacement(_Sampler):
 
 @dataclass(frozen=True)
 class WithoutReplacement(_Sampler):
-    """K distinct records of the silo, weights 1/K."""
+    """K distinct records of the silo, weights 1/K: each record is in a round's minibatch at
+    most once (with probability K / n_i). Needs K <= n_i: a smaller silo's minibatch would take
+    padding rows (the silo experiments refuse it on the host)."""
 
     name: ClassVar[str] = "without-replacement"
 
@@ -196,9 +200,10 @@ class OnePass(_Sampler):
 
 
 Sampling = WithReplacement | WithoutReplacement | PoissonSampling | OnePass
-WITH_REPLACEMENT, POISSON, ONE_PASS = WithReplacement(), PoissonSampling(), OnePass()
+WITH_REPLACEMENT, WITHOUT_REPLACEMENT = WithReplacement(), WithoutReplacement()
+POISSON, ONE_PASS = PoissonSampling(), OnePass()
 SAMPLINGS: dict[str, Sampling] = {
-    s.name: s for s in (WITH_REPLACEMENT, WithoutReplacement(), POISSON, ONE_PASS)
+    s.name: s for s in (WITH_REPLACEMENT, WITHOUT_REPLACEMENT, POISSON, ONE_PASS)
 }
 """Every record sampler by its name (``--sampling``)."""
 
@@ -591,7 +596,13 @@ class ShuffledMessages(SiloClippedSum):
 
     A message is an (eps0, delta0) local randomizer for any two records (sensitivity 2 L; eps0
     by the analytic Gaussian); :meth:`event` is the round's central (eps_r, delta_r) from
-    shuffling ``messages`` of them (:func:`jfed.privacy.shuffle_epsilon`).
+    shuffling ``messages`` of them (:func:`jfed.privacy.shuffle_epsilon`), a bound for ONE
+    message changed among them. So the per-record certificate needs each record to send at most
+    one message a round, which the silos' sampling without replacement gives by construction
+    (:class:`WithoutReplacement`, as in the seed's proof, after Girgis et al.: the randomizer
+    applied to every record, then the reports chosen); replacing a record changes its one
+    message if it is sampled, nothing otherwise. No subsampling credit is taken: the bound holds
+    given the sampled records.
 
     Attributes:
       batch: K, the messages of one silo per round.
@@ -793,6 +804,16 @@ class ShuffledGridMessages(ShuffledMessages):
 # ------------------------------------------------------------------------------ audit
 
 
+def _canaries_sampled(key: jax.Array, canaries: int, rate: float) -> jax.Array:
+    """``bool[M]``: which of ``canaries`` canary records are sampled this round, each with
+    probability ``rate`` on a coin of its own (canary i's from ``fold_in`` of ``key``'s
+    participation stream, which no aggregator of the real records reads)."""
+    stream = jfed_random.named(key, PARTICIPATION_STREAM)
+    ids = jnp.arange(canaries, dtype=jnp.int32)
+    coins = jax.vmap(lambda i: jfed_random.uniform(jax.random.fold_in(stream, i)))(ids)
+    return coins < rate
+
+
 @dataclass(frozen=True)
 class CanaryRecords(CanaryWrapper):
     """:class:`SiloGaussian` with M canary RECORDS in one silo, for an empirical audit of the
@@ -865,10 +886,7 @@ class CanaryRecords(CanaryWrapper):
         """``f32[M]``: each canary's weight in silo ``silo_id``'s minibatch drawn from ``key``
         (``1 / K`` if it is in it, else 0; 0 in every silo but the canaries' and where the silo
         is unavailable). ``included: bool[M]``: the canaries' coins."""
-        ids = jnp.arange(self.canaries, dtype=jnp.int32)
-        stream = jfed_random.named(key, PARTICIPATION_STREAM)
-        sampled = jax.vmap(lambda i: jfed_random.uniform(jax.random.fold_in(stream, i)))(ids)
-        in_batch = included & (sampled < self.sampling_rate)
+        in_batch = included & _canaries_sampled(key, self.canaries, self.sampling_rate)
         in_batch = in_batch & (silo_id == self.silo) & (available > 0)
         return in_batch.astype(jnp.float32) / self.inner.batch
 
@@ -929,39 +947,39 @@ class ShuffleCanaries(CanaryWrapper):
     """:class:`ShuffledMessages` with M canary RECORDS in one silo, for an empirical audit of
     shuffle-DP Noisy MB-SGD (Steinke, Nasr and Jagielski's one-run lower bound).
 
-    A silo of shuffle-mbsgd draws its K records WITH replacement, so a canary record in its pool
-    would take real records' draws. Instead each canary is a record slot of its own beside the
-    pool. In every round canary i sends ``c_i ~ Binomial(K, 1 / n_s)`` messages (the marginal
-    law of a record's draw count under K draws with replacement from n_s records; drawn per
-    round and canary from a named stream of the release key, which the inner aggregator does
-    not read), each message its value through the same local randomizer as a record's (its own
-    ``N(0, sigma0^2 I)``; on the grid, rounded and noised exactly:
-    :meth:`ShuffledMessages.repeated_messages`), shuffled (summed) with the round's M K
-    messages. Canary i's value is ``L u_i`` if its coin (probability 1/2, drawn once per run
-    from the audit key) includes it, else 0: an excluded canary still sends its ``c_i``
-    messages, of a record whose clipped gradient is 0. Every canary's score is its cosine with
+    A silo of shuffle-mbsgd draws its K records without replacement, so a canary record in its
+    pool would take real records' places in the minibatch. Instead each canary is a record slot
+    of its own beside the pool. In every round canary i sends ``c_i`` messages, one with
+    probability ``K / n_s`` and none otherwise (the law of a record's messages under K draws
+    without replacement from n_s records; a coin per round and canary from a named stream of
+    the release key, which the inner aggregator does not read), its message its value through
+    the same local randomizer as a record's (its own ``N(0, sigma0^2 I)``; on the grid, rounded
+    and noised exactly: :meth:`ShuffledMessages.repeated_messages`), shuffled (summed) with the
+    round's M K messages. Canary i's value is ``L u_i`` if its coin (probability 1/2, drawn once
+    per run from the audit key) includes it, else 0: an excluded canary still sends its
+    message, of a record whose clipped gradient is 0. Every canary's score is its cosine with
     the round's sum of ALL messages (the shuffler's output, not a silo's part of it, which the
     shuffle model never releases).
 
     Why the one-run bound is a lower bound on the certified eps. Steinke et al. need the coins
     independent (they are: one key per canary) and the mechanism (eps, delta)-DP for each
     canary's pair (included, excluded) whatever the other canaries are. That pair is the
-    replace-one pair (canary, zero record) with the same draw count ``c_i``: the count depends
-    on the slot, not on its value, as a record's draws do not depend on its value. The
-    certificate (per-round amplification by shuffling of an (eps0, delta0) message, composed
-    over the rounds) protects a record whose messages are that local randomizer's, drawn a
-    Binomial(K, 1 / n_s) number of times a round independently across rounds, shuffled among at
-    least the others' messages; the canary's count law is exactly that marginal, and the other
-    messages around it are the M K real ones plus the other canaries' (no fewer than a real
-    record has: amplification by shuffling only grows with the messages shuffled). What this
-    does not reproduce is the joint law of the K draws (a canary's draws do not take a real
-    record's), which the certificate does not use: it holds for each record alone. The real
-    records' draws, their noise keys and the certificate are those of the run without canaries.
+    replace-one pair (canary, zero record) with the same ``c_i``: whether the slot is sampled
+    does not depend on its value, as a record's sampling does not depend on its value. The
+    certificate (per-round amplification by shuffling of ONE changed (eps0, delta0) message,
+    composed over the rounds) protects a record that sends at most one message of that local
+    randomizer a round, shuffled among at least the others' messages; the canary sends at most
+    one, at its record's rate, and the other messages around it are the M K real ones plus the
+    other canaries' (no fewer than a real record has: amplification by shuffling only grows
+    with the messages shuffled). What this does not reproduce is the joint law of the K draws
+    (a canary's draw does not take a real record's place), which the certificate does not use:
+    it holds for each record alone, given the sampled records. The real records' draws, their
+    noise keys and the certificate are those of the run without canaries.
 
     Attributes:
       inner: the silos' :class:`ShuffledMessages`.
       canaries: M >= 2.
-      records: n_s, the records of the canaries' silo (their draw rate is 1 / n_s per draw).
+      records: n_s, the records of the canaries' silo (a canary is sampled at K / n_s).
       silo: the silo holding the canary records (its availability is theirs).
       seed: the audit key's seed (``jax.random.key(seed)``): the canaries' directions and coins.
       canary_scale: the norm a canary's gradient is sent with, far above the clip norm.
@@ -984,22 +1002,20 @@ class ShuffleCanaries(CanaryWrapper):
     def read(self, hyper) -> ShuffleParams:
         return self.inner.read(hyper)
 
+    @property
+    def sampling_rate(self) -> float:
+        """``K / n_s``: the probability that a record of the canaries' silo sends a message in a
+        round (it is one of the K drawn without replacement from n_s)."""
+        return min(1.0, self.inner.batch / self.records)
+
     def message_counts(self, key: jax.Array) -> jax.Array:
-        """``f32[M]``: each canary's messages this round, ``Binomial(K, 1 / n_s)`` from ``key``
-        (K Bernoulli draws at rate ``1 / n_s``, one stream per canary)."""
-        stream = jfed_random.named(key, PARTICIPATION_STREAM)
-        ids = jnp.arange(self.canaries, dtype=jnp.int32)
-        batch = self.inner.batch
-
-        def count(i):
-            draws = jax.random.uniform(jax.random.fold_in(stream, i), (batch,))
-            return jnp.sum(draws < 1.0 / self.records)
-
-        return jax.vmap(count)(ids).astype(jnp.float32)
+        """``f32[M]``: each canary's messages this round, 1 with probability ``K / n_s``
+        (:attr:`sampling_rate`), else 0, from ``key`` (one coin per canary)."""
+        return _canaries_sampled(key, self.canaries, self.sampling_rate).astype(jnp.float32)
 
     def canary_messages(self, params, state, template: jax.Array, available: jax.Array,
                         key: jax.Array) -> tuple[jax.Array, jax.Array]:  # fmt: skip
-        """``(f32[p] the sum of the canaries' messages this round, f32[M] their counts)``:
+        """``(f32[p] the sum of the canaries' messages this round, f32[M] their counts, 0 or 1)``:
         ``sum_i c_i`` messages of values ``b_i L u_i``, each through the records' local
         randomizer (:meth:`ShuffledMessages.repeated_messages`: float noise drawn at once as
         one ``N(0, sum c_i sigma0^2 I)``; on the grid each message rounded and noised on its

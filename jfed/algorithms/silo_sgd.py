@@ -16,8 +16,9 @@ Algorithms (all ``init`` + ``round``):
 - :class:`AcceleratedMBSGD`: AC-SA updates (Ghadimi and Lan), one-pass (disjoint batches without
   replacement, parallel composition) or ERM (with replacement, optional ridge), multi-stage
   restarts for strongly convex losses.
-- :class:`ShuffleMBSGD` (seed section 5): every record's noisy gradient is a separate message;
-  a shuffler permutes them, which leaves their sum unchanged, so the simulation sums them.
+- :class:`ShuffleMBSGD` (seed section 5): every sampled record's noisy gradient is a separate
+  message (K records a silo, drawn without replacement: one message per record a round at
+  most); a shuffler permutes them, which leaves their sum unchanged, so the simulation sums them.
 - :class:`LocalSGD`: ISRL-DP Local SGD (K noisy one-sample steps per silo, iterates averaged),
   its K steps one release of the aggregator :class:`LocalSteps`; with
   :class:`SiloClippedSum` steps it is FedAvg.
@@ -43,6 +44,7 @@ from jfed.algorithms.silo_aggregators import (
     ONE_PASS,
     POISSON,
     WITH_REPLACEMENT,
+    WITHOUT_REPLACEMENT,
     CanaryRecords,
     Sampling,
     ShuffledMessages,
@@ -492,9 +494,12 @@ class AcceleratedMBSGD(_SiloConfig):
 
 @dataclass(frozen=True)
 class ShuffleMBSGD(_SiloConfig):
-    """Shuffle-DP Noisy MB-SGD: M K per-record noisy gradients (K drawn with replacement per
-    silo), shuffled, averaged by the server (:class:`ShuffledMessages`). ``noise_std`` is per
-    record (sigma0).
+    """Shuffle-DP Noisy MB-SGD: M K per-record noisy gradients (K distinct records drawn without
+    replacement per silo, so a record sends at most one message a round: the one message among
+    the round's that the shuffling bound protects), shuffled, averaged by the server
+    (:class:`ShuffledMessages`). ``noise_std`` is per record (sigma0). A silo needs at least K
+    records (the experiment refuses smaller ones: :class:`WithoutReplacement` would fill the
+    batch with padding rows).
 
     Attributes (beyond :class:`_SiloConfig`):
       aggregator: :class:`ShuffledMessages` (default: K messages per silo, their count per round
@@ -502,7 +507,7 @@ class ShuffleMBSGD(_SiloConfig):
     """
 
     aggregator: Any = None
-    sampling: ClassVar[Sampling] = WITH_REPLACEMENT
+    sampling: ClassVar[Sampling] = WITHOUT_REPLACEMENT
 
     def default_aggregator(self) -> ShuffledMessages:
         return ShuffledMessages(self.batch)

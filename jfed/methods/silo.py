@@ -46,6 +46,7 @@ from jfed.algorithms.losses import Loss
 from jfed.algorithms.silo_aggregators import (
     POISSON,
     SAMPLINGS,
+    WITHOUT_REPLACEMENT,
     CanaryRecords,
     ShuffleCanaries,
     ShuffledGridMessages,
@@ -138,6 +139,11 @@ class SiloExperiment(CanaryAudit, Experiment):
             raise UsageError(
                 f"expected rounds * batch <= the smallest silo ({self.counts.min()} records) for "
                 f"the one-pass algorithm, got {config.rounds} * {config.batch}"
+            )
+        if self.sampling is WITHOUT_REPLACEMENT and config.batch > self.counts.min():
+            raise UsageError(
+                f"expected --batch <= the smallest silo ({self.counts.min()} records): "
+                f"{self.name} samples K distinct records a round, got --batch {config.batch}"
             )
         self.availability = silo_sgd.AVAILABILITIES[config.availability]
         self.report_metric = "relative_rmse" if self.loss.regression else "test_error"
@@ -687,13 +693,20 @@ class LocalSGDExperiment(CalibratedExperiment):
 
 class ShuffleExperiment(SiloExperiment):
     """Shuffle-DP Noisy MB-SGD: per-record messages, central eps by amplification by shuffling
-    and advanced composition over the rounds (closed form)."""
+    and advanced composition over the rounds (closed form).
+
+    Each silo samples its K records without replacement, so a record sends at most one message
+    a round: the shuffling bound (one changed message among the round's M K) then covers one
+    record's replacement, given the sampled records (no subsampling credit is taken). A silo of
+    fewer than K records is refused."""
 
     # (eps, clip norm) -> its calibrated noise, set by calibrate_many for calibrate to read
     _chains: dict[tuple[float, float], silo_privacy.ShuffleNoise]
 
     def choose_sampling(self, config) -> str:
-        return "with-replacement"
+        """Without replacement, always: one message per record a round, by construction."""
+        del config
+        return WITHOUT_REPLACEMENT.name
 
     def messages(self, config) -> int:
         """Messages shuffled per round: M K (M the silos taking part, in expectation)."""
