@@ -210,7 +210,9 @@ class AcceleratedMBSGD(Calibrated):
 @dataclass(frozen=True)
 class ShuffleMBSGD(SiloPrivacy):
     """Shuffle-DP Noisy MB-SGD (section 5 of the silo paper): per-record messages, amplified by
-    shuffling."""
+    shuffling. Each silo samples its K records without replacement (one message per record a
+    round, the one changed message the shuffling bound covers), so K is at most the smallest
+    silo's records."""
 
     # the shuffling bound needs more than 16 ln(2 / delta) messages a round: 25 silos x 20
     # records are 500, enough at the default delta of every built-in data set
@@ -229,8 +231,9 @@ class ShuffleMBSGD(SiloPrivacy):
         0, "canary records M beside the smallest silo for an empirical privacy audit of the run "
         "(Steinke, Nasr and Jagielski's one-run lower bound; 0: no audit): each a record slot "
         "of its own, its gradient a fixed random direction at the clip norm if its coin (1/2) "
-        "includes it, else 0, sending Binomial(K, 1/n_s) messages a round through the same "
-        "local randomizer, shuffled with the records' (the records' own draws unchanged)",
+        "includes it, else 0, sending one message a round with probability K/n_s (as a "
+        "record drawn among K without replacement) through the same local randomizer, shuffled "
+        "with the records' (the records' own draws unchanged)",
         unit="canary records", range=integers(0, 1_000_000), group="privacy",
     )  # fmt: skip
 
