@@ -20,7 +20,7 @@ SOURCES = {
                                  "bench/results/modulated_round*"],
     "docs/papers/ldp_fl.md": ["sims/reference/ldp_fl_table1*", "bench/results/ldp_fl_fraction*",
                               "bench/results/ldp_fl_gpu*", "bench/results/ldp_fl_cpu*"],
-    "docs/papers/silos.md": ["sims/reference/silo_*"],
+    "docs/papers/silos.md": ["sims/reference/silo_*", "bench/results/shuffle_exact*"],
     "docs/papers/estimation.md": ["sims/reference/estimation_rates_*",
                                   "sims/reference/estimation_bias*"],
     "docs/papers/last_iterate.md": ["sims/reference/last_iterate_figure2*"],

@@ -238,8 +238,17 @@ class ShuffleMBSGD(SiloPrivacy):
     )  # fmt: skip
 
     def check(self) -> Self:
-        """The audit's refusal: at least two canaries."""
+        """The audit's refusal (at least two canaries) and the availability's: the shuffling
+        bound is stated for the number of messages a round shuffles, which ``--availability
+        bernoulli`` leaves random (a round of few available silos amplifies less than the
+        expected count would)."""
         check_audit_canaries(self.audit_canaries)
+        if self.availability == "bernoulli":
+            raise UsageError(
+                "--availability bernoulli: shuffle-mbsgd's shuffling bound needs the number of "
+                "messages a round shuffles, which a random set of silos leaves random; use "
+                "--availability fixed (exactly --available silos a round) or all"
+            )
         return super().check()
 
 
