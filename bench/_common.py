@@ -42,6 +42,19 @@ def write_json(path: str, payload: dict) -> None:
     os.replace(temporary, path)
 
 
+def finish(path: str | None, setting: str, rows: list[dict], load_before: str,
+           load_after: str) -> None:  # fmt: skip
+    """The end every timing script shares: the load before and after printed, and, with a
+    ``path``, ``{setting, rows, device, uptime, versions}`` written there (:func:`write_json`)."""
+    from jfed.report import versions
+
+    print(f"load before: {load_before}\nload after:  {load_after}")
+    if path:
+        write_json(path, {"setting": setting, "rows": rows, "device": device_name(),
+                          "uptime": {"before": load_before, "after": load_after},
+                          "versions": versions()})  # fmt: skip
+
+
 def best_in_turns(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
     """``{name: seconds}``: the best of :func:`times_in_turns`."""
     return {name: min(seconds) for name, seconds in times_in_turns(runs, repeats).items()}

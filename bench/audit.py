@@ -27,13 +27,11 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import jax
 import numpy as np
-from _common import uptime, write_json
+from _common import finish, uptime
 
 import jfed
 from jfed.methods import declared
-from jfed.report import versions
 
 
 def config(cohort: int, rounds: int, canaries: int, noise: str) -> declared.DPFedAvg:
@@ -83,12 +81,7 @@ def main() -> None:
         print(f"{row['run']:>8} {row['cohort']:>6} {row['canaries']:>9} "
               f"{1e3 * row['seconds_per_round']:>10.2f} {row['x_plain']:>8.3f} "
               f"{row['x_plain_paired']:>7.3f}")  # fmt: skip
-    print(f"load before: {load_before}\nload after:  {load_after}")
-    if args.json:
-        payload = {"setting": setting, "rows": rows, "device": str(jax.devices()[0]),
-                   "uptime": {"before": load_before, "after": load_after},
-                   "versions": versions()}  # fmt: skip
-        write_json(args.json, payload)
+    finish(args.json, setting, rows, load_before, load_after)
 
 
 if __name__ == "__main__":

@@ -38,11 +38,10 @@ import statistics
 from typing import Any
 
 import numpy as np
-from _common import device_name, uptime, write_json  # bench/ is on the path
+from _common import finish, uptime  # bench/ is on the path
 
 import jfed
 from jfed.methods import declared
-from jfed.report import versions
 
 NOISES = ("float", "discrete")
 
@@ -96,11 +95,7 @@ def main() -> None:
         print(f"{row['method']:>9} {row['noise']:>9} {row['cohort']:>6} "
               f"{1e3 * row['seconds_per_round']:>10.2f} {row['x_float']:>8.3f} "
               f"{row['noise_multiplier']:>7.3f}")  # fmt: skip
-    print(f"load before: {load_before}\nload after:  {load_after}")
-    if args.json:
-        write_json(args.json, {"setting": setting, "rows": rows, "device": device_name(),
-                               "uptime": {"before": load_before, "after": load_after},
-                               "versions": versions()})  # fmt: skip
+    finish(args.json, setting, rows, load_before, load_after)
 
 
 if __name__ == "__main__":

@@ -36,11 +36,10 @@ import argparse
 import statistics
 
 import numpy as np
-from _common import device_name, uptime, write_json  # bench/ is on the path
+from _common import finish, uptime  # bench/ is on the path
 
 import jfed
 from jfed.methods import declared
-from jfed.report import versions
 
 NOISES = ("float", "discrete")
 SETTINGS = {"digits-evenodd": 20, "digits-bylabel": 60}
@@ -87,11 +86,7 @@ def main() -> None:
         print(f"{row['noise']:>9} {row['dataset']:>15} {row['batch']:>4} "
               f"{1e3 * row['seconds_per_round']:>10.2f} {row['x_float']:>9.1f} "
               f"{row['sigma']:>8.3f}")  # fmt: skip
-    print(f"load before: {load_before}\nload after:  {load_after}")
-    if args.json:
-        write_json(args.json, {"setting": setting, "rows": rows, "device": device_name(),
-                               "uptime": {"before": load_before, "after": load_after},
-                               "versions": versions()})  # fmt: skip
+    finish(args.json, setting, rows, load_before, load_after)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,12 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
-from experiments import calibrated, innermost
+from experiments import calibrated, coupling_variation_per_coordinate, innermost, squared_bound
 
 import jfed
 from jfed.methods import declared
 from jfed.methods.dp_fedavg import NOISE_CHOICES
 from jfed.privacy import DiscreteTreeSum
-from jfed.privacy.discrete_aggregators import DEFAULT_BETA
 
 FTRL = dict(dataset="digits-dirichlet", clients=40, dirichlet=0.1, batch=10, cohort_size=10,
             rounds=12, epsilon=3.0, delta=1e-4, accountant="rdp")  # fmt: skip
@@ -38,20 +37,6 @@ STRATEGIES = {
     "tree-no-honaker": (dict(honaker=False), 3.0, 4),  # one entering node a round
     "independent": (dict(noise_strategy="independent"), math.sqrt(3.0), 4),
 }
-
-
-def _squared_bound(grid_norm: int, dimension: int) -> int:
-    """Kairouz, Liu and Steinke (2021, Theorem 1) with the deterministic bound beside it."""
-    spread = math.sqrt(2 * math.log(1 / DEFAULT_BETA))
-    concentrated = grid_norm**2 + dimension / 4 + spread * (grid_norm + math.sqrt(dimension) / 2)
-    return math.ceil(min((grid_norm + math.sqrt(dimension)) ** 2, concentrated))
-
-
-def _total_variation_per_coordinate(variance: float = 9.0) -> float:
-    """eta (1 + eta) / (1 - eta)^2, eta = 2 e^{-2 pi^2 s^2} / (1 - e^{-6 pi^2 s^2})."""
-    a = 2 * math.pi**2 * variance
-    eta = 2 * math.exp(-a) / (1 - math.exp(-3 * a))
-    return eta * (1 + eta) / (1 - eta) ** 2
 
 
 def _rdp_epsilon(z: float, delta: float) -> float:
@@ -71,7 +56,7 @@ def test_a_grid_run_certifies_the_coupled_gaussian_of_its_node_noise(strategy):
     assert fields["participations"] == 3 and fields["delta_sampler"] == 0.0
 
     grid, dimension = fields["grid_norm"], experiment.model.parameter_count()
-    bound = _squared_bound(grid, dimension)
+    bound = squared_bound(grid, dimension)
     assert fields["noise_inflation"] == pytest.approx(math.sqrt(bound) / grid, rel=1e-12)
     l2 = sens * math.sqrt(bound)
     z = float(np.float32(fields["noise_multiplier"]))  # the multiplier as it ran (float32)
@@ -81,7 +66,7 @@ def test_a_grid_run_certifies_the_coupled_gaussian_of_its_node_noise(strategy):
     assert fields["epsilon_certified"] <= config.epsilon
 
     coordinates = dimension * draws_per_tree * 3
-    coupling = (1 + math.exp(config.epsilon)) * coordinates * _total_variation_per_coordinate()
+    coupling = (1 + math.exp(config.epsilon)) * coordinates * coupling_variation_per_coordinate()
     assert fields["delta_coupling"] == pytest.approx(coupling, rel=1e-9)
     assert fields["delta_accountant"] + fields["delta_coupling"] <= config.delta * (1 + 1e-12)
     # the node noise drawn is at least the calibrated one (2^k m >= (z Delta)^2 grid units)

@@ -21,26 +21,12 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
-from experiments import calibrated
+from experiments import calibrated, coupling_variation_per_coordinate, squared_bound
 
 from jfed._validation import UsageError
 from jfed.methods import declared
-from jfed.privacy.discrete_aggregators import DEFAULT_BETA
 
 SMALL = dict(clients=1000, cohort_size=100, rounds=20, epsilon=1.0, delta=1e-4)
-
-
-def _squared_bound(grid_norm: int, dimension: int) -> int:
-    """Kairouz, Liu and Steinke (2021, Theorem 1) beside the deterministic bound."""
-    spread = math.sqrt(2 * math.log(1 / DEFAULT_BETA))
-    concentrated = grid_norm**2 + dimension / 4 + spread * (grid_norm + math.sqrt(dimension) / 2)
-    return math.ceil(min((grid_norm + math.sqrt(dimension)) ** 2, concentrated))
-
-
-def _total_variation_per_coordinate(variance: float = 9.0) -> float:
-    a = 2 * math.pi**2 * variance
-    eta = 2 * math.exp(-a) / (1 - math.exp(-3 * a))
-    return eta * (1 + eta) / (1 - eta) ** 2
 
 
 def _pld_epsilon(event, rounds: int, delta: float) -> float:
@@ -54,7 +40,7 @@ def test_dp_fedavg_certifies_the_coupled_poisson_gaussian():
     assert config.noise == "discrete" and experiment.coupled
     assert fields["accountant"] == "pld" and fields["delta_sampler"] == 0.0
     grid, dimension = fields["grid_norm"], experiment.dimension
-    bound = _squared_bound(grid, dimension)
+    bound = squared_bound(grid, dimension)
     z = float(np.float32(fields["noise_multiplier"]))  # as it ran
     coupled = math.sqrt(z**2 * bound - 9.0) / math.sqrt(bound)
     rate = config.cohort_size / config.clients
@@ -62,7 +48,7 @@ def test_dp_fedavg_certifies_the_coupled_poisson_gaussian():
     expected = _pld_epsilon(sampled, config.rounds, fields["delta_accountant"])
     assert fields["epsilon_certified"] == pytest.approx(expected, rel=1e-9)
     assert fields["epsilon_certified"] <= config.epsilon
-    variation = dimension * config.rounds * _total_variation_per_coordinate()
+    variation = dimension * config.rounds * coupling_variation_per_coordinate()
     assert fields["delta_coupling"] == pytest.approx((1 + math.e) * variation, rel=1e-9)
     total = fields["delta_accountant"] + fields["delta_overflow"] + fields["delta_coupling"]
     assert total <= config.delta * (1 + 1e-12)
@@ -89,7 +75,7 @@ def test_dp_scaffolds_two_releases_are_both_coupled():
     assert experiment.coupled and fields["accountant"] == "pld"
     assert fields["epsilon_certified"] <= config.epsilon
     # two releases of d coordinates a round
-    variation = 2 * experiment.dimension * config.rounds * _total_variation_per_coordinate()
+    variation = 2 * experiment.dimension * config.rounds * coupling_variation_per_coordinate()
     assert fields["delta_coupling"] == pytest.approx((1 + math.e**4) * variation, rel=1e-9)
 
 
@@ -109,7 +95,7 @@ def test_adaptive_clippings_count_is_coupled_where_its_noise_allows():
     assert experiment.coupled and fields["accountant"] == "pld"
     assert fields["epsilon_certified"] <= big.epsilon
     # the update sum and the count: d + 1 coordinates a round
-    variation = (experiment.dimension + 1) * big.rounds * _total_variation_per_coordinate()
+    variation = (experiment.dimension + 1) * big.rounds * coupling_variation_per_coordinate()
     assert fields["delta_coupling"] == pytest.approx((1 + math.e) * variation, rel=1e-9)
     small = dict(SMALL, cohort_size=30, clients=300, epsilon=4.0)
     fallback = declared.DPFedAvg(**small, adaptive_clip=True)
