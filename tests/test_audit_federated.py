@@ -71,11 +71,13 @@ def test_without_canaries_nothing_is_audited_and_the_real_clients_train_alike(au
 
 # the broken runs come last: they forget every compiled program after them
 # (compiled.fresh_programs), which a test after them would compile again
-# measured at these seeds: float 2.44, discrete 1.46 (the default; float runs with -m slow)
+# measured at these seeds: float 2.44, discrete 2.07 (the default, certified through its
+# coupled Gaussian by PLD: the float's z; 1.46 under the discrete RDP accountant's larger z);
+# float runs with -m slow
 FLOAT = pytest.param("float", 1.5, marks=pytest.mark.slow)
 
 
-@pytest.mark.parametrize(("noise", "margin"), [FLOAT, ("discrete", 1.2)])
+@pytest.mark.parametrize(("noise", "margin"), [FLOAT, ("discrete", 1.5)])
 def test_a_run_with_a_tenth_of_its_noise_audits_above_what_it_claims(broken_noise, noise, margin):
     record = jfed.run(declared.DPFedAvg(**AUDITED, audit_canaries=400, noise=noise))
     claimed = record["epsilon_certified"]
