@@ -777,7 +777,7 @@ class ShuffledGridMessages(ShuffledMessages):
         the analytic Gaussian's for the continuous Gaussian its noise is coupled to at ``delta0
         - (1 + e^E) T``, ``E`` its eps at ``delta0 / 2`` (at least eps0 as long as that share
         is at most ``delta0 / 2``, checked), and that share of delta0."""
-        from jfed.privacy.discrete_accounting import coupled_gaussian
+        from jfed.privacy.discrete_accounting import coupled_gaussian, coupling_delta
         from jfed.privacy.gaussian import analytic_gaussian_epsilon
 
         clip = check_positive("clip_norm", params.clip_norm)
@@ -785,7 +785,7 @@ class ShuffledGridMessages(ShuffledMessages):
         delta0 = float(params.message_delta)
         multiplier = coupled_gaussian(self.record.release_event(clip, sigma0)).noise_multiplier
         highest = float(analytic_gaussian_epsilon(2.0, multiplier, delta0 / 2.0))
-        share = (1.0 + math.exp(min(highest, 700.0))) * self.message_variation()
+        share = coupling_delta(highest, self.message_variation())
         if share > delta0 / 2.0:
             raise ValueError(f"the coupling of a message's discrete noise takes {share:.3g} of "
                              f"delta0={delta0:.3g}: use a finer grid")  # fmt: skip

@@ -588,12 +588,12 @@ class CentralGridNoise:
         (the discrete RDP accountant certifies the grid's events themselves)."""
         if not self.coupled:
             return 0.0
-        from jfed.privacy.discrete_accounting import coupling_total_variation
+        from jfed.privacy.discrete_accounting import coupling_delta, coupling_total_variation
 
         experiment: Any = self
         event = experiment.ledger().event(experiment.hyperparams(config, 1.0), experiment.rounds)
         variation = coupling_total_variation(discrete_coordinates(event))
-        return (1.0 + math.exp(min(config.epsilon, 700.0))) * variation
+        return coupling_delta(config.epsilon, variation)
 
     def release_noise(self) -> Any:
         """The releases' noise (:mod:`jfed.algorithms.dp_fedavg`): float, or exact discrete

@@ -50,7 +50,7 @@ from jfed.algorithms.estimation_aggregators import (
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_of
 from jfed.privacy import Analytic, Basic, ParallelDpEvent, discrete, spent
-from jfed.privacy.discrete_accounting import coupled_gaussian
+from jfed.privacy.discrete_accounting import coupled_gaussian, coupling_delta
 from jfed.privacy.discrete_aggregators import LAPLACE_SCALE_BITS
 from jfed.privacy.gaussian import analytic_gaussian_noise
 from jfed.privacy.mechanisms import AnisotropicGaussianMechanism, GaussianMechanism
@@ -655,7 +655,7 @@ def calibrate_functional(
     if exact:
         grid = DiscreteBatchMeans(functional.MAX_TERMS, cast(int, grid_norm))
         variation = grid.coupling_total_variation(config.iterations)
-        coupling = (1.0 + math.exp(min(config.epsilon, 700.0))) * variation
+        coupling = coupling_delta(config.epsilon, variation)
     std = np.zeros(terms)
     if shape.private:
         multiplier = float(analytic_gaussian_noise(1.0, config.epsilon, delta - coupling))

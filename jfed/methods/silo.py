@@ -63,7 +63,7 @@ from jfed.methods.experiment import (
     non_private_fields,
 )
 from jfed.privacy import Adjacency, Advanced, Analytic, rounds_of, spent
-from jfed.privacy.discrete_accounting import coupled_gaussian
+from jfed.privacy.discrete_accounting import coupled_gaussian, coupling_delta
 from jfed.privacy.discrete_aggregators import largest_grid_norm
 from jfed.privacy.parallel import branches, per_branch
 from jfed.privacy.shuffle import shuffle_validity_limit
@@ -225,7 +225,7 @@ class SiloExperiment(CanaryAudit, Experiment):
         0 for float noise)."""
         (release,) = (ledger or self.ledger()).releases
         variation = release.aggregator.coupling_total_variation(self.rounds)
-        return 0.0 if variation == 0.0 else (1.0 + math.exp(min(epsilon, 700.0))) * variation
+        return coupling_delta(epsilon, variation)
 
     def noise_fields(self, epsilon: float, delta: float, ledger=None) -> dict:
         """What a private record says of its arithmetic: ``mechanism_model`` and, on the grid,

@@ -406,6 +406,14 @@ def coupling_total_variation(draws: int) -> float:
     return float(draws) * per_coordinate
 
 
+def coupling_delta(epsilon: float, total_variation: float) -> float:
+    """``(1 + e^eps) T``: what a coupling of total variation ``T`` (:func:`coupling_total_variation`
+    over every coupled coordinate) adds to delta at ``epsilon``: a mechanism within ``T`` of one
+    that is (eps, delta)-DP is (eps, delta + (1 + e^eps) T)-DP (the triangle inequality on both
+    neighbours' output laws). ``epsilon`` is capped at 700 (e^700 is a float64)."""
+    return (1.0 + math.exp(min(epsilon, 700.0))) * total_variation
+
+
 def coupled_gaussian(event: events.DpEvent) -> events.DpEvent:
     """``event`` with every central discrete Gaussian (:class:`DiscreteGaussianDpEvent`, one
     share) replaced by the continuous Gaussian it is coupled to: ``GaussianDpEvent(z_1)``,

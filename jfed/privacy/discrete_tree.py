@@ -295,10 +295,10 @@ class DiscreteTreeSum:
     def coupling_delta(self, epsilon: float) -> float:
         """``(1 + e^eps) T``: what the coupling adds to delta at eps, ``T`` the total variation
         of every coordinate drawn over the horizon."""
-        from jfed.privacy.discrete_accounting import coupling_total_variation
+        from jfed.privacy.discrete_accounting import coupling_delta, coupling_total_variation
 
         variation = coupling_total_variation(self.dimension * self.draws_per_run)
-        return (1.0 + math.exp(min(epsilon, 700.0))) * variation
+        return coupling_delta(epsilon, variation)
 
     def guarantee(
         self, params: CorrelatedGaussianSumParams, delta: float, *, accountant: Any = None,
