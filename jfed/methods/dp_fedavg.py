@@ -588,7 +588,11 @@ class CentralGridNoise:
         (the discrete RDP accountant certifies the grid's events themselves)."""
         if not self.coupled:
             return 0.0
-        from jfed.privacy.discrete_accounting import coupling_delta, coupling_total_variation
+        from jfed.privacy.discrete_accounting import (
+            coupling_delta,
+            coupling_total_variation,
+            discrete_coordinates,
+        )
 
         experiment: Any = self
         event = experiment.ledger().event(experiment.hyperparams(config, 1.0), experiment.rounds)
@@ -643,23 +647,6 @@ class CentralGridNoise:
         if not self.noise_choice.grid:
             return {}
         return {"rounding_fallbacks": int(outputs["rounding_fallbacks"])}
-
-
-def discrete_coordinates(event: Any) -> int:
-    """Host: how many central discrete Gaussian coordinates ``event`` draws (every round's noise
-    is drawn whatever the cohort's sampling; self-compositions count each time)."""
-    import dp_accounting
-
-    from jfed.privacy.discrete_accounting import DiscreteGaussianDpEvent
-
-    if isinstance(event, DiscreteGaussianDpEvent):
-        return int(event.dimension)
-    if isinstance(event, dp_accounting.SelfComposedDpEvent):
-        return int(event.count) * discrete_coordinates(event.event)
-    if isinstance(event, dp_accounting.ComposedDpEvent):
-        return sum(discrete_coordinates(part) for part in event.events)
-    inner = getattr(event, "event", None)  # sampled events wrap one
-    return 0 if inner is None else discrete_coordinates(inner)
 
 
 def joined(event: Any) -> Any:

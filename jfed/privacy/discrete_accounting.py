@@ -406,6 +406,20 @@ def coupling_total_variation(draws: int) -> float:
     return float(draws) * per_coordinate
 
 
+def discrete_coordinates(event: events.DpEvent) -> int:
+    """How many central discrete Gaussian coordinates ``event`` draws (every round's noise is
+    drawn whatever the cohort's sampling; a self-composition counts each time): the draws whose
+    total variation :func:`coupled_gaussian`'s coupling adds (:func:`coupling_total_variation`)."""
+    if isinstance(event, DiscreteGaussianDpEvent):
+        return int(event.dimension)
+    if isinstance(event, events.SelfComposedDpEvent):
+        return int(event.count) * discrete_coordinates(event.event)
+    if isinstance(event, events.ComposedDpEvent):
+        return sum(discrete_coordinates(part) for part in event.events)
+    inner = getattr(event, "event", None)  # sampled events wrap one
+    return 0 if inner is None else discrete_coordinates(inner)
+
+
 def coupling_delta(epsilon: float, total_variation: float) -> float:
     """``(1 + e^eps) T``: what a coupling of total variation ``T`` (:func:`coupling_total_variation`
     over every coupled coordinate) adds to delta at ``epsilon``: a mechanism within ``T`` of one
