@@ -81,7 +81,11 @@ def test_a_grid_run_records_the_exact_mechanism_and_the_float_choice_draws_as_be
     without the float label, accounted by PLD (the schedule's) through the coupling. The float
     choice's values at this seed, recorded before the grid was offered: test accuracy
     0.2353253811597824 (tree) and 0.20889969170093536 (independent), sigma 2.9964908082166866
-    and 1.7300247747481436."""
+    and 1.7300247747481436. Compared within a tolerance, not bit for bit: sigma (z from a host
+    float64 calibration search, times the schedule's sensitivity) to 1e-12 relative, as its last
+    digits differ across machines (libm, BLAS, FFT); the accuracy (a float32 mean over the
+    device's predictions) to 1e-5, float32's rounding across CPUs' instruction sets. A changed
+    draw moves either by far more (the exact run's accuracy, the negative control)."""
     common = dict(clients=200, cohort_size=20, rounds=12, epsilon=3.0, delta=1e-4)
     exact = jfed.run(declared.DPFTRL(**common))
     assert exact["noise"] == "discrete" and exact["accountant"] == "pld"
@@ -93,7 +97,8 @@ def test_a_grid_run_records_the_exact_mechanism_and_the_float_choice_draws_as_be
         (dict(noise_strategy="independent"), 0.20889969170093536, 1.7300247747481436),
     ]:
         record = jfed.run(declared.DPFTRL(**common, **changes, noise="float"))
-        assert record["test_accuracy"] == accuracy and record["sigma"] == sigma
+        assert record["test_accuracy"] == pytest.approx(accuracy, rel=1e-5)
+        assert record["sigma"] == pytest.approx(sigma, rel=1e-12)
         assert "not modelled" in record["notion"] and "grid_norm" not in record
     # the exact draws are not the float ones (changed on purpose, the CHANGELOG says so)
-    assert exact["test_accuracy"] != 0.2353253811597824
+    assert exact["test_accuracy"] != pytest.approx(0.2353253811597824, rel=1e-5)

@@ -21,8 +21,8 @@ under an exact norm bound, the silo's integer sum plus exact discrete Gaussian n
   negative controls: the message count 1% off, the grid without the rounding's inflation);
   messages on the grid, each with its own noise (negative controls: one noise, 0.9 and 1.1
   times the std); training within the seed spread of float messages (negative control: twice
-  the noise); float messages draw as recorded, bit for bit (recorded with each silo's records
-  drawn without replacement).
+  the noise); float messages draw as recorded, to float32's rounding across CPUs (1e-5
+  relative; recorded with each silo's records drawn without replacement).
 """
 
 import math
@@ -543,8 +543,11 @@ replacement, were of another sampler and were replaced on purpose)."""
 def test_float_shuffle_messages_draw_as_recorded(shuffled_silos):
     """shuffle-mbsgd's default is float messages, and they draw as recorded: a fixed-seed run
     (3 silos of 90, 120, 120 records, 80 messages a silo drawn without replacement, sigma0 20, 3
-    rounds) ends at the recorded iterate bit for bit. Negative control: the next seed ends
-    elsewhere (the same compiled program)."""
+    rounds) ends at the recorded iterate to 1e-5 relative: the draws are the same bits on any
+    machine, but the float32 arithmetic on them may round differently on another CPU's
+    instruction set (fused multiply-adds, vector widths), and a changed draw (sigma0 20) moves
+    the iterate by far more. Negative control: the next seed ends elsewhere (the same compiled
+    program)."""
     from jfed.methods import ShuffleMBSGD, build_experiment
 
     config = ShuffleMBSGD(rounds=PRIVATE_ROUNDS, batch=SHUFFLE_BATCH, epsilon=3.0)
@@ -562,5 +565,5 @@ def test_float_shuffle_messages_draw_as_recorded(shuffled_silos):
                             PRIVATE_ROUNDS)  # fmt: skip
         return tuple(float(v) for v in np.asarray(state.w_average))
 
-    assert final(0) == FLOAT_SHUFFLE_ITERATE
-    assert final(1) != FLOAT_SHUFFLE_ITERATE
+    assert final(0) == pytest.approx(FLOAT_SHUFFLE_ITERATE, rel=1e-5)
+    assert final(1) != pytest.approx(FLOAT_SHUFFLE_ITERATE, rel=1e-5)
