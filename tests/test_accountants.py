@@ -84,6 +84,8 @@ def test_calibration_inverts_dp_accounting(accountant, noise, rate, steps):
         else dp_accounting.pld.PLDAccountant()
     )
     epsilon = direct.compose(event).get_epsilon(1e-5)
+    # == on host floats: the wrapper composes this event in the same dp-accounting accountant,
+    # in this process, so the same bits (the claim: it adds nothing to the accountant's answer)
     assert calibration.epsilon_for_noise(noise, 1e-5, rate, steps, accountant) == epsilon
     calibrated = calibration.calibrate_noise_multiplier(epsilon, 1e-5, rate, steps, accountant)
     assert calibrated == pytest.approx(noise, rel=1e-4)
