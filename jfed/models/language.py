@@ -41,9 +41,11 @@ class _CharLSTM(nn.Module):
 class CharLSTM(FlaxClassifier):
     """A stacked character LSTM: an embedding of ``embedding`` dimensions, ``layers`` LSTM
     layers of ``hidden`` units, a softmax over the vocabulary (McMahan et al. 2017: 8, 2 x 256;
-    LEAF's ``models/shakespeare/stacked_lstm.py`` is the same network). With LEAF's 80-character
-    vocabulary it has 817,872 parameters (McMahan et al. report 866,578 for theirs without giving
-    its vocabulary or cell; see docs/reference/models.md).
+    LEAF's ``models/shakespeare/stacked_lstm.py`` is the same network). On ``V`` tokens it has
+    ``796,672 + 265 V`` parameters: 817,872 on LEAF's 80 characters alone, 818,667 on jfed's
+    Shakespeare tokens (83: LEAF's 80 and other, begin, padding), 820,257 on TFF's 86 characters
+    (89). McMahan et al. report 866,578 without giving their vocabulary or cell; no ``V`` gives
+    it here (docs/reference/models.md says what does).
 
     ``X: i32[b, T]``; ``y: i32[b]`` scores the prediction after the last character (LEAF), ``y:
     i32[b, T]`` the prediction after every character (McMahan et al.: "after reading each
