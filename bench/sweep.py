@@ -105,7 +105,7 @@ def main() -> None:
     shared_compiled = shared_program.lower(task.train, unit_hps, unit_keys, token).compile()
     shared_compile = time.perf_counter() - tic
     shared_seconds = timed(shared_compiled, task.train, unit_hps, unit_keys, token)
-    shared_theta = np.asarray(shared_compiled(task.train, unit_hps, unit_keys, token)["theta"])
+    shared_theta = np.asarray(shared_compiled(task.train, unit_hps, unit_keys, token)[0]["theta"])
 
     one_program = {}
     for width in (1, len(configs)):

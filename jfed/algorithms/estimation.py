@@ -678,11 +678,12 @@ class LocalUserLarge(Setting):
         def search(stage, interval):
             low, high = interval
             middle = (low + high) / 2.0
-            # the loop's body is traced once: its release is one line of the round's ledger,
-            # which is each voter's one vote (private at any eps: the flip probability never
-            # falls below 1/(e^eps + 1))
+            # a site votes in one stage at most (the others weigh its vote 0): the stages
+            # compose in parallel, one line of the round's ledger, each voter's one vote
+            # (private at any eps: the flip probability never falls below 1/(e^eps + 1))
             votes, _, _ = clients.aggregate(RandomizedResponseVotes(), VoteParams(hp.truthful),
-                                            (), vote, (hp, middle, stage), key)  # fmt: skip
+                                            (), vote, (hp, middle, stage), key,
+                                            disjoint_steps=True)  # fmt: skip
             quarter = (high - low) / 4.0
             # either half keeps a mean near the middle; a tie is settled by a fair public coin
             # (the server's key, no privacy cost): "ties go up" drifted the search upward, a

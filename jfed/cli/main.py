@@ -379,8 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         warning = options.certification_warning(record)
         if warning:
             print(f"jfed: warning: {warning} (both are in the record)", file=sys.stderr)
-        if not to_stdout(args.json):
-            print(declared.load().summary(record))
+        if not to_stdout(args.json):  # a refused certificate prints no eps (warned above)
+            refused = record.get("certificate_refused")
+            print(f"{record['method']}: no privacy certificate" if refused else
+                  declared.load().summary(record))  # fmt: skip
     except UsageError as error:
         print(f"jfed: error: {one_line(str(error))}", file=sys.stderr)
         return 2

@@ -80,8 +80,12 @@ def plan_of(args: argparse.Namespace):
 
 def certification_warning(record: dict) -> str | None:
     """What to warn about a run record or sweep row whose certified eps is not its target
-    (``epsilon`` vs ``epsilon_certified``), or that no accountant certifies; ``None`` when the
-    target is certified, and for non-private runs (they claim nothing)."""
+    (``epsilon`` vs ``epsilon_certified``), or that no accountant certifies (a refused
+    certificate says why); ``None`` when the target is certified, and for non-private runs
+    (they claim nothing)."""
+    refused = record.get("certificate_refused")
+    if refused:  # the program that ran is not the one the ledger composed: no eps at all
+        return f"no privacy certificate: {refused}"
     target = record.get("epsilon")
     certified = record.get("epsilon_certified", target)
     if target is None or math.isinf(float(target)):

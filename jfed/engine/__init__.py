@@ -22,6 +22,7 @@ from jfed.engine.cohort import All, CohortInfo, Poisson, Uniform, draw_cohort
 from jfed.engine.keys import as_key, client_key, cohort_key, round_key, run_streams
 from jfed.engine.loop import Algorithm, run_rounds, simulate
 from jfed.engine.plan import CLIENT_AXIS, ExecutionPlan, TableStore, client_mesh
+from jfed.engine.release_count import ReleaseCountError, counting_releases
 from jfed.engine.schedules import CyclicGroups, MinSeparation, ShuffledEpochs, schedule_key
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "MinSeparation",
     "Poisson",
     "Release",
+    "ReleaseCountError",
     "RunState",
     "ShuffledEpochs",
     "TableStore",
@@ -51,6 +53,7 @@ __all__ = [
     "cohort",
     "cohort_key",
     "cohort_with_state",
+    "counting_releases",
     "distributed",
     "draw_cohort",
     "round_key",

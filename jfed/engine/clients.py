@@ -37,14 +37,19 @@ runs ``client_fn`` for every client of the cohort, the aggregator's ``preprocess
 message, sums, and calls its ``release`` once. A tuple of aggregators makes one release each
 from ONE pass over the clients (``client_fn`` returns a tuple of updates, one per aggregator).
 Each release is a line of the round's :class:`Ledger` when one is kept (:func:`trace_releases`):
-the aggregator, the cohort and where its parameters came from in ``hyper`` (they must be read
-from the hyper-parameters unchanged, so that the accountant reads exactly the numbers that ran).
+the aggregator, the cohort, where its parameters came from in ``hyper`` (they must be read
+from the hyper-parameters unchanged, so that the accountant reads exactly the numbers that ran)
+and how many times it RUNS a round (a call inside ``lax.scan`` of length k runs k times; one
+whose count the trace cannot tell is refused: :mod:`jfed.engine.release_count`). Where a
+program counts its releases (:func:`~jfed.engine.release_count.counting_releases`, as the
+runner does), each call adds what it releases to that count as it runs.
 A run's guarantee is the composition of those releases over its rounds (:meth:`Ledger.event`):
 no method states its event by hand.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +72,7 @@ from jfed.engine.client_state import check_new_state
 from jfed.engine.cohort import All, Cohort, CohortInfo, cohort_capacity, draw_cohort
 from jfed.engine.keys import cohort_key
 from jfed.engine.plan import ExecutionPlan
+from jfed.engine.release_count import Site, count_release, current_trace, runs_here, superseded
 from jfed.engine.schedules import SCHEDULES, Schedule
 from jfed.privacy.guarantee import Adjacency
 
@@ -163,6 +169,13 @@ class Release:
     n_clients: int
     params_paths: tuple
     params_treedef: Any
+    runs_per_round: int = 1
+    """Times it RUNS in one round: the product of the lengths of the scans it sits in
+    (:func:`jfed.engine.release_count.runs_here`); the ledger composes it that many times."""
+    where: str = "in the round's body"
+    """The constructs it sits in, for messages (``"inside lax.scan of length 4"``)."""
+    disjoint_steps: bool = False
+    """Its loop's steps take each client once at most (stated by the caller): one release."""
 
     def params(self, hyper: PyTree) -> Any:
         """The aggregator's parameters read from host hyper-parameters ``hyper``, each leaf as
@@ -200,8 +213,40 @@ class Ledger:
 
     releases: list[Release] = field(default_factory=list)
     hyper_paths: dict[int, tuple] = field(default_factory=dict)  # id(traced leaf) -> key path
+    # while the round is traced: where it started, and where each release was recorded
+    _base: tuple = (None, None)
+    _sites: list[Site] = field(default_factory=list)
 
-    def record(self, aggregator: Any, cohort: Any, n_clients: int, params: Any) -> None:
+    def begin(self) -> None:
+        """Mark the start of the round's tracing (called by the function that traces it): a
+        release recorded in a construct nested below it is counted as often as it runs
+        (:func:`jfed.engine.release_count.runs_here`)."""
+        self._base = (sys._getframe(1), current_trace())
+
+    def end(self) -> None:
+        """The round is traced: forget the frames kept to place its releases."""
+        self._base, self._sites = (None, None), [Site() for _ in self._sites]
+
+    @property
+    def releases_per_round(self) -> int:
+        """The releases one round RUNS as the ledger counts them (each release's
+        :attr:`Release.runs_per_round`; a release whose loop takes each client once counts
+        none): what the compiled program must count at run time
+        (:func:`jfed.engine.release_count.counting_releases`)."""
+        return sum(r.runs_per_round for r in self.releases if not r.disjoint_steps)
+
+    def record(
+        self, aggregator: Any, cohort: Any, n_clients: int, params: Any,
+        disjoint_steps: bool = False,
+    ) -> None:  # fmt: skip
+        """Record one release of ``aggregator`` over ``cohort`` at ``params`` (read from the
+        hyper-parameters unchanged), counted as many times as it runs a round; ``ValueError``
+        (:class:`~jfed.engine.release_count.ReleaseCountError`) where that count cannot be known
+        from the trace, naming the construct and the way out."""
+        site = runs_here(type(aggregator).__name__, *self._base, disjoint_steps=disjoint_steps)
+        kept = [i for i, old in enumerate(self._sites) if not superseded(old, site)]
+        self.releases = [self.releases[i] for i in kept]  # an abandoned pass of a scan body
+        self._sites = [self._sites[i] for i in kept]
         leaves, treedef = jax.tree_util.tree_flatten(params)
         missing = [leaf for leaf in leaves if id(leaf) not in self.hyper_paths]
         if missing:
@@ -212,7 +257,9 @@ class Ledger:
                 "computed or constant"
             )
         paths = tuple(self.hyper_paths[id(leaf)] for leaf in leaves)
-        self.releases.append(Release(aggregator, cohort, int(n_clients), paths, treedef))
+        self.releases.append(Release(aggregator, cohort, int(n_clients), paths, treedef,
+                                     site.runs, site.describe(), disjoint_steps))  # fmt: skip
+        self._sites.append(site)
 
     @property
     def adjacency(self) -> Adjacency:
@@ -241,6 +288,11 @@ class Ledger:
           client only (``Participation.independent_releases_event``).
         - A correlated-noise aggregator's releases are its run's event, once
           (``run_event``; its pattern is checked against the cohort's for ``rounds``).
+        - A release that RUNS k times a round (inside a scan: :attr:`Release.runs_per_round`)
+          is k releases of that round: k entries beside the others (joined with them on a
+          sampled cohort, whose clients are the same in every step), k composed otherwise. A
+          correlated-noise aggregator run more than once a round is refused (its pattern
+          counts one release a round).
         """
         import dp_accounting
 
@@ -250,15 +302,24 @@ class Ledger:
         for release in self.releases:
             check_participation(release.aggregator, release.cohort, rounds)
             params = release.params(hyper)
+            k = release.runs_per_round
             if release.correlated:
+                if k != 1:
+                    raise ValueError(
+                        f"{type(release.aggregator).__name__} runs {k} times a round "
+                        f"({release.where}), but its participation pattern counts one release "
+                        "a round: release it once a round (outside the loop)"
+                    )
                 run_level.append(_run_event_of(release.aggregator, params))
             elif getattr(release.aggregator, "local", False):
-                per_round.append(release.aggregator.event(params))
+                per_round.append(_repeated(release.aggregator.event(params), k))
             elif _is_schedule(release.cohort):
-                scheduled.setdefault(release.cohort, []).append(release.aggregator.event(params))
+                scheduled.setdefault(release.cohort, []).extend(
+                    [release.aggregator.event(params)] * k
+                )
             else:
                 sampled.setdefault((release.cohort, release.n_clients), []).append(
-                    release.aggregator.event(params)
+                    (release.aggregator.event(params), k)
                 )
         amplifying = [cohort for cohort, _ in sampled if not isinstance(cohort, All)]
         if len(amplifying) > 1:
@@ -266,10 +327,11 @@ class Ledger:
                 f"one round releases over different sampled cohorts ({amplifying}): their draws "
                 "are nested, not independent samples, and no accountant here composes them"
             )
-        for (cohort, n_clients), events in sampled.items():
+        for (cohort, n_clients), runs in sampled.items():
             if isinstance(cohort, All):  # nothing sampled: each release is its own event
-                per_round += events
-            else:
+                per_round += [_repeated(event, k) for event, k in runs]
+            else:  # the same clients in every run: one sample of all the runs
+                events = [event for event, k in runs for _ in range(k)]
                 per_round.append(cohort.sampled_event(releases_together(events), n_clients))
         for schedule, events in scheduled.items():
             pattern = schedule.participation(int(rounds))
@@ -285,6 +347,13 @@ class Ledger:
         if not parts:
             return dp_accounting.NoOpDpEvent()
         return parts[0] if len(parts) == 1 else dp_accounting.ComposedDpEvent(parts)
+
+
+def _repeated(event: Any, runs: int) -> Any:
+    """``event`` composed ``runs`` times (itself once)."""
+    import dp_accounting
+
+    return event if runs == 1 else dp_accounting.SelfComposedDpEvent(event, runs)
 
 
 class CohortView:
@@ -344,6 +413,7 @@ class CohortView:
         statistic: Statistic = sum_messages,
         *,
         client_state: bool = False,
+        disjoint_steps: bool = False,
     ) -> tuple[PyTree, PyTree, Any]:
         """One privatized release over the cohort (or one per aggregator of a tuple).
 
@@ -363,6 +433,11 @@ class CohortView:
           statistic: how a chunk of preprocessed records is reduced (default: their sum; e.g.
             second moments ``X^T X`` of a chunk, computed as one product); additive over chunks.
           client_state: hand each client its stored state (see :meth:`sum`).
+          disjoint_steps: the loop this call sits in (``lax.scan``, ``lax.fori_loop``,
+            ``lax.while_loop``) takes each client in one step at most (its other steps weigh
+            it 0): the steps compose in parallel and the ledger counts ONE release a round.
+            Without it a release inside a scan counts once per step, and one inside a loop of
+            unknown length is refused (:mod:`jfed.engine.release_count`).
 
         Returns:
           ``(value, state, diagnostics)``: the aggregator's release, its next state, and its
@@ -409,7 +484,9 @@ class CohortView:
             if c.rounds is not None:
                 check_participation(agg, self.cohort, c.rounds)
             if c.ledger is not None:
-                c.ledger.record(agg, self.cohort, c.population.n_clients, p)
+                c.ledger.record(agg, self.cohort, c.population.n_clients, p, disjoint_steps)
+        if not disjoint_steps:  # counted where it runs (a ledger's count is checked against it)
+            count_release(len(aggregators))
         summed = self.sum(contribution, broadcast, _per_aggregator(statistic, len(aggregators)),
                           client_state=client_state)  # fmt: skip
         values, new_states, diagnostics = [], [], []
@@ -526,10 +603,12 @@ class Clients:
         statistic: Statistic = sum_messages,
         *,
         client_state: bool = False,
+        disjoint_steps: bool = False,
     ) -> tuple[PyTree, PyTree, Any]:
         """One privatized release over every client (:meth:`CohortView.aggregate`)."""
         return self._all.aggregate(aggregator, params, state, client_fn, broadcast, key,
-                                   statistic, client_state=client_state)  # fmt: skip
+                                   statistic, client_state=client_state,
+                                   disjoint_steps=disjoint_steps)  # fmt: skip
 
     def _with_state(
         self, client_fn: ClientFn, broadcast: PyTree, info: CohortInfo, statistic: Any
@@ -583,6 +662,7 @@ def trace_releases(
     ledger = Ledger()
 
     def one_round(hyper: PyTree, key: jax.Array) -> Any:
+        ledger.begin()  # releases in constructs nested below count as often as they run
         ledger.hyper_paths = {
             id(leaf): path for path, leaf in jax.tree_util.tree_flatten_with_path(hyper)[0]
         }
@@ -597,5 +677,8 @@ def trace_releases(
 
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), jnp.asarray(x).dtype),
                             hyper)  # fmt: skip
-    jax.eval_shape(one_round, abstract, jax.random.key(0))
+    try:
+        jax.eval_shape(one_round, abstract, jax.random.key(0))
+    finally:
+        ledger.end()
     return ledger

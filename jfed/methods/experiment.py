@@ -449,6 +449,15 @@ class Experiment(Generic[ConfigT]):
             cache[algorithm] = trace_releases(algorithm, population, structure)
         return cache[algorithm]
 
+    def releases_per_round(self) -> int | None:
+        """The releases one round RUNS as :meth:`ledger` counts them, which the runner checks
+        against the count of the program that ran (``None`` for a method with no ledger: one
+        that defines neither :meth:`hyperparams` nor :meth:`ledger`)."""
+        cls = type(self)
+        if cls.hyperparams is Experiment.hyperparams and cls.ledger is Experiment.ledger:
+            return None
+        return self.ledger().releases_per_round
+
     def run_event(self, hyper: Any) -> Any:
         """The ``DpEvent`` of a whole run at host hyper-parameters ``hyper``: the ledger's
         releases composed over :attr:`rounds` (as :meth:`accounted` gives it to accountants)."""
@@ -531,8 +540,10 @@ class Experiment(Generic[ConfigT]):
         """The one line ``jfed run`` prints (default: the reported metric and the guarantee)."""
         metric = record.get("report_metric")
         shown = f"{metric} {record[metric]:.4g}" if metric in record else "done"
+        refused = record.get("certificate_refused")  # then no eps is shown, only why
+        privacy = f"no certificate ({refused})" if refused else guarantee_of(record).describe()
         return (
-            f"{record['method']}: {shown} | privacy: {guarantee_of(record).describe()} | "
+            f"{record['method']}: {shown} | privacy: {privacy} | "
             f"{record['run_seconds']:.2f} s run, {record['compile_seconds']:.2f} s compile"
         )
 

@@ -36,7 +36,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jfed._validation import UsageError
-from jfed.engine import ExecutionPlan, client_mesh, distributed, run_rounds
+from jfed.engine import ExecutionPlan, client_mesh, counting_releases, distributed, run_rounds
 from jfed.engine.client_state import ONE_RUN
 from jfed.engine.progress import report_every, round_progress
 from jfed.methods import Config, method_of
@@ -124,20 +124,24 @@ def _stack_unit(hps: list, shared_algorithm):
 def _unit_function(
     algorithm, rounds: int, plan: ExecutionPlan, outputs, shared: bool, progress_every: int = 0
 ):
-    """``(population, hp, key, token) -> outputs`` of one unit, every output leaf with a leading
-    ``E``; ``progress_every > 0`` reports rounds to the bar named by ``token``."""
+    """``(population, hp, key, token) -> (outputs, releases)`` of one unit: every output leaf
+    with a leading ``E``, and ``releases: i32[]`` the releases its rounds made as they ran
+    (:func:`~jfed.engine.release_count.counting_releases`; the runs of a unit share them);
+    ``progress_every > 0`` reports rounds to the bar named by ``token``."""
     every = progress_every or 1
 
     def unit(population, hp, key, token):
         token = token if progress_every else None
-        if shared:
-            state, infos = run_rounds(algorithm, population, hp, key, rounds, plan, token, every)
-            infos = jax.tree.map(lambda leaf: jnp.swapaxes(leaf, 0, 1), infos)
-            return jax.vmap(outputs)(state, infos)
-        single = jax.tree.map(lambda leaf: leaf[0], hp)
-        result = outputs(*run_rounds(algorithm, population, single, key, rounds, plan, token,
-                                     every))  # fmt: skip
-        return jax.tree.map(lambda leaf: leaf[None], result)
+        with counting_releases() as counter:
+            if shared:
+                state, infos = run_rounds(algorithm, population, hp, key, rounds, plan, token,
+                                          every)  # fmt: skip
+                infos = jax.tree.map(lambda leaf: jnp.swapaxes(leaf, 0, 1), infos)
+                return jax.vmap(outputs)(state, infos), counter[...]
+            single = jax.tree.map(lambda leaf: leaf[0], hp)
+            result = outputs(*run_rounds(algorithm, population, single, key, rounds, plan, token,
+                                         every))  # fmt: skip
+        return jax.tree.map(lambda leaf: leaf[None], result), counter[...]
 
     return unit
 
@@ -388,6 +392,7 @@ class _Sweep:
     shared_algorithm: Any  # the program of units that share their noise; None: runs alone
     per_unit: int  # runs per unit; shorter units are padded to it
     rounds_bar: bool  # a progress bar over the rounds of the one run (instead of over runs)
+    releases: int | None = None  # a run's releases as its ledger composes them (None: unknown)
 
 
 def _run_pending(
@@ -453,15 +458,20 @@ def _sweep_of(
     progress: bool,
 ) -> _Sweep:  # fmt: skip
     """What the slices of ``units`` share: the unit function (of ``shared_algorithm`` when not
-    ``None``, else of the program's algorithm), and a bar over rounds when there is one run."""
+    ``None``, else of the program's algorithm), a bar over rounds when there is one run, and
+    the releases a run makes as the ledger counts them (traced here, before anything runs: a
+    release whose count cannot be known is refused now)."""
     shared = shared_algorithm is not None
+    per_round = experiment.releases_per_round()
     per_unit = max(len(unit) for unit in units)  # shorter units are padded to this
     rounds_bar = progress and len(units) == 1 and per_unit == 1
     unit = _unit_function(
         shared_algorithm if shared else program.algorithm, program.rounds, plan,
         program.outputs, shared, report_every(program.rounds) if rounds_bar else 0,
     )  # fmt: skip
-    return _Sweep(experiment, program, plan, unit, shared_algorithm, per_unit, rounds_bar)
+    releases = None if per_round is None else per_round * program.rounds
+    return _Sweep(experiment, program, plan, unit, shared_algorithm, per_unit, rounds_bar,
+                  releases)  # fmt: skip
 
 
 def _calibrated_units(sweep: _Sweep, units: list[list[Config]]) -> list[tuple]:
@@ -520,25 +530,45 @@ def _run_slice(
     tic = time.perf_counter()
     if sweep.rounds_bar:
         with round_progress(sweep.program.rounds, sweep.experiment.name) as token:
-            outputs = distributed.fetch(executable(*args[:3], *_placed(sweep.plan, (token,))))
+            token_args = _placed(sweep.plan, (token,))
+            outputs, counted = distributed.fetch(executable(*args[:3], *token_args))
             jax.effects_barrier()
     else:
-        outputs = distributed.fetch(executable(*args))
+        outputs, counted = distributed.fetch(executable(*args))
     per_run = (time.perf_counter() - tic) / sum(len(u) for u in chunk)
     row_info = dict(run_info, compile_seconds=compile_seconds, run_seconds=per_run, slice=index)
     return _rows_of_slice(sweep.experiment, chunk, [fields for _, fields in calibrated],
-                          outputs, row_info)  # fmt: skip
+                          outputs, row_info, np.asarray(counted), sweep.releases)  # fmt: skip
 
 
 def _rows_of_slice(
-    experiment, chunk: list[list[Config]], privacy: list[list[dict]], outputs, run_info: dict
-) -> list[dict]:
+    experiment, chunk: list[list[Config]], privacy: list[list[dict]], outputs, run_info: dict,
+    counted: np.ndarray | None = None, releases: int | None = None,
+) -> list[dict]:  # fmt: skip
     """The record of each run of ``chunk``: its outputs (leaf ``[unit, run]`` of the slice's)
-    evaluated on the host, with its privacy fields and ``run_info``."""
+    evaluated on the host, with its privacy fields and ``run_info``. Where the program counted
+    its releases (``counted: i32[units]``) and the ledger's count is known (``releases``), a run
+    whose two counts differ has its certificate refused (:func:`refused_certificate`)."""
     rows = []
     for g, unit_configs in enumerate(chunk):
         for e, config in enumerate(unit_configs):
             run_outputs = jax.tree.map(lambda leaf, g=g, e=e: np.asarray(leaf[g, e]), outputs)
             metrics = experiment.evaluate(run_outputs, config)
-            rows.append(schema.row(experiment, config, privacy[g][e], metrics, run_info))
+            fields = privacy[g][e]
+            if counted is not None and releases is not None and int(counted[g]) != releases:
+                fields = refused_certificate(fields, int(counted[g]), releases, experiment.rounds)
+            rows.append(schema.row(experiment, config, fields, metrics, run_info))
     return rows
+
+
+def refused_certificate(privacy: dict, counted: int, releases: int, rounds: int) -> dict:
+    """The privacy fields of a run whose program made ``counted`` releases where its ledger
+    composed ``releases`` over ``rounds`` rounds: no certified eps (``None``) and
+    ``certificate_refused`` saying why; the rest (delta, accountant, notion, ...) as
+    calibrated."""
+    why = (
+        f"the program made {counted} private releases as it ran, the ledger composed "
+        f"{releases} ({releases // max(rounds, 1)} a round over {rounds} rounds): the "
+        "guarantee would not be that of the program that ran"
+    )
+    return {**privacy, "epsilon_certified": None, "certificate_refused": why}
