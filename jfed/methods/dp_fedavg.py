@@ -74,10 +74,9 @@ from jfed.methods.experiment import (
     Experiment,
     Output,
     declared_outputs,
-    guarantee_fields,
-    non_private_fields,
 )
 from jfed.models import CharLSTM, CifarCNN, DenseClassifier, FemnistCNN, TransformerLM
+from jfed.privacy.calibration import SAMPLER_SHARE as SAMPLER_SHARE  # its old home
 from jfed.privacy.discrete_aggregators import largest_grid_norm
 from jfed.privacy.distributed_dp import (
     DistributedDiscreteGaussianSum,
@@ -85,6 +84,7 @@ from jfed.privacy.distributed_dp import (
     grid_norm_for_bits,
     padded_dimension,
 )
+from jfed.privacy.guarantee import IDEAL_MECHANISM
 
 EVALUATION_CLIENTS = 500
 """Synthetic: the test set is the records of this many held-out clients, and the training
@@ -118,41 +118,6 @@ certifying PLD would accept can be lower (measured: by 1e-4 relative, 4e-4 absol
 in three settings); the certified eps is the finer PLD's at the z found, so it never exceeds the
 target."""
 
-SAMPLER_SHARE = 1e-3
-"""The share of the target delta reserved for float noise's bounded reach
-(:func:`jfed.privacy.reach_delta`); where the reach needs more (large eps), z is searched again
-at what is left."""
-
-
-def noise_multiplier_within_reach(
-    least: Callable[[float], float],
-    reach: Callable[[float], float] | None,
-    delta: float,
-    what: str,
-    remedy: str,
-) -> tuple[float, float]:
-    """``(z, reserve)``: the least z (``least(share)``: the least z at the target delta less
-    ``share``) once the delta that float noise's bounded reach adds at z (``reach(z)``; None for
-    exact noise, which reserves nothing) is reserved: first :data:`SAMPLER_SHARE` of delta, then,
-    where the reach needs more (large eps), what it needs (more noise reaches less far, so the
-    term only shrinks when z grows). A reach of half the target delta or more is refused with
-    ``what`` and ``remedy`` in the message."""
-    if reach is None:
-        return least(0.0), 0.0
-    reserve = SAMPLER_SHARE * delta
-    z = least(reserve)
-    needed = reach(z)
-    if needed > reserve:
-        if needed >= 0.5 * delta:
-            raise UsageError(
-                f"{what}: the float32 normals' bounded reach alone adds delta {needed:.2g} "
-                f"(target {delta:g}); {remedy}"
-            )
-        reserve = needed
-        z = least(reserve)
-    return z, reserve
-
-
 MOMENTUM_DEFAULTS = {"sgd": 0.0, "adam": 0.9, "adagrad": 0.0, "yogi": 0.9}
 
 COHORT_KINDS = {"poisson": Poisson, "uniform": Uniform}
@@ -161,7 +126,7 @@ COHORT_KINDS = {"poisson": Poisson, "uniform": Uniform}
 CLIPPINGS = {"flat": False, "per-layer": True}
 """Whether each ``--clipping`` clips every tensor to ``C / sqrt(L)`` (else the whole update)."""
 
-IDEAL = "ideal real-valued mechanism; floating-point sampling not modelled"
+IDEAL = IDEAL_MECHANISM
 """What a float mechanism's record says of its guarantee."""
 SECURE_TRUST = (
     "no trusted server: secure aggregation (the server sees only the sum modulo 2^bits of the "
@@ -423,10 +388,15 @@ class CentralGridNoise:
     (DP-FedAvg, DP-SCAFFOLD, DP-Ditto): the noise each release draws (:meth:`release_noise`), the
     finest integer grid every configuration of a sweep fits (:meth:`choose_grid`, called by
     ``prepare``), the grid's record fields, diagnostics and refusals. The experiment gives
-    ``noise_choice``, ``model``, ``cohort``, ``config``, ``canaries``, ``name`` and the
-    calibration members ``n_clients``, ``delta_of``, ``accountant``, ``hyperparams``,
-    ``reach_delta`` and ``noise_multiplier_for``, from which :meth:`_noise_multiplier` finds the
-    least z (and :meth:`_overflow` the Poisson cohort's overflow term)."""
+    ``noise_choice``, ``model``, ``cohort``, ``config``, ``canaries``, ``name``, ``delta_of``
+    and ``accountant`` (its :meth:`privacy_target`). Its calibration is the base experiment's
+    one path (:meth:`jfed.methods.Experiment.calibrate`: the cohort's overflow, the float
+    noise's reach and the grid's coupling come from the releases), at DP-FedAvg's search
+    settings."""
+
+    search_discretization = CALIBRATION_DISCRETIZATION
+    calibration_tolerance = CALIBRATION_TOLERANCE
+    overflow_share = OVERFLOW_SHARE
 
     noise_choice: NoiseChoice
     grid_norm: int | None = None
@@ -476,59 +446,18 @@ class CentralGridNoise:
 
     def drawn_multiplier(self, config: Any) -> float:
         """The largest noise multiplier a release of ``config`` draws on the grid (default: the
-        calibrated z, :meth:`_noise_multiplier`)."""
-        return float(self._noise_multiplier(config)[0])
+        calibrated z, :meth:`jfed.methods.Experiment.calibrate_noise`)."""
+        experiment: Any = self
+        return float(experiment.calibrate_noise(config).noise_multiplier)
 
-    def _overflow(self, config: Any) -> tuple[float, float]:
-        """``(per-round overflow probability, its delta term at the target eps)`` of a Poisson
-        cohort (zeros otherwise); refuses a capacity that overflows too often."""
-        cohort, delta = self.cohort, self.delta_of(config)  # type: ignore[attr-defined]
-        if not isinstance(cohort, Poisson):
-            return 0.0, 0.0
-        n_clients = self.n_clients  # type: ignore[attr-defined]
-        per_round = cohort.overflow_probability(n_clients)
-        extra = cohort.overflow_delta(config.epsilon, config.rounds, n_clients)
-        if extra > OVERFLOW_SHARE * delta * 1.0001:
-            raise UsageError(
-                f"method {self.name}: the Poisson capacity {cohort.capacity} overflows too often "
-                f"for eps={config.epsilon} (delta share {extra / delta:.2g}); run the "
-                "configurations of a sweep together so the capacity fits the largest eps"
-            )
-        return per_round, extra
-
-    def _noise_multiplier(self, config: Any) -> tuple[float, Any, float]:
-        """``(z, accountant, delta_accountant)``: the least z for the run's eps at the delta left
-        by the cohort's overflow term and, for float noise, by its bounded reach
-        (``reach_delta``), through the releases of the current program."""
-        experiment: Any = self  # the experiment's calibration members (see the class docstring)
-        _, overflow = self._overflow(config)
-        extra = overflow + self.exact_reserve(config)
-        delta = experiment.delta_of(config)
-        accountant = experiment.accountant(config)
-        # PLD searches at a coarse discretization (1e-3, 10x faster than the 1e-4 that
-        # certifies): its bound is an upper bound at any discretization, so the z it finds
-        # certifies eps <= the target at the finer one too
-        search = privacy.Pld(CALIBRATION_DISCRETIZATION) if isinstance(accountant, privacy.Pld) \
-            else accountant  # fmt: skip
-
-        def least(share: float) -> float:
-            return experiment.noise_multiplier_for(
-                config, functools.partial(experiment.hyperparams, config), config.epsilon,
-                delta - extra - share, search, CALIBRATION_TOLERANCE,
-            )  # fmt: skip
-
-        def reach(z: float) -> float:
-            return experiment.reach_delta(experiment.hyperparams(config, z), config)
-
-        offered = hasattr(config, "noise")  # a method that offers the grid
-        label = f"method {self.name}: eps={config.epsilon}"
-        z, reserve = noise_multiplier_within_reach(
-            least, None if self.noise_choice.grid else reach, delta,
-            label + (" with --noise float" if offered else ""),
-            "use --noise discrete (exact, no reach)" if offered
-            else "lower --epsilon (its float32 noise cannot certify this one)",
-        )  # fmt: skip
-        return z, accountant, delta - extra - reserve
+    def privacy_target(self, config: Any) -> tuple[float, float, Any]:
+        """``(eps, delta, accountant)`` of a run: ``--epsilon``, ``--delta`` (else ``1 /
+        N^1.1``) and :meth:`accountant`; the grid of a configuration calibrated alone (no sweep
+        chose one) is chosen for it first."""
+        experiment: Any = self  # the experiment's members (see the class docstring)
+        if self.noise_choice.grid and self.grid_norm is None:
+            self.choose_grid([config])
+        return config.epsilon, experiment.delta_of(config), experiment.accountant(config)
 
     def default_accountant(self, config: Any) -> Any:
         """The accountant without ``--accountant``: the cohort's (PLD for a Poisson cohort or a
@@ -550,54 +479,22 @@ class CentralGridNoise:
     @property
     def coupled(self) -> bool:
         """Whether the run is certified through the continuous Gaussian its exact noise is
-        coupled to: central grid noise under a continuous accountant (the default, PLD; or
-        ``rdp``), which analyses the cohort's sampling as the Gaussian's.
-        Else the grid's own events certify it (the discrete RDP accountant), or the noise is
-        float (or a secure sum's shares, which are never coupled)."""
-        choice = self.noise_choice
-        if not choice.grid or choice.secure is not None:
-            return False
-        accountant = self.accountant(self.base_config)  # type: ignore[attr-defined]
-        return not isinstance(accountant, privacy.DiscreteRdp)
-
-    def accounted(self, event: Any) -> Any:
-        """The event an accountant certifies: with :attr:`coupled`, every central discrete
-        Gaussian of the run replaced by the continuous Gaussian it is coupled to
-        (:func:`~jfed.privacy.discrete_accounting.coupled_gaussian`: ``sigma^2 - 9`` grid units,
-        inside the cohort's sampling and the rounds' composition), the coupling's total variation
-        reserved from delta (:meth:`exact_reserve`); else ``event``."""
-        from jfed.privacy.discrete_accounting import coupled_gaussian
-
-        if not self.coupled:
-            return event
-        try:
-            return joined(coupled_gaussian(event))
-        except ValueError as error:  # a release whose noise is too small to couple
-            experiment: Any = self
-            adaptive = getattr(experiment.base_config, "adaptive_clip", False)
-            count = " (with --adaptive-clip, raise --count-noise)" if adaptive else ""
-            raise UsageError(
-                f"method {self.name}: {error}{count}; or use --accountant discrete-rdp"
-            ) from None
-
-    def exact_reserve(self, config: Any) -> float:
-        """The delta an exact noise's certificate reserves before calibration: with
-        :attr:`coupled`, ``(1 + e^eps) T`` at the target eps (which bounds it at the certified
-        eps), T the coupling's total variation over every discrete Gaussian coordinate the run
-        draws (:func:`~jfed.privacy.discrete_accounting.coupling_total_variation`); 0 otherwise
-        (the discrete RDP accountant certifies the grid's events themselves)."""
-        if not self.coupled:
-            return 0.0
-        from jfed.privacy.discrete_accounting import (
-            coupling_delta,
-            coupling_total_variation,
-            discrete_coordinates,
-        )
+        coupled to (:func:`jfed.engine.delta_terms.couples`): central grid noise under a
+        continuous accountant (the default, PLD; or ``rdp``), which analyses the cohort's
+        sampling as the Gaussian's. Else the grid's own events certify it (the discrete RDP
+        accountant), or the noise is float (or a secure sum's shares, which are never
+        coupled)."""
+        from jfed.engine import delta_terms
 
         experiment: Any = self
-        event = experiment.ledger().event(experiment.hyperparams(config, 1.0), experiment.rounds)
-        variation = coupling_total_variation(discrete_coordinates(event))
-        return coupling_delta(config.epsilon, variation)
+        accountant = experiment.accountant(experiment.base_config)
+        return delta_terms.couples(experiment.ledger(), accountant)
+
+    def coupling_advice(self) -> str:
+        """With ``--adaptive-clip`` a count whose noise is too small to couple is raised."""
+        adaptive = getattr(self.config, "adaptive_clip", False)
+        count = " (with --adaptive-clip, raise --count-noise)" if adaptive else ""
+        return f"{count}; or use --accountant discrete-rdp"
 
     def release_noise(self) -> Any:
         """The releases' noise (:mod:`jfed.algorithms.dp_fedavg`): float, or exact discrete
@@ -647,26 +544,6 @@ class CentralGridNoise:
         if not self.noise_choice.grid:
             return {}
         return {"rounding_fallbacks": int(outputs["rounding_fallbacks"])}
-
-
-def joined(event: Any) -> Any:
-    """``event`` with every sampled composition (one cohort's releases in one round) joined as
-    the ledger joins them (:func:`jfed.engine.clients.releases_together`): coupled Gaussians on
-    the same clients are one Gaussian, which the PLD accountant composes under sampling."""
-    import dp_accounting
-
-    from jfed.engine.clients import releases_together
-
-    if isinstance(event, dp_accounting.PoissonSampledDpEvent):
-        inner = event.event
-        if isinstance(inner, dp_accounting.ComposedDpEvent):
-            inner = releases_together(list(inner.events))
-        return dp_accounting.PoissonSampledDpEvent(event.sampling_probability, inner)
-    if isinstance(event, dp_accounting.SelfComposedDpEvent):
-        return dp_accounting.SelfComposedDpEvent(joined(event.event), event.count)
-    if isinstance(event, dp_accounting.ComposedDpEvent):
-        return dp_accounting.ComposedDpEvent([joined(part) for part in event.events])
-    return event
 
 
 def grid_noise_std(aggregator: Any, params: Any) -> float:
@@ -863,21 +740,6 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
         """sigma_b: ``--count-noise``, else K / 20."""
         return config.count_noise or config.cohort_size / 20.0
 
-    def reach_delta(self, hyper: dp_fedavg.Hyperparams, config: declared.DPFedAvg) -> float:
-        """Float noise: the delta its bounded reach adds over the run
-        (:func:`jfed.privacy.reach_delta`): one client moves the sum by ``1 / z`` of the noise's
-        standard deviations (``2 / z`` under a uniform cohort's replace-one), and the adaptive
-        count by ``1 / (2 sigma_b)``, in a round it takes part in (probability K / N); 0 for
-        the grid noises (exact)."""
-        if self.noise_choice.grid:
-            return 0.0
-        params = hyper.privacy
-        scale = 2.0 if isinstance(self.cohort, Uniform) else 1.0
-        shifts = [scale / float(params.noise_multiplier)]
-        if isinstance(params, privacy.AdaptiveClipParams):
-            shifts.append(scale * 0.5 / float(params.count_noise))
-        return privacy.reach_delta(shifts, self.rate, config.rounds)
-
     def _aggregator(self) -> Any:
         """The noise's own sum (without the mean and the canaries around it): adaptive
         clipping's pair of releases with ``--adaptive-clip``."""
@@ -889,7 +751,7 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
     def drawn_multiplier(self, config: Any) -> float:
         """The calibrated z, or with adaptive clipping the update sum's z_delta (larger: the
         count's noise carries the rest)."""
-        hyper = self.hyperparams(_private(config), self._noise_multiplier(config)[0])
+        hyper = self.hyperparams(_private(config), self.calibrate_noise(config).noise_multiplier)
         return float(hyper.privacy.noise_multiplier)
 
     def _noise_std(self, hyper: dp_fedavg.Hyperparams) -> float:
@@ -908,46 +770,35 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
         share = int(aggregator.share_variance(params))
         return math.sqrt(share * aggregator.min_clients) * scale
 
-    def calibrate(self, config: declared.FederatedTraining) -> tuple[dp_fedavg.Hyperparams, dict]:
-        if not self.private:
-            return self.hyperparams(config, None), non_private_fields(self.method)
+    def calibration_fields(
+        self, config: declared.FederatedTraining, noise_multiplier: float,
+        hyper: dp_fedavg.Hyperparams,
+    ) -> dict:  # fmt: skip
+        """The noise's record fields beside the guarantee's (a grid noise the sampler cannot
+        draw is refused first): the noise std of one release (``sigma``), the multiplier as
+        it ran (both grid releases' joint z with adaptive clipping), the update sum's and the
+        count's, the mechanism, the grid's fields and a secure sum's ``min_clients``."""
+        del noise_multiplier  # read back from hyper, as the device ran it
         config = _private(config)
-        if self.noise_choice.grid and self.grid_norm is None:
-            self.choose_grid([config])
-        delta = self.delta_of(config)
-        per_round, extra = self._overflow(config)
-        z, accountant, delta_accountant = self._noise_multiplier(config)
-        hyper = self.hyperparams(config, z)
         self.check_drawable(self._aggregator(), hyper.privacy, config)
-        guarantee = self._statement(self.certify_run(hyper, delta_accountant, accountant))
         update_noise = float(hyper.privacy.noise_multiplier)
         count_noise = float(getattr(hyper.privacy, "count_noise", 0.0))
         ran = self.ran_multiplier(hyper)
         if ran is None and count_noise:  # the grid's pair of discrete releases: their joint z
             ran = privacy.combined_noise_multiplier(update_noise, count_noise)
-        fields = guarantee_fields(guarantee, self._noise_std(hyper))
-        # the stated delta is the target: the accountant's share, the overflow term at the
-        # target eps (which bounds it at the smaller certified eps) and the float reach's term
-        fields |= {
-            "delta": delta,
-            "delta_accountant": guarantee.delta,
-            "delta_overflow": extra,
-            "delta_sampler": self.reach_delta(hyper, config),
-            "overflow_probability_per_round": per_round,
+        fields = {
+            "sigma": self._noise_std(hyper),
             "noise_multiplier": ran,
             "update_noise_multiplier": update_noise,
             "count_noise_std": count_noise,
-            "sampling_rate": self.rate if isinstance(self.cohort, Poisson) else None,
             "mechanism_model": self.noise_choice.model,
         }
-        if self.coupled:
-            fields["delta_coupling"] = self.exact_reserve(config)
         fields |= self.grid_fields(self._aggregator())
         if self.noise_choice.secure is not None:
             fields["min_clients"] = self.min_clients
-        return hyper, fields
+        return fields
 
-    def _statement(self, guarantee: privacy.PrivacyGuarantee) -> privacy.PrivacyGuarantee:
+    def statement(self, guarantee: privacy.PrivacyGuarantee) -> privacy.PrivacyGuarantee:
         """The guarantee as the noise states it: its notion (distributed DP for the secure sums),
         what it does not model (float sampling) and its trust model."""
         choice = self.noise_choice

@@ -35,7 +35,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jfed import privacy
 from jfed._validation import UsageError
 from jfed.algorithms import dp_ftrl
 from jfed.engine.schedules import CyclicGroups, MinSeparation, ShuffledEpochs
@@ -204,25 +203,14 @@ class FtrlExperiment(FederatedExperiment):
                                                                   noise_multiplier)),
         )  # fmt: skip
 
-    def reach_delta(self, hyper: Any, config: Any) -> float:
-        """The delta the float32 draws' bounded reach adds: the released noise is a fixed linear
-        map of the fresh draws (``C^{-1} z``, or the tree's nodes), so an output is possible
-        under an input exactly when the draws it needs lie within reach, and one client moves
-        the draws by the mechanism's sensitivity, at most ``1 / z`` of a draw's standard
-        deviation in any one of them; a union bound over every fresh draw of the run (every
-        client takes part by the schedule: no sampling). 0 on the grid (exact sampler)."""
-        if self.noise_choice.grid:
-            return 0.0
-        draws = sum(int(self.noise.draws(t)) for t in range(config.rounds))
-        multiplier = float(hyper.privacy.noise_multiplier)
-        return privacy.reach_delta([1.0 / multiplier], 1.0, draws)
-
-    def calibrate(self, config: Any) -> tuple[Any, dict]:
-        """z calibrated and certified for the run's event (:meth:`FederatedExperiment.calibrate`),
-        with the mechanism's sensitivity and the noise it adds per round. On the grid each
-        node's noise is the discrete Gaussian's (variance ``2^k m >= (z Delta)^2`` grid units);
-        the per-round noise fields are the float strategy's at that node noise."""
-        hyper, fields = super().calibrate(config)
+    def calibration_fields(self, config: Any, noise_multiplier: float, hyper: Any) -> dict:
+        """The noise's fields (:meth:`FederatedExperiment.calibration_fields`) with the
+        mechanism's sensitivity and the noise it adds per round. On the grid each node's noise
+        is the discrete Gaussian's (variance ``2^k m >= (z Delta)^2`` grid units); the
+        per-round noise fields are the float strategy's at that node noise. The float draws'
+        bounded reach is the strategy's own (``run_reach_delta``: a union bound over every fresh
+        draw of the run)."""
+        fields = super().calibration_fields(config, noise_multiplier, hyper)
         pattern = self.participation
         strategy = CorrelatedGaussianSum(self.noise, pattern)
         clip = config.update_clip
@@ -242,4 +230,4 @@ class FtrlExperiment(FederatedExperiment):
             "mean_increment_noise_std": float(np.mean(increments)),
             "prefix_noise_std_final": float(prefix[-1]),
         }
-        return hyper, fields
+        return fields

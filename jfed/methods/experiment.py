@@ -34,6 +34,8 @@ method, the member and what is expected, not from inside a compiled program.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -210,6 +212,27 @@ def guarantee_of(record: dict) -> PrivacyGuarantee:
 ConfigT = TypeVar("ConfigT", bound=Config)
 
 
+class NoiseCalibration(NamedTuple):
+    """The noise of one private run and how its target delta splits
+    (:meth:`Experiment.calibrate_noise`)."""
+
+    noise_multiplier: float
+    """z, the least that meets the target at ``delta_accountant``."""
+    accountant: Any
+    """The accountant that certifies (the target's)."""
+    delta: float
+    """The target delta: the sum of the parts below."""
+    delta_accountant: float
+    """What is left to the accountant."""
+    overflow: float
+    """The padded cohorts' overflow term at the target eps."""
+    overflow_per_round: float
+    """The probability that a round's cohort overflows."""
+    coupling: float | None
+    """The coupling's term for exact noise certified through continuous Gaussians (``None``:
+    not coupled)."""
+
+
 _CALIBRATIONS: dict[tuple, float] = {}
 """Noise multipliers already searched, by setting (:meth:`Experiment.noise_multiplier_for`)."""
 
@@ -301,6 +324,15 @@ class Experiment(Generic[ConfigT]):
     shared_noise_algorithm = None
     outputs: Any = None
     default_accountant: Any = None
+    calibration_tolerance: float = 1e-6
+    """Absolute tolerance of the search for the noise multiplier z (:meth:`calibrate_noise`)."""
+    search_discretization: float | None = None
+    """PLD's value discretization while searching z (``None``: the certifying accountant's own).
+    PLD's bound is an upper bound at any discretization, so a coarser search finds a z whose
+    certificate at the finer one meets the target too (faster, a slightly larger z)."""
+    overflow_share: float = 0.5
+    """The largest share of the target delta a padded cohort's overflow may take before a run
+    is refused (a capacity sized for the sweep's largest eps keeps it far below)."""
 
     if TYPE_CHECKING:  # every subclass defines it (a property); declared here for the checker
 
@@ -460,15 +492,29 @@ class Experiment(Generic[ConfigT]):
 
     def run_event(self, hyper: Any) -> Any:
         """The ``DpEvent`` of a whole run at host hyper-parameters ``hyper``: the ledger's
-        releases composed over :attr:`rounds` (as :meth:`accounted` gives it to accountants)."""
+        releases composed over :attr:`rounds` (:meth:`accounted` maps it for an accountant)."""
         return self.accounted(self.ledger().event(hyper, self.rounds))
 
-    def accounted(self, event: Any) -> Any:
-        """The event an accountant certifies for the ledger's ``event`` (default: itself). A
-        method whose exact noise is certified through the continuous Gaussian it is coupled to
-        maps it here (:func:`jfed.privacy.discrete_accounting.coupled_gaussian`), so that its
-        calibration and its certificate read the same event."""
-        return event
+    def accounted(self, event: Any, accountant: Any = None) -> Any:
+        """The event ``accountant`` certifies for the ledger's ``event``: where it certifies the
+        run's exact noise through the continuous Gaussian that noise is coupled to
+        (:func:`jfed.engine.delta_terms.couples`: a continuous accountant, a release on coupled
+        noise), every central discrete Gaussian replaced by it, the coupling's share of delta
+        reserved by :meth:`calibrate_noise`; else ``event`` (also without an accountant)."""
+        from jfed.engine import delta_terms
+
+        if accountant is None or not delta_terms.couples(self.ledger(), accountant):
+            return event
+        try:
+            return delta_terms.coupled(event)
+        except ValueError as error:  # a release whose noise is too small to couple
+            from jfed._validation import UsageError
+
+            raise UsageError(f"method {self.name}: {error}{self.coupling_advice()}") from None
+
+    def coupling_advice(self) -> str:
+        """What the refusal of a noise too small to couple advises (appended to it)."""
+        return "; or use --accountant discrete-rdp"
 
     def noise_multiplier_for(
         self, config: ConfigT, build: Any, epsilon: float, delta: float, accountant: Any,
@@ -483,8 +529,9 @@ class Experiment(Generic[ConfigT]):
         if key not in _CALIBRATIONS:
             ledger = self.ledger()
             _CALIBRATIONS[key] = calibrate(
-                lambda z: self.accounted(ledger.event(build(z), self.rounds)), epsilon, delta,
-                accountant=accountant, adjacency=ledger.adjacency, tolerance=tolerance,
+                lambda z: self.accounted(ledger.event(build(z), self.rounds), accountant),
+                epsilon, delta, accountant=accountant, adjacency=ledger.adjacency,
+                tolerance=tolerance,
             )  # fmt: skip
         return _CALIBRATIONS[key]
 
@@ -494,29 +541,127 @@ class Experiment(Generic[ConfigT]):
         from jfed.privacy.accounting import certify
 
         return certify(
-            self.run_event(hyper), delta, accountant=accountant,
+            self.accounted(self.run_event(hyper), accountant), delta, accountant=accountant,
             adjacency=self.ledger().adjacency, notion=self.method.notion,
             protected=self.method.protected, trust_model=self.method.trust_model,
         )  # fmt: skip
+
+    def reach_delta(self, hyper: Any, config: ConfigT) -> float:
+        """The delta float noise's bounded reach adds over the run at ``hyper``, from the
+        releases that draw it (:func:`jfed.engine.delta_terms.reach`); 0 for exact noise."""
+        from jfed.engine import delta_terms
+
+        del config  # the run's releases and rounds say it all
+        return delta_terms.reach(self.ledger(), hyper, self.rounds)
+
+    def calibrate_noise(self, config: ConfigT) -> NoiseCalibration:
+        """The least noise multiplier z meeting :meth:`privacy_target` once every delta term
+        the run's releases state is reserved from the target delta
+        (:mod:`jfed.engine.delta_terms`): a padded cohort's overflow and a coupling's total
+        variation at the target eps, then float noise's bounded reach (first
+        :data:`~jfed.privacy.calibration.SAMPLER_SHARE` of delta, more where it needs more:
+        :func:`~jfed.privacy.calibration.least_within_reach`). The accountant certifies the
+        rest. ``UsageError`` where a padded cohort overflows too often (more than
+        :attr:`overflow_share` of delta) or the reach alone needs half of delta."""
+        from jfed._validation import UsageError
+        from jfed.engine import delta_terms
+        from jfed.privacy.accounting import Pld
+        from jfed.privacy.calibration import least_within_reach
+        from jfed.privacy.discrete_accounting import check_coupling_share
+
+        epsilon, delta, accountant = self.privacy_target(config)
+        ledger, rounds = self.ledger(), self.rounds
+        per_round, overflow = delta_terms.overflow(ledger, epsilon, rounds)
+        if overflow > self.overflow_share * delta * 1.0001:
+            raise UsageError(
+                f"method {self.name}: a padded Poisson cohort overflows its capacity too often "
+                f"for eps={epsilon} (delta share {overflow / delta:.2g}); run the configurations "
+                "of a sweep together so the capacity fits the largest eps, or raise the capacity "
+                "(jfed.engine.Poisson.for_privacy)"
+            )
+        coupling = None
+        if delta_terms.couples(ledger, accountant):
+            # the coordinates drawn do not depend on z: the event at z = 1 counts them
+            coupling = delta_terms.coupling(ledger.event(self.hyperparams(config, 1.0), rounds),
+                                            epsilon)  # fmt: skip
+            check_coupling_share(epsilon, coupling, delta)  # e^eps can exceed any delta
+        extra = overflow + (coupling or 0.0)
+        search = accountant
+        if isinstance(accountant, Pld) and self.search_discretization is not None:
+            search = Pld(self.search_discretization)
+        build = functools.partial(self.hyperparams, config)
+
+        def least(share: float) -> float:
+            return self.noise_multiplier_for(config, build, epsilon, delta - extra - share,
+                                             search, self.calibration_tolerance)  # fmt: skip
+
+        def reach(z: float) -> float:
+            return delta_terms.reach(ledger, build(z), rounds)
+
+        offered = hasattr(config, "noise")  # a method that offers exact noise
+        z, reserve = least_within_reach(
+            least, reach if delta_terms.floating(ledger) else None, delta,
+            f"method {self.name}: eps={epsilon}" + (" with --noise float" if offered else ""),
+            "use --noise discrete (exact, no reach)" if offered
+            else "lower --epsilon (its float32 noise cannot certify this one)",
+        )  # fmt: skip
+        return NoiseCalibration(z, accountant, delta, delta - extra - reserve, overflow,
+                                per_round, coupling)  # fmt: skip
+
+    def statement(self, guarantee: PrivacyGuarantee) -> PrivacyGuarantee:
+        """The guarantee as the run's noise states it: a run on float noise is the ideal
+        real-valued mechanism's (:data:`~jfed.privacy.IDEAL_MECHANISM` appended to its notion);
+        exact noise as certified."""
+        from jfed.engine import delta_terms
+        from jfed.privacy.guarantee import IDEAL_MECHANISM
+
+        if not delta_terms.floating(self.ledger()) or IDEAL_MECHANISM in guarantee.notion:
+            return guarantee
+        return dataclasses.replace(guarantee, notion=f"{guarantee.notion} ({IDEAL_MECHANISM})")
+
+    def calibration_fields(self, config: ConfigT, noise_multiplier: float, hyper: Any) -> dict:
+        """Record fields a method adds to a private run's privacy fields (default: none): its
+        noise's description, say, at the calibrated ``noise_multiplier`` and ``hyper``."""
+        del config, noise_multiplier, hyper
+        return {}
 
     def calibrate(self, config: ConfigT) -> tuple[Any, PrivacyGuarantee | dict]:
         """``(hyperparams, privacy)`` of one run: traced hyper-parameters (a pytree of arrays)
         and what the run certifies.
 
-        The default serves a method written on aggregators (:meth:`hyperparams`): a private run
-        is calibrated to :meth:`privacy_target` through the releases of its round and certified
-        for them; a non-private run states no guarantee."""
+        The one calibration path of every method written on aggregators (:meth:`hyperparams`):
+        a private run's z is calibrated to :meth:`privacy_target` with every delta term its
+        releases state reserved (:meth:`calibrate_noise`), certified for those releases at the
+        delta left to the accountant, and stated as the noise states it (:meth:`statement`);
+        the record's ``delta`` is the target, its parts ``delta_accountant``,
+        ``delta_overflow``, ``delta_sampler`` (float noise's reach) and, for coupled exact
+        noise, ``delta_coupling``. A non-private run states no guarantee."""
+        from jfed.engine import delta_terms
+        from jfed.engine.cohort import Poisson
+        from jfed.privacy.guarantee import IDEAL_MECHANISM
+
         if not self.method.private:
             return self.hyperparams(config, None), non_private_fields(self.method)
-        epsilon, delta, accountant = self.privacy_target(config)
-
-        def build(z: float) -> Any:
-            return self.hyperparams(config, z)
-
-        z = self.noise_multiplier_for(config, build, epsilon, delta, accountant)
-        hyper = build(z)
-        guarantee = self.certify_run(hyper, delta, accountant)
-        return hyper, guarantee_fields(guarantee) | {"noise_multiplier": self.ran_multiplier(hyper)}
+        noise = self.calibrate_noise(config)
+        hyper = self.hyperparams(config, noise.noise_multiplier)
+        guarantee = self.statement(self.certify_run(hyper, noise.delta_accountant,
+                                                    noise.accountant))  # fmt: skip
+        ledger = self.ledger()
+        rates = [r.cohort.rate for r in ledger.releases if isinstance(r.cohort, Poisson)]
+        fields = guarantee_fields(guarantee) | {
+            "delta": noise.delta,
+            "delta_accountant": guarantee.delta,
+            "delta_overflow": noise.overflow,
+            "delta_sampler": self.reach_delta(hyper, config),
+            "overflow_probability_per_round": noise.overflow_per_round,
+            "noise_multiplier": self.ran_multiplier(hyper),
+            "sampling_rate": rates[0] if rates else None,
+        }
+        if delta_terms.floating(ledger):
+            fields["mechanism_model"] = IDEAL_MECHANISM
+        if noise.coupling is not None:
+            fields["delta_coupling"] = noise.coupling
+        return hyper, fields | self.calibration_fields(config, noise.noise_multiplier, hyper)
 
     def ran_multiplier(self, hyper: Any) -> float | None:
         """The Gaussian noise multiplier of the round's first release as it ran (its float32

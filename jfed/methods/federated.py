@@ -22,7 +22,6 @@ and where the wrapper's state lies in the run's state as ``canary_source``.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -49,8 +48,6 @@ from jfed.methods.experiment import (
     Output,
     Outputs,
     declared_outputs,
-    guarantee_fields,
-    non_private_fields,
 )
 from jfed.privacy.canary_aggregator import WithCanaries
 
@@ -170,71 +167,27 @@ class FederatedExperiment(CentralGridNoise, CanaryAudit, Experiment[FederatedTra
             return privacy.accountant_named(name)
         return self.default_accountant(config)
 
-    def calibrate(self, config: Any) -> tuple[Any, dict]:
-        """The run's hyper-parameters and privacy fields: z calibrated to ``--epsilon`` at
-        ``delta - overflow`` (less the float reach's share) through the round's releases,
-        certified for them (and the Poisson overflow term added to the stated delta)."""
-        if not self.private:
-            return self.hyperparams(config, None), non_private_fields(self.method)
-        if self.noise_choice.grid and self.grid_norm is None:
-            self.choose_grid([config])
-        delta = self.delta_of(config)
-        per_round, extra = self._overflow(config)
-        z, accountant, delta_accountant = self._noise_multiplier(config)
-        hyper = self.hyperparams(config, z)
+    def calibration_fields(self, config: Any, noise_multiplier: float, hyper: Any) -> dict:
+        """The noise's record fields beside the guarantee's (a grid noise the sampler cannot
+        draw is refused first): the calibrated z, the noise std of one release (``sigma``), the
+        mechanism and the grid's fields. The delta terms (the Poisson cohort's overflow, the
+        float noise's reach, the grid's coupling) come from the releases, on the base
+        experiment's one path."""
+        del hyper
+        z = noise_multiplier
         grid_sum = self.grid_release()
         params = self.sum_params(config.update_clip, z)
         self.check_drawable(grid_sum, params, config)
-        guarantee = self.certify_run(hyper, delta_accountant, accountant)
-        # float32 noise: the guarantee is the ideal mechanism's (the grid's is exact)
-        guarantee = dataclasses.replace(
-            guarantee, notion=guarantee.notion + self.noise_choice.suffix
-        )
         noise_std = grid_noise_std(grid_sum, params) if self.noise_choice.grid \
             else z * config.update_clip  # fmt: skip
-        fields = guarantee_fields(guarantee, noise_std)
-        # the stated delta is the target (as DP-FedAvg's): the accountant's share, the
-        # overflow term at the target eps (which bounds it at the smaller certified eps) and
-        # the float noise's bounded reach
-        fields |= {
-            "delta": delta,
-            "delta_accountant": guarantee.delta,
-            "delta_overflow": extra,
-            "delta_sampler": self.reach_delta(hyper, config),
-            "overflow_probability_per_round": per_round,
-            "noise_multiplier": z,
-            "sampling_rate": self.rate if isinstance(self.cohort, Poisson) else None,
-            "mechanism_model": self.noise_choice.model,
-        }
-        if self.coupled:
-            fields["delta_coupling"] = self.exact_reserve(config)
-        return hyper, fields | self.grid_fields(grid_sum)
+        fields = {"sigma": float(noise_std), "noise_multiplier": z,
+                  "mechanism_model": self.noise_choice.model}  # fmt: skip
+        return fields | self.grid_fields(grid_sum)
 
     def grid_release(self) -> Any:
         """The release whose grid the record describes and the sampler's range is checked on
         (a cohort's noised sum: :meth:`release_noise`)."""
         return self.release_noise().sum(False)
-
-    def reach_delta(self, hyper: Any, config: Any) -> float:
-        """The delta the float32 noise's bounded reach adds over the run
-        (:func:`jfed.privacy.reach_delta`): in each of the round's releases one client moves
-        the sum by ``1 / z`` of its noise's standard deviations (``2 / z`` under a uniform
-        cohort's replace-one), in a round it takes part in (probability K / N); 0 on the grid
-        (exact)."""
-        if self.noise_choice.grid:
-            return 0.0
-        scale = 2.0 if isinstance(self.cohort, Uniform) else 1.0
-        shifts = []
-        for release in self.ledger().releases:
-            multiplier = getattr(release.aggregator.event(release.params(hyper)),
-                                 "noise_multiplier", None)  # fmt: skip
-            if multiplier is None:
-                raise TypeError(
-                    f"method {self.name}: a release without a Gaussian noise multiplier has no "
-                    "reach bound here: override reach_delta"
-                )
-            shifts.append(scale / float(multiplier))
-        return privacy.reach_delta(shifts, self.rate, config.rounds)
 
     # -- evaluation
     def accuracy(self, params: Any, records: Any) -> float:

@@ -142,6 +142,12 @@ class GaussianSum:
                        "clipped_count": summed["clipped"], "norm_sum": summed["norm"]}  # fmt: skip
         return noised, state, diagnostics
 
+    def reach_shifts(self, params: GaussianSumParams) -> tuple[float, ...]:
+        """Float noise's bounded reach (:func:`jfed.privacy.reach_delta`): how far one client
+        moves the release's noise, in its standard deviations, under add-or-remove (``1 / z``);
+        the ledger doubles it under replace-one and adds the delta term to every run."""
+        return (1.0 / float(params.noise_multiplier),)
+
     def event(self, params: GaussianSumParams) -> dp_accounting.DpEvent:
         """``GaussianDpEvent(z)`` of one release (host side)."""
         import dp_accounting
@@ -248,6 +254,11 @@ class QuantileAdaptiveGaussianSum:
         diagnostics = {"clip": clip, "clipped_count": summed["clipped"],
                        "norm_sum": summed["norm"]}  # fmt: skip
         return noised, AdaptiveClipState(next_clip), diagnostics
+
+    def reach_shifts(self, params: AdaptiveClipParams) -> tuple[float, ...]:
+        """Both float noises' bounded reach (as :meth:`GaussianSum.reach_shifts`): the sum's
+        ``1 / z_delta`` and the count's ``1 / (2 sigma_b)`` standard deviations."""
+        return (1.0 / float(params.noise_multiplier), 0.5 / float(params.count_noise))
 
     def event(self, params: AdaptiveClipParams) -> dp_accounting.DpEvent:
         """``GaussianDpEvent(z)``, z combining both releases (:func:`combined_noise_multiplier`)."""

@@ -10,6 +10,7 @@ Gaussian) answer full participation in closed form.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,3 +171,47 @@ def calibrate_noise_multipliers(
         steps_of, epsilons, delta, accountant=spec, adjacency=Adjacency.of(neighboring),
         tolerance=tolerance, grid_size=grid_size, max_refinements=max_refinements, verify=verify,
     )  # fmt: skip
+
+
+SAMPLER_SHARE = 1e-3
+"""The share of the target delta first reserved for float noise's bounded reach
+(:func:`~jfed.privacy.reach_delta`); where the reach needs more (large eps), z is searched again
+at what is left (:func:`least_within_reach`)."""
+
+
+def least_within_reach(
+    least: Callable[[float], float],
+    reach: Callable[[float], float] | None,
+    delta: float,
+    what: str,
+    remedy: str,
+) -> tuple[float, float]:
+    """``(z, reserve)``: the least z once the delta that float noise's bounded reach adds is
+    reserved from the target ``delta``.
+
+    Args:
+      least: ``least(share)``, the least z at the target delta less ``share`` (and less any
+        term reserved before: a cohort's overflow, a coupling).
+      reach: ``reach(z)``, the reach's delta term over the run at z; ``None`` for exact noise,
+        which reserves nothing.
+      delta: the target delta.
+      what, remedy: the run named, and what to change, in the error raised when the reach
+        alone needs half of ``delta`` or more.
+
+    First :data:`SAMPLER_SHARE` of delta is reserved; where the reach at the z found needs
+    more (large eps), what it needs (more noise reaches less far, so the term only shrinks as
+    z grows)."""
+    if reach is None:
+        return least(0.0), 0.0
+    reserve = SAMPLER_SHARE * delta
+    z = least(reserve)
+    needed = reach(z)
+    if needed > reserve:
+        if needed >= 0.5 * delta:
+            raise UsageError(
+                f"{what}: the float32 normals' bounded reach alone adds delta {needed:.2g} "
+                f"(target {delta:g}); {remedy}"
+            )
+        reserve = needed
+        z = least(reserve)
+    return z, reserve

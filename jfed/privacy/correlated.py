@@ -789,6 +789,18 @@ class CorrelatedGaussianSum:
         leaf = gaussian_noise_tree(jax.random.fold_in(key, 0), _float_template(update), std)
         return jax.tree.map(lambda total, noise: total + noise.astype(total.dtype), update, leaf)
 
+    def run_reach_delta(self, params: CorrelatedGaussianSumParams, rounds: int) -> float:
+        """The delta the float32 draws' bounded reach adds over ``rounds`` releases
+        (:func:`jfed.privacy.reach_delta`): the released noise is a fixed linear map of the
+        fresh draws, so an output is possible under an input exactly when the draws it needs
+        lie within reach, and one client moves the draws by the mechanism's sensitivity, at most
+        ``1 / z`` of a draw's standard deviation in any one of them; a union bound over every
+        fresh draw of the run (the schedule, not sampling, decides who takes part)."""
+        from jfed.privacy.accounting import reach_delta
+
+        draws = sum(int(self.noise.draws(t)) for t in range(int(rounds)))
+        return reach_delta([1.0 / float(params.noise_multiplier)], 1.0, draws)
+
     def run_event(self, params: CorrelatedGaussianSumParams) -> dp_accounting.DpEvent:
         """The whole run's event (host): ``GaussianDpEvent(z)``, for any number of releases up
         to ``participation.rounds`` (fewer are a function of the full run's output)."""

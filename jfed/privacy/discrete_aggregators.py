@@ -224,6 +224,11 @@ class DiscreteGaussianSum(_GridSum):
     max_tries: int = 32
     per_layer: bool = False
     Params: ClassVar[type] = DiscreteGaussianSumParams
+    couples: ClassVar[bool] = True
+    """Its exact noise is coupled to a continuous Gaussian (one share of ``N_Z``): under a
+    continuous accountant a run is certified through that Gaussian, and the coupling's total
+    variation is a delta term of its own
+    (:func:`~jfed.privacy.discrete_accounting.coupled_gaussian`)."""
     _clip: ClassVar[Callable] = staticmethod(clip_l2)
     _within: ClassVar[Callable] = staticmethod(discrete.squared_norm_at_most)
 

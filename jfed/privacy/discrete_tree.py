@@ -122,6 +122,9 @@ class DiscreteTreeSum:
         params = aggregator.calibrate(epsilon=2.0, delta=1e-6, clip_norm=1.0)
     """
 
+    couples: ClassVar[bool] = True
+    """Every node's exact noise is coupled to a continuous Gaussian (as
+    :attr:`~jfed.privacy.DiscreteGaussianSum.couples`)."""
     noise: TreeNoise
     participation: Participation
     dimension: int

@@ -6,6 +6,11 @@ import enum
 import math
 from dataclasses import asdict, dataclass
 
+IDEAL_MECHANISM = "ideal real-valued mechanism; floating-point sampling not modelled"
+"""What a release on float noise certifies (its record's ``mechanism_model``, and appended to its
+notion): the real-valued mechanism's guarantee, the float32 draws not modelled (their bounded
+reach is a delta term of its own, :func:`jfed.privacy.reach_delta`)."""
+
 
 class Adjacency(enum.Enum):
     """Which datasets are neighbours: what one protected unit's change is.
