@@ -50,7 +50,7 @@ from jfed.algorithms.estimation_aggregators import (
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_of
 from jfed.privacy import Analytic, Basic, ParallelDpEvent, discrete, spent
-from jfed.privacy.discrete_accounting import coupled_gaussian, coupling_delta
+from jfed.privacy.discrete_accounting import coupled_gaussian, coupling_delta, delta_after_coupling
 from jfed.privacy.discrete_aggregators import LAPLACE_SCALE_BITS
 from jfed.privacy.gaussian import analytic_gaussian_noise
 from jfed.privacy.mechanisms import AnisotropicGaussianMechanism, GaussianMechanism
@@ -654,6 +654,7 @@ def calibrate_functional(
     coupling = 0.0
     if exact:
         grid = DiscreteBatchMeans(functional.MAX_TERMS, cast(int, grid_norm))
+        delta_after_coupling(config.epsilon, variation, delta)  # refused where none is left
         variation = grid.coupling_total_variation(config.iterations)
         coupling = coupling_delta(config.epsilon, variation)
     std = np.zeros(terms)

@@ -63,7 +63,7 @@ from jfed.methods.experiment import (
     non_private_fields,
 )
 from jfed.privacy import Adjacency, Advanced, Analytic, rounds_of, spent
-from jfed.privacy.discrete_accounting import coupled_gaussian, coupling_delta
+from jfed.privacy.discrete_accounting import coupled_gaussian, coupling_delta, delta_after_coupling
 from jfed.privacy.discrete_aggregators import largest_grid_norm
 from jfed.privacy.parallel import branches, per_branch
 from jfed.privacy.shuffle import shuffle_validity_limit
@@ -238,6 +238,13 @@ class SiloExperiment(CanaryAudit, Experiment):
             return {"mechanism_model": IDEAL, "notion": f"{self.method.notion} ({IDEAL})"}
         coupling = self.coupling_delta(epsilon, ledger)
         return {"mechanism_model": EXACT_MODEL, "delta_accountant": delta - coupling,
+    def delta_left(self, epsilon: float, delta: float) -> float:
+        """``delta - coupling_delta(epsilon)``: what the accountant certifies at, refused (naming
+        ``--epsilon``) where the coupling's share leaves no delta."""
+        (release,) = self.ledger().releases
+        variation = release.aggregator.coupling_total_variation(self.rounds)
+        return delta_after_coupling(epsilon, variation, delta)
+
                 "delta_coupling": coupling}  # fmt: skip
 
     def grid_fields(self) -> dict:
@@ -585,7 +592,7 @@ class CalibratedExperiment(SiloExperiment):
                 return branches(self.composed_event(hyper))[silo]
 
             # an exact run's coupling takes its share of delta at the largest target
-            reserved = delta - self.coupling_delta(max(epsilons))
+            reserved = self.delta_left(max(epsilons), delta)
             found = silo_privacy.exact_noises(silo_event, self.record_share(config),
                                               config.gradient_clip, list(epsilons),
                                               reserved)  # fmt: skip
@@ -652,7 +659,7 @@ class AcceleratedExperiment(CalibratedExperiment):
         calibration = self.calibration(config)
         calibrated = []
         for epsilon in epsilons:
-            reserved = delta - self.coupling_delta(epsilon)
+            reserved = self.delta_left(epsilon, delta)
             result = silo_privacy.one_pass_noise(batch, epsilon, reserved, config.gradient_clip,
                                                  calibration)  # fmt: skip
             noise = np.full(len(self.counts), result.noise_std)

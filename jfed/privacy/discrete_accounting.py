@@ -70,7 +70,7 @@ from dp_accounting import dp_event as events
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 from scipy import special
 
-from jfed._validation import check_nonnegative, check_open_unit, check_positive
+from jfed._validation import UsageError, check_nonnegative, check_open_unit, check_positive
 from jfed.privacy._accountant_base import Walker
 from jfed.privacy.guarantee import Adjacency
 
@@ -339,7 +339,12 @@ def discrete_gaussian_worst_delta(
 
     loss_at = (shifts**2 - 2.0 * shifts * largest) / (2.0 * sigma_squared)
     largest = np.where(loss_at > epsilon, largest, largest - 1)  # float rounding at the edge
-    deltas = below(largest) - math.exp(epsilon) * below(largest - shifts.astype(np.int64))
+    tail = below(largest - shifts.astype(np.int64))
+    # e^eps tail in log space: e^eps alone overflows past eps = 709, and any term above 1 makes
+    # the shift's delta negative (its first term is a probability), so it is capped there
+    log_term = epsilon + np.log(np.where(tail > 0.0, tail, 1.0))
+    scaled = np.where(tail > 0.0, np.exp(np.minimum(log_term, 1.0)), 0.0)
+    deltas = below(largest) - scaled
     return float(max(0.0, np.max(deltas)))
 
 
@@ -426,6 +431,31 @@ def coupling_delta(epsilon: float, total_variation: float) -> float:
     that is (eps, delta)-DP is (eps, delta + (1 + e^eps) T)-DP (the triangle inequality on both
     neighbours' output laws). ``epsilon`` is capped at 700 (e^700 is a float64)."""
     return (1.0 + math.exp(min(epsilon, 700.0))) * total_variation
+
+
+def delta_after_coupling(epsilon: float, total_variation: float, delta: float) -> float:
+    """``delta - coupling_delta(epsilon, total_variation)``: the delta an accountant certifies
+    the coupled Gaussian at. Refused (``UsageError`` naming ``--epsilon``) where the coupling's
+    share ``(1 + e^eps) T`` leaves none: ``e^eps`` grows past any delta (at eps = 1e6 the share
+    is some 1e290), so the largest eps the exact noise certifies, ``ln(delta / T - 1)``, is said
+    instead of a negative delta."""
+    share = coupling_delta(epsilon, total_variation)
+    check_coupling_share(epsilon, share, delta)
+    return delta - share
+
+
+def check_coupling_share(epsilon: float, share: float, delta: float) -> None:
+    """Refuse (``UsageError`` naming ``--epsilon`` and the largest it certifies) a coupling's
+    share of delta (:func:`coupling_delta` at ``epsilon``) that leaves no delta to certify."""
+    if share < delta:
+        return
+    variation = share / (1.0 + math.exp(min(epsilon, 700.0)))  # T, as coupling_delta caps eps
+    limit = math.log(delta / variation - 1.0) if 0 < variation < delta / 2 else 0.0
+    raise UsageError(
+        f"expected --epsilon below {limit:.4g} with exact grid noise at delta={delta:.3g}, got "
+        f"--epsilon={epsilon:g}: the coupling that certifies the grid adds (1 + e^eps) T to "
+        f"delta (T = {variation:.3g}), {share:.3g} here; lower --epsilon or use --noise float"
+    )
 
 
 def coupled_gaussian(event: events.DpEvent) -> events.DpEvent:
