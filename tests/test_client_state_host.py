@@ -238,7 +238,7 @@ def test_the_command_line_runs_a_table_off_the_device_as_on_it(tmp_path, capsys)
         (["run", "dp-fedavg", "--client-state", "host"], "method dp-fedavg keeps no per-client"),
         (
             ["run", "ditto", "--clients", "200", "--client-state", "host"],
-            "method ditto keeps ['personal', 'visits'] from its per-client state table",
+            "argument --client-state: invalid choice: 'host' (choose from 'device')",
         ),
         (["run", "scaffold", "--client-state", "disk"], "--client-state disk keeps the table"),
         (["run", "scaffold", "--client-state-dir", "x"], "--client-state-dir is the folder"),

@@ -36,6 +36,7 @@ class RecordingBar:
 def bars(monkeypatch):
     RecordingBar.made = []
     monkeypatch.setattr(progress, "tqdm", RecordingBar)
+    monkeypatch.setattr(progress, "_terminal", lambda: True)  # a bar, as on a terminal
     return RecordingBar.made
 
 

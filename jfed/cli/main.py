@@ -46,8 +46,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _run_flags(parser: argparse.ArgumentParser, declared) -> None:
-    del declared
-    options.engine_flags(parser)
+    options.engine_flags(parser, declared)
     output = parser.add_argument_group("output")
     output.add_argument(
         "--json", metavar="PATH", help="write the JSON record to PATH ('-': stdout)"

@@ -4,19 +4,29 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
+from typing import Any
 
 
 def progress_flag(group) -> None:
-    """``--progress/--no-progress``: a bar over rounds (default: on when stderr is a terminal)."""
+    """``--progress/--no-progress`` and ``--quiet``: progress over rounds (and a sweep's runs)
+    on stderr: a bar on a terminal, else a line at least every 30 s."""
     group.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None,
-        help="progress bar over rounds, from inside the compiled scan (default: on a terminal)",
+        help="progress over rounds, from inside the compiled scan: a bar on a terminal, else "
+        "one line at least every 30 s (round, rounds/s, eta) (default: on)",
+    )  # fmt: skip
+    group.add_argument(
+        "--quiet", action="store_true",
+        help="no progress on stderr (neither bar nor lines); errors and warnings still show",
     )  # fmt: skip
 
 
 def show_progress(args: argparse.Namespace) -> bool:
-    return sys.stderr.isatty() if args.progress is None else args.progress
+    """Whether the command reports progress (:mod:`jfed.engine.progress` picks a bar or lines
+    by whether stderr is a terminal): off with ``--quiet`` or ``--no-progress``."""
+    if getattr(args, "quiet", False):
+        return False
+    return True if args.progress is None else args.progress
 
 
 def cache_flag(group) -> None:
@@ -28,8 +38,11 @@ def cache_flag(group) -> None:
     )  # fmt: skip
 
 
-def engine_flags(parser: argparse.ArgumentParser) -> None:
-    """The engine plan (not part of a configuration: results do not depend on it)."""
+def engine_flags(parser: argparse.ArgumentParser, declared: Any = None) -> None:
+    """The engine plan (not part of a configuration: results do not depend on it); the places
+    of a per-client state table that method ``declared`` can run with
+    (:func:`client_state_places`)."""
+    places = client_state_places(declared)
     group = parser.add_argument_group("engine")
     group.add_argument(
         "--block-size", type=int, default=None,
@@ -39,11 +52,18 @@ def engine_flags(parser: argparse.ArgumentParser) -> None:
         "--chunk-size", type=int, default=None,
         help="clients vmapped at once (default: 4096 on CPU, 262144 on GPU / TPU)",
     )  # fmt: skip
-    group.add_argument(
-        "--client-state", choices=CLIENT_STATE_PLACES, default=None,
-        help="where a per-client state table lives (methods with per-client state: SCAFFOLD, "
+    help_text = (
+        "where a per-client state table lives (methods with per-client state: SCAFFOLD, "
         "Ditto): device (default), host memory, or disk (.npy files in --client-state-dir); "
-        "off the device, runs go one at a time",
+        "off the device, runs go one at a time"
+    )
+    if places == ("device",):
+        help_text = (
+            "where a per-client state table lives: on the device only for this method (its "
+            "outputs read the table inside the compiled run)"
+        )
+    group.add_argument(
+        "--client-state", choices=places, default=None, help=help_text
     )  # fmt: skip
     group.add_argument(
         "--client-state-dir", metavar="DIR", default=None,
@@ -54,6 +74,14 @@ def engine_flags(parser: argparse.ArgumentParser) -> None:
 
 CLIENT_STATE_PLACES = ("device", "host", "disk")
 """``--client-state``'s choices (:mod:`jfed.engine.client_state`)."""
+
+
+def client_state_places(declared: Any) -> tuple[str, ...]:
+    """The ``--client-state`` choices a method offers: its configuration's
+    ``client_state_places`` (Ditto's outputs read its table inside the compiled run, so it
+    declares ``("device",)``), else all of :data:`CLIENT_STATE_PLACES`."""
+    config = getattr(declared, "config", None)
+    return tuple(getattr(config, "client_state_places", CLIENT_STATE_PLACES))
 
 
 def plan_of(args: argparse.Namespace):

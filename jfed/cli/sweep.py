@@ -95,7 +95,7 @@ def add_parsers(commands) -> None:
         )  # fmt: skip
         progress_flag(output)
         cache_flag(output)
-        engine_flags(parser)
+        engine_flags(parser, declared)
         output.add_argument(
             "--no-shared-noise", action="store_true",
             help="run every eps on its own (default: the eps of one seed share their draws where "

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from jfed._validation import UsageError
 from jfed.engine import ExecutionPlan, client_mesh, counting_releases, distributed, run_rounds
 from jfed.engine.client_state import ONE_RUN
-from jfed.engine.progress import report_every, round_progress
+from jfed.engine.progress import progress_bar, report_every, round_progress
 from jfed.methods import Config, method_of
 from jfed.methods.fields import field_map
 from jfed.report.rows import append_rows, read_rows, repair_torn_tail, scan_rows
@@ -412,9 +412,9 @@ def _run_pending(
     sliced = _program(sweep.unit, width)
     run_info = _run_info(sweep, units_per_slice)
     rows: list[dict] = []
-    with tqdm(total=total, initial=total - len(todo),
-              disable=not options.progress or sweep.rounds_bar,
-              desc=f"sweep {experiment.name}", unit="run") as bar:  # fmt: skip
+    with progress_bar(tqdm, total=total, initial=total - len(todo),
+                      disable=not options.progress or sweep.rounds_bar,
+                      desc=f"sweep {experiment.name}", unit="run") as bar:  # fmt: skip
         for index, start in enumerate(range(0, len(units), units_per_slice)):
             chunk = units[start : start + units_per_slice]
             written = _run_slice(sweep, sliced, chunk, units_per_slice, run_info, index)
@@ -526,14 +526,16 @@ def _run_slice(
     hps = stack([hp for hp, _ in calibrated])
     keys = jax.vmap(jax.random.key)(np.array([u[0].seed for u in padded]))
     args = (sweep.program.population, *_placed(sweep.plan, (hps, keys, jnp.int32(0))))
-    executable, compile_seconds = _compiled(sliced, _spec(args))
-    tic = time.perf_counter()
-    if sweep.rounds_bar:
+    if sweep.rounds_bar:  # the compilation inside: without a terminal, its lines say so
         with round_progress(sweep.program.rounds, sweep.experiment.name) as token:
+            executable, compile_seconds = _compiled(sliced, _spec(args))
+            tic = time.perf_counter()
             token_args = _placed(sweep.plan, (token,))
             outputs, counted = distributed.fetch(executable(*args[:3], *token_args))
             jax.effects_barrier()
     else:
+        executable, compile_seconds = _compiled(sliced, _spec(args))
+        tic = time.perf_counter()
         outputs, counted = distributed.fetch(executable(*args))
     per_run = (time.perf_counter() - tic) / sum(len(u) for u in chunk)
     row_info = dict(run_info, compile_seconds=compile_seconds, run_seconds=per_run, slice=index)

@@ -5,6 +5,7 @@ as DP-FedAvg's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from jfed.methods.declared.common import ACCURACY
 from jfed.methods.declared.dp_fedavg import ONE_CLIENT, TRUSTED, USER_LEVEL, FederatedTraining
@@ -18,6 +19,9 @@ DITTO_PAPER = (
 DITTO_EXPERIMENT = "jfed.methods.ditto:DittoExperiment"
 PERSONAL_WEIGHT = "Ditto's lambda: how strongly a personal model is pulled to the global one"
 PERSONAL_EPOCHS = "epochs of SGD on the personal model each time a client takes part"
+DEVICE_ONLY = ("device",)
+"""``--client-state``'s places (jfed.cli.options): the personal models and visits a run keeps
+are read from the table inside the compiled run, so the table stays on the device."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,8 @@ class Ditto(FederatedTraining):
     personal_weight: float = param(0.1, PERSONAL_WEIGHT, range=NONNEGATIVE, tunable=True)
     personal_epochs: int = param(1, PERSONAL_EPOCHS, unit="epochs", range=integers(1, 1000))
 
+    client_state_places: ClassVar[tuple[str, ...]] = DEVICE_ONLY
+
 
 @dataclass(frozen=True)
 class DPDitto(GridTraining):
@@ -36,6 +42,8 @@ class DPDitto(GridTraining):
 
     personal_weight: float = param(0.1, PERSONAL_WEIGHT, range=NONNEGATIVE, tunable=True)
     personal_epochs: int = param(1, PERSONAL_EPOCHS, unit="epochs", range=integers(1, 1000))
+
+    client_state_places: ClassVar[tuple[str, ...]] = DEVICE_ONLY
 
 
 register(Method(
