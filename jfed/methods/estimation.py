@@ -654,8 +654,8 @@ def calibrate_functional(
     coupling = 0.0
     if exact:
         grid = DiscreteBatchMeans(functional.MAX_TERMS, cast(int, grid_norm))
-        delta_after_coupling(config.epsilon, variation, delta)  # refused where none is left
         variation = grid.coupling_total_variation(config.iterations)
+        delta_after_coupling(config.epsilon, variation, delta)  # refused where none is left
         coupling = coupling_delta(config.epsilon, variation)
     std = np.zeros(terms)
     if shape.private:

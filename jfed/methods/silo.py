@@ -227,6 +227,13 @@ class SiloExperiment(CanaryAudit, Experiment):
         variation = release.aggregator.coupling_total_variation(self.rounds)
         return coupling_delta(epsilon, variation)
 
+    def delta_left(self, epsilon: float, delta: float) -> float:
+        """``delta - coupling_delta(epsilon)``: what the accountant certifies at, refused (naming
+        ``--epsilon``) where the coupling's share leaves no delta."""
+        (release,) = self.ledger().releases
+        variation = release.aggregator.coupling_total_variation(self.rounds)
+        return delta_after_coupling(epsilon, variation, delta)
+
     def noise_fields(self, epsilon: float, delta: float, ledger=None) -> dict:
         """What a private record says of its arithmetic: ``mechanism_model`` and, on the grid,
         delta's split into ``delta_accountant`` and ``delta_coupling`` (at the certified
@@ -238,13 +245,6 @@ class SiloExperiment(CanaryAudit, Experiment):
             return {"mechanism_model": IDEAL, "notion": f"{self.method.notion} ({IDEAL})"}
         coupling = self.coupling_delta(epsilon, ledger)
         return {"mechanism_model": EXACT_MODEL, "delta_accountant": delta - coupling,
-    def delta_left(self, epsilon: float, delta: float) -> float:
-        """``delta - coupling_delta(epsilon)``: what the accountant certifies at, refused (naming
-        ``--epsilon``) where the coupling's share leaves no delta."""
-        (release,) = self.ledger().releases
-        variation = release.aggregator.coupling_total_variation(self.rounds)
-        return delta_after_coupling(epsilon, variation, delta)
-
                 "delta_coupling": coupling}  # fmt: skip
 
     def grid_fields(self) -> dict:
