@@ -179,6 +179,25 @@ def replacing(path: str, mode: str = "w") -> Iterator[IO]:
     sync_folder(folder)
 
 
+_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+"""The name :func:`replacing` gives its temporary file (``tempfile.mkstemp``'s 8 characters)."""
+
+
+def remove_stale_temporaries(folder: str) -> list[str]:
+    """Remove the temporary files of :func:`replacing` left in ``folder`` by a writer that was
+    killed mid-write (``.utility.pdf.k2j4_x9a.tmp``); returns their paths. Call it only while
+    holding the folder's writer lock (:func:`jfed.sweep.lock.folder_lock`): a temporary file
+    is then no live writer's. Files of other names are never touched."""
+    removed = []
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in os.scandir(folder):
+            if _TEMPORARY.match(entry.name) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(entry.path)
+                    removed.append(entry.path)
+    return removed
+
+
 def write_atomic(path: str, content: str | bytes) -> None:
     """Write ``content`` to ``path`` whole or not at all (:func:`replacing`)."""
     with replacing(path, "wb" if isinstance(content, bytes) else "w") as handle:

@@ -375,6 +375,10 @@ def _check_client_state(place: str | None, folder: str | None) -> None:
         )
     if folder is not None and os.path.exists(folder) and not os.path.isdir(folder):
         raise UsageError(f"--client-state-dir {folder} is a file, not a folder")
+    if folder is not None:
+        # the run creates the folder and its files from inside the compiled program (a host
+        # callback), where a refusal is no longer one line: checked here, before any work
+        check_output_folder("--client-state-dir", folder)
 
 
 def check_epsilons(text: str) -> list[float]:

@@ -180,3 +180,24 @@ def report(error: BaseException, method: str | None) -> int:
         return 1
     print(f"jfed: internal error: {_message(error)}; {REPORT_HINT}", file=sys.stderr)
     return 1
+
+
+def file_system_fault(error: OSError, args: Any) -> str:
+    """One line for a file system's refusal after the checks passed (a full disk's "No space
+    left on device", a quota): the error, the path it names (else the command's output folder)
+    and what the command kept, so that nothing has to be guessed before freeing room."""
+    command = getattr(args, "command", None)
+    out = getattr(args, "out", None)
+    where = error.filename or (out if command in ("sweep", "demo", "plot") else None)
+    said = one_line(error.strerror or str(error)) + (f": {one_line(str(where))}" if where else "")
+    if command == "sweep":
+        runs = os.path.join(out, "runs.jsonl")
+        kept = (f"the runs finished before it are kept in {runs} (the same command with --resume "
+                "continues from them once there is room)")  # fmt: skip
+    elif command == "demo":
+        kept = f"what finished before it is kept in {out}"
+    elif command == "plot":
+        kept = "the sweeps' runs.jsonl are unchanged (only tables and figures were written)"
+    else:
+        kept = "the command's result was not kept: run it again once there is room"
+    return f"jfed: error: {said}; {one_line(kept)}"

@@ -386,11 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jfed: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except OSError as error:  # the file system refused, after the checks passed
-        where = f": {error.filename}" if error.filename else ""
-        print(
-            f"jfed: error: {one_line(error.strerror or str(error))}{one_line(where)}",
-            file=sys.stderr,
-        )
+        print(faults.file_system_fault(error, args), file=sys.stderr)
         return 1
     except Exception as error:  # a fault of jfed or of a plug-in, and said to be whose
         return faults.report(error, getattr(args, "algorithm", None))

@@ -23,9 +23,12 @@ import argparse
 import contextlib
 import csv
 import json
+import math
+import numbers
 import os
 import sys
 
+from jfed._io import remove_stale_temporaries
 from jfed._validation import UsageError
 from jfed.catalog import METRIC_LABELS, SELECTION_STATISTICS, TUNING_RULES
 from jfed.cli import generate
@@ -226,8 +229,39 @@ def _print_table(table: list[dict], hyper: tuple) -> None:
         print(
             f"{row['method']} on {row['dataset']}: eps={row['epsilon']:g} "
             f"(delta={row['delta']:.3g}, {row['accountant']}): {METRIC_LABELS.get(metric, metric)} "
-            f"{row[metric + '_mean']:.4f} +- {row[metric + '_se']:.4f} over {row['seeds']} "
-            f"seeds, {chosen_text}{reference}{notion}"
+            f"{_metric_text(row, metric)} over {row['seeds']} seeds, {chosen_text}{reference}"
+            f"{notion}"
+        )
+
+
+def _metric_text(row: dict, metric: str) -> str:
+    """``mean +- se`` of a table cell, or what a cell without a finite mean holds instead of
+    ``nan +- nan``: its runs' metric is NaN (stored as ``NaN``, ``"nan"`` or null)."""
+    mean, se = row[metric + "_mean"], row[metric + "_se"]
+    if _finite(mean):
+        return f"{mean:.4f} +- {f'{se:.4f}' if _finite(se) else '(no se)'}"
+    return "not finite (a run's metric is NaN: it diverged or failed; see runs.jsonl)"
+
+
+def _finite(value) -> bool:
+    """A finite real number (not a bool; an int beyond a float counts as not finite)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _warn_not_finite(rows: list[dict], results: str) -> None:
+    """One line on stderr where runs of ``results`` hold no finite report metric."""
+    metric = rows[0].get("report_metric", "test_r2") if rows else "test_r2"
+    missing = sum(not _finite(row.get(metric)) for row in rows)
+    if missing:
+        print(
+            f"jfed: warning: {missing} of the {len(rows)} runs in {results} hold no finite "
+            f"{metric} (NaN: diverged or failed); their cells say so instead of a mean",
+            file=sys.stderr,
         )
 
 
@@ -276,7 +310,9 @@ def reported_rows(results: str) -> list[dict]:
                 raise UsageError(
                     f"{results} line {number} holds {row[metric]!r} as its {metric}, not a number"
                 )
-    return [row for _, row in scan.rows]
+    rows = [row for _, row in scan.rows]
+    _warn_not_finite(rows, results)
+    return rows
 
 
 def _plot(args: argparse.Namespace) -> None:
@@ -297,6 +333,7 @@ def _plot(args: argparse.Namespace) -> None:
     if len(sources) == 1 and args.out is None:
         folder, results = sources[0]
         with folder_lock(folder):
+            remove_stale_temporaries(folder)  # a killed writer's: this one holds the lock
             _print_table(*finish(reported_rows(results), folder, args.tune, args.statistic))
         return
     out = args.out or "results/plot"
@@ -306,11 +343,12 @@ def _plot(args: argparse.Namespace) -> None:
         table, hyper = tune_rows(rows, args.tune, args.statistic)
         _print_table(table, hyper)
         tables.append((folder, table))
-    os.makedirs(out, exist_ok=True)
-    paths, _ = plot_overlay(tables, os.path.join(out, "utility"))
-    print(f"figure: {paths[0]}")
-    audited = [row for _, rows in rows_of for row in rows]
-    _plot_audit(audited, os.path.join(out, "audit"))
+    with folder_lock(out):  # one writer of the figures; a killed one's temporaries removed
+        remove_stale_temporaries(out)
+        paths, _ = plot_overlay(tables, os.path.join(out, "utility"))
+        print(f"figure: {paths[0]}")
+        audited = [row for _, rows in rows_of for row in rows]
+        _plot_audit(audited, os.path.join(out, "audit"))
     if os.path.exists(os.path.join(out, "audit.png")):
         print(f"figure: {os.path.join(out, 'audit.png')}")
 
@@ -393,6 +431,8 @@ def run(args: argparse.Namespace, sweep: tuple | None = None) -> None:
 
     primary = is_primary()  # in a multi-process run, process 0 writes and prints
     with folder_lock(args.out) if primary else contextlib.nullcontext():
+        if primary:  # temporaries a killed writer left (a resume must not keep them)
+            remove_stale_temporaries(args.out)
         done = _finished(results) if args.resume and primary else None
         rows, _, notes = sweep_until_interior(
             run_grid,
