@@ -29,6 +29,9 @@ METHOD_RANDOMIZERS = {
     "modulated-one-shot": "modulated",
     "modulated-iterative": "modulated",
 }
+APPROXIMATE = ("gaussian", "modulated")
+"""The randomizers whose claim has a delta (the others are pure eps-DP)."""
+DEFAULT_DELTA = 1e-5
 MAX_SAMPLES = 10**8
 MIN_SAMPLES = 100
 
@@ -48,7 +51,7 @@ def add_parser(commands) -> None:
         "--epsilon", required=True, help="claimed eps per report, or a comma-separated list"
     )
     audit.add_argument(
-        "--delta", type=float, default=1e-5,
+        "--delta", type=float, default=None,
         help="claimed delta of the (eps, delta)-DP randomizers (gaussian, modulated; 1e-5)",
     )  # fmt: skip
     audit.add_argument(
@@ -59,6 +62,11 @@ def add_parser(commands) -> None:
     )
     audit.add_argument("--seed", type=int, default=0, help="PRNG seed (0)")
     audit.add_argument("--json", metavar="PATH", help="write the JSON record ('-': stdout)")
+
+
+def _named(given: str, randomizer: str) -> str:
+    """``two-point``, or ``ldp-fl's two-point randomizer`` for a method's."""
+    return given if given == randomizer else f"{given}'s {randomizer} randomizer"
 
 
 def checked(args: argparse.Namespace) -> list[float]:
@@ -77,6 +85,14 @@ def checked(args: argparse.Namespace) -> list[float]:
         )
     if not 0.0 < args.confidence < 1.0:
         raise UsageError(f"expected --confidence in (0, 1), got {args.confidence:g}")
+    randomizer = METHOD_RANDOMIZERS.get(args.randomizer, args.randomizer)
+    if args.delta is not None and randomizer not in APPROXIMATE:
+        raise UsageError(
+            f"--delta applies only to the (eps, delta)-DP randomizers ({', '.join(APPROXIMATE)}):"
+            f" {_named(args.randomizer, randomizer)} is pure eps-DP"
+        )
+    if args.delta is None:
+        args.delta = DEFAULT_DELTA
     if not 0.0 < args.delta < 1.0:
         raise UsageError(f"expected --delta in (0, 1), got {args.delta:g}")
     if not 0 <= args.seed < 2**32:

@@ -30,6 +30,10 @@ class _ArraysOnly(pickle.Unpickler):
     ALLOWED: ClassVar[set[tuple[str, str]]] = {
         ("numpy.core.multiarray", "_reconstruct"),
         ("numpy._core.multiarray", "_reconstruct"),
+        # pickle protocol 5 stores an array's bytes as a buffer rebuilt by _frombuffer (numpy
+        # 1's module path, then numpy 2's): an array from bytes, nothing else
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
         ("_codecs", "encode"),
@@ -41,16 +45,33 @@ class _ArraysOnly(pickle.Unpickler):
         raise pickle.UnpicklingError(f"a CIFAR batch holds arrays only, not {module}.{name}")
 
 
-def read_batch(path: str, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
+def _checked_arrays(data: object, labels: object, classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(u8[n, 3072], i64[n])`` of a batch's ``data`` and labels, as the format specifies them:
+    pixels integers in [0, 255] (a float 0.5 is not a byte), labels integers in [0, classes).
+    Raises ``ValueError`` saying what is wrong (nothing is cast or truncated silently)."""
+    data, labels = np.asarray(data), np.asarray(labels)
+    if data.dtype.kind not in "iu" or (data.size and (data.min() < 0 or data.max() > 255)):
+        raise ValueError(f"expected pixels of integers in [0, 255] (uint8), got {data.dtype}"
+                         f"{f' in [{data.min()}, {data.max()}]' if data.size else ''}")  # fmt: skip
+    if labels.size and labels.dtype.kind not in "iu":
+        raise ValueError(f"expected integer labels in [0, {classes - 1}], got {labels.dtype}")
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise ValueError(
+            f"expected labels in [0, {classes - 1}] (CIFAR-{classes}), got labels in "
+            f"[{labels.min()}, {labels.max()}]"
+        )
+    if data.ndim != 2 or data.shape[1] != 3072 or labels.shape != (len(data),):
+        raise ValueError(f"data of shape {data.shape} and {labels.size} labels")
+    return data.astype(np.uint8), labels.astype(np.int64)
+
+
+def read_batch(path: str, label_key: bytes, classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
     """``(x: u8[n, 32, 32, 3], y: i64[n])`` of one pickled batch (rows of 3,072 bytes: the red,
-    green, then blue 32x32 planes)."""
+    green, then blue 32x32 planes; labels in [0, classes))."""
     try:
         with open(path, "rb") as handle:
             batch = _ArraysOnly(handle, encoding="bytes").load()
-        data = np.asarray(batch[b"data"], np.uint8)
-        labels = np.asarray(batch[label_key], np.int64)
-        if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
-            raise ValueError(f"data of shape {data.shape} and {len(labels)} labels")
+        data, labels = _checked_arrays(batch[b"data"], batch[label_key], classes)
     except FileNotFoundError:
         raise
     except Exception as error:  # any unreadable file: one line naming it
@@ -80,7 +101,7 @@ def read_cifar(data_dir: str, classes: int = 10) -> tuple[np.ndarray, ...]:
                 f"CIFAR-{classes} not found: no {path}; download the python version "
                 f"(cifar-{classes}-python.tar.gz) from {WHERE} and extract it in {data_dir}"
             )
-        parts.append(read_batch(path, label_key))
+        parts.append(read_batch(path, label_key, classes))
     x_train = np.concatenate([x for x, _ in parts[:-1]])
     y_train = np.concatenate([y for _, y in parts[:-1]])
     return x_train, y_train, parts[-1][0], parts[-1][1]

@@ -36,7 +36,7 @@ def read_leaf_files(paths: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarra
                 data = json.load(handle)
             for user in data["users"]:
                 x = np.asarray(data["user_data"][user]["x"], np.float64)
-                y = np.asarray(data["user_data"][user]["y"], np.int64)
+                y = _labels(data["user_data"][user]["y"], user)
                 if x.ndim != 2 or x.shape[1] != SIDE * SIDE or len(x) != len(y):
                     raise ValueError(f"user {user}: x of shape {x.shape} and {len(y)} labels")
                 if np.any((y < 0) | (y >= CLASSES)) or np.any((x < 0) | (x > 1)):
@@ -52,6 +52,20 @@ def read_leaf_files(paths: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     if not xs:
         raise DataFileError(f"the LEAF FEMNIST files {paths} hold no user; make them with {WHERE}")
     return np.concatenate(xs), np.concatenate(ys), np.asarray(writers)
+
+
+def _labels(values: object, user: str) -> np.ndarray:
+    """``i64[n]`` of a LEAF user's ``y``: integers (``2.5`` is no class; it is refused, not
+    truncated to 2). Raises ``ValueError``."""
+    y = np.asarray(values)
+    if y.dtype.kind in "iu" or not y.size:
+        return y.astype(np.int64)
+    flat = y.reshape(-1)
+    integral = np.isfinite(flat) & (flat == np.rint(flat)) if y.dtype.kind == "f" else flat != flat
+    if not integral.all():
+        raise ValueError(f"user {user}: expected integer labels (classes 0-61), got "
+                         f"{flat[~integral][0].item()!r}")  # fmt: skip
+    return y.astype(np.int64)
 
 
 def _files(data_dir: str, part: str) -> list[str]:

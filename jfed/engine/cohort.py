@@ -160,10 +160,16 @@ class Poisson:
 
     def overflow_probability(self, n_clients: int) -> float:
         """p, the probability that one round's cohort exceeds the capacity, at n + 1 clients
-        (the larger of two neighbouring populations); 0 without a capacity below n + 1."""
+        (the larger of two neighbouring populations); 0 with no capacity below n (a capacity of
+        the whole population truncates nothing)."""
         capacity = self.capacity if self.capacity is not None else poisson_capacity(
             n_clients, self.rate
         )  # fmt: skip
+        if capacity >= n_clients:
+            # the whole population: no cohort of it overflows, and the capacity is never below
+            # the population it serves (for_privacy clamps it to n), so the neighbour's one more
+            # client gets its slot: the ideal Poisson mechanism, nothing truncated
+            return 0.0
         return overflow_probability(n_clients + 1, self.rate, capacity)
 
     def overflow_delta(self, epsilon: float, rounds: int, n_clients: int) -> float:

@@ -347,6 +347,32 @@ def _largest_fitting(config: Config, name: str, fits: Callable[[Config], bool]) 
     )
 
 
+def _refuse_epsilon(config: Config, what: str, fits: Callable[[Config], bool]) -> None:
+    """Refuse ``config`` naming ``--epsilon`` and the largest eps that fits (3 digits), where a
+    smaller eps makes it fit: a privacy accounting's cost grows with eps (a numerical
+    calibration searches a wider loss range; a formula's noise shrinks as 1 / eps, and the
+    PLD of its exact eps for reference grows). Nothing if no smaller eps fits."""
+    epsilon = getattr(config, "epsilon", None)
+    field = field_map(config).get("epsilon")
+    if not isinstance(epsilon, float) or field is None or field.range is None:
+        return
+    low = max(float(field.range.low), 1e-6)
+
+    def fits_at(value: float) -> bool:
+        return fits(dataclasses.replace(config, epsilon=value))
+
+    if epsilon <= low or not fits_at(low):
+        return
+    below, above = math.log(low), math.log(epsilon)  # fits at e^below, not at e^above
+    while above - below > 1e-3:
+        middle = 0.5 * (below + above)
+        below, above = (middle, above) if fits_at(math.exp(middle)) else (below, middle)
+    raise UsageError(
+        f"--epsilon={epsilon:g} needs {what}: the largest --epsilon that fits is about "
+        f"{float(f'{math.exp(below):.3g}'):g}"
+    )
+
+
 def _bytes(value: float) -> str:
     for unit, size in (("TiB", 2**40), ("GiB", 2**30)):
         if value >= size:
@@ -407,6 +433,7 @@ def check_fits(
                 f"{flag(name)}={getattr(config, name)} needs {what}: the largest {flag(name)} "
                 f"that fits is {largest}"
             )
+    _refuse_epsilon(config, what, fits)  # no size alone: a large eps may be the cause
     flags = ", ".join(flag(n) for n in order) or "its sizes"
     raise UsageError(
         f"this configuration needs {what}, and no smaller value of one of {flags} alone makes "

@@ -81,6 +81,7 @@ from jfed.privacy.discrete_aggregators import largest_grid_norm
 from jfed.privacy.distributed_dp import (
     DistributedDiscreteGaussianSum,
     SkellamSum,
+    drawable_grid_norm,
     grid_norm_for_bits,
     padded_dimension,
 )
@@ -619,11 +620,33 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
         mean, spread = self.n_clients * kept, math.sqrt(self.n_clients * kept * (1.0 - kept))
         return max(1, math.floor(mean - MIN_CLIENTS_SPREAD * spread))
 
+    def _check_min_clients(self) -> None:
+        """Refuse a ``--min-clients`` that fewer than one round is expected to reach: every
+        release would be withheld, a run that trains nothing and still reports its accuracy."""
+        from scipy.stats import binom
+
+        given, config = self._dp_config.min_clients, self._dp_config
+        if given is None:
+            return
+        kept = self.rate * (1.0 - config.dropout_rate)
+        most = min(self.n_clients, self.capacity or self.n_clients)
+        reached = 0.0 if given > most else float(binom.sf(given - 1, self.n_clients, kept))
+        if reached * config.rounds >= 1.0:
+            return
+        raise UsageError(
+            f"expected --min-clients at most a round's surviving clients (about "
+            f"{self.n_clients * kept:.3g} of cohorts of {config.cohort_size} after "
+            f"--dropout-rate {config.dropout_rate:g}, at most {most}), got --min-clients="
+            f"{given}: every one of the {config.rounds} rounds would be withheld; lower "
+            "--min-clients (or leave it out) or raise --cohort-size"
+        )
+
     def _field_grid(self, noise_multiplier: float) -> int:
         """The secure sum's grid: the finest whose sum of the cohort stays in the field."""
         dimension, bits = padded_dimension(self.dimension, True), self._dp_config.bits
         try:
-            return grid_norm_for_bits(bits, self.most_clients, noise_multiplier, dimension)
+            field = grid_norm_for_bits(bits, self.most_clients, noise_multiplier, dimension)
+            return drawable_grid_norm(field, noise_multiplier, dimension, self.min_clients)
         except ValueError as error:
             raise UsageError(f"method {self.name}: --bits {bits}: {error}") from None
 
@@ -637,6 +660,7 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
         choice = self.noise_choice
         if choice.secure is None:
             return super().release_noise()
+        self._check_min_clients()
         if self.grid_norm is None:
             self.grid_norm = self._grid_for(1.0)
         return dp_fedavg.SecureNoise(choice.secure, self.dimension, self.min_clients,

@@ -38,6 +38,7 @@ import numpy as np
 from jfed._validation import UsageError
 from jfed.algorithms import dp_ftrl
 from jfed.engine.schedules import CyclicGroups, MinSeparation, ShuffledEpochs
+from jfed.methods.declared.dp_ftrl import check_separation
 from jfed.methods.dp_fedavg import DEFAULT_GRID_NORM, grid_noise_std
 from jfed.methods.experiment import Output
 from jfed.methods.federated import FederatedExperiment, server_momentum
@@ -61,7 +62,9 @@ def _shuffled(n_clients: int, cohort_size: int, config: Any) -> ShuffledEpochs:
 
 
 def _min_separation(n_clients: int, cohort_size: int, config: Any) -> MinSeparation:
-    return MinSeparation(config.separation or max(1, n_clients // cohort_size), cohort_size)
+    separation = config.separation or max(1, n_clients // cohort_size)
+    check_separation(separation, n_clients, cohort_size)
+    return MinSeparation(separation, cohort_size)
 
 
 SCHEDULES = {"cyclic": _cyclic, "shuffled": _shuffled, "min-separation": _min_separation}

@@ -48,6 +48,11 @@ RECORD_RESERVED = frozenset({
 (its privacy statement, selection, run and provenance; :mod:`jfed.sweep.schema`). ``epsilon``,
 ``delta`` and ``accountant`` are allowed: a configuration names the target eps and delta and the
 accountant, which the record then states (resolved where the configuration left them None)."""
+NON_PRIVATE_STATED = frozenset({"delta", "accountant"})
+"""What the record of a NON-private method states beside :data:`RECORD_RESERVED`
+(:func:`jfed.methods.experiment.non_private_fields`: delta 0, accountant none): a configuration
+field of such a method may not take these names either (a private method's ``delta`` and
+``accountant`` are its target, which the record states)."""
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 NUMBER_KINDS = (int, float)
 
@@ -417,6 +422,12 @@ def _config_problems(method: Method) -> list[str]:
             )
         elif declaration["choices"] is not None and declaration["kind"] is not str:
             problems.append(f"field {field.name!r} has choices but is not a str field")
+    for name in sorted(names & NON_PRIVATE_STATED) if not method.private else ():
+        problems.append(
+            f"field {name!r} of {config.__name__} is named like a privacy field the record of a "
+            f"non-private method states ({name} of no guarantee); rename it, or declare the "
+            "method private"
+        )
     if method.private and "epsilon" not in names:
         problems.append(f"a private method's config declares an 'epsilon' field "
                         f"({config.__name__} has {sorted(names)})")  # fmt: skip
@@ -446,7 +457,7 @@ def _metrics_problems(method: Method) -> list[str]:
     if metrics is None:
         return []
     if isinstance(metrics, Metrics):
-        return metrics.problems()
+        return metrics.problems() + _metric_name_problems(method, metrics)
     if not callable(metrics):
         return [f"metrics must be a jfed.methods.Metrics or a function metrics(config) -> "
                 f"Metrics, got {metrics!r}"]  # fmt: skip
@@ -457,6 +468,21 @@ def _metrics_problems(method: Method) -> list[str]:
     except ValueError as error:  # UsageError included: a field that varies from run to run
         return [str(error).removeprefix(f"method {method.name}: ")]
     return []
+
+
+def _metric_name_problems(method: Method, metrics: Metrics) -> list[str]:
+    """A declared metric named like a configuration field or a field every record states: its
+    value would collide with theirs in the run's record (refused there only after the run)."""
+    config = method.config
+    fields = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) \
+        else set()  # fmt: skip
+    stated = RECORD_RESERVED | fields | (NON_PRIVATE_STATED if not method.private else set())
+    return [
+        f"metric {name!r} is named like a field the record states beside the metrics (the "
+        "configuration's, the privacy statement's or the run's); rename it"
+        for name in (metrics.selection, metrics.report)
+        if name is not None and name in stated
+    ]
 
 
 def check_experiment(name: str, experiment: Any, method: Method | None = None) -> None:

@@ -145,6 +145,16 @@ class SiloExperiment(CanaryAudit, Experiment):
                 f"expected --batch <= the smallest silo ({self.counts.min()} records): "
                 f"{self.name} samples K distinct records a round, got --batch {config.batch}"
             )
+        if (
+            self.sampling is POISSON
+            and not isinstance(config, declared.LocalSGD)
+            and config.batch > self.counts.min()
+        ):  # a rate K / n above 1 would be capped silently: K records are not what a round takes
+            raise UsageError(
+                f"expected --batch <= the smallest silo ({self.counts.min()} records): Poisson "
+                f"sampling draws each record with probability K / n <= 1, got --batch "
+                f"{config.batch}"
+            )
         self.availability = silo_sgd.AVAILABILITIES[config.availability]
         self.report_metric = "relative_rmse" if self.loss.regression else "test_error"
         self._noise: dict = {}

@@ -132,6 +132,38 @@ def grid_norm_for_bits(
     return low
 
 
+def drawable_grid_norm(
+    grid_norm: int, noise_multiplier: float, dimension: int, shares: int,
+    beta: float = DEFAULT_BETA,
+) -> int:  # fmt: skip
+    """Host: the largest grid norm ``L <= grid_norm`` on which one of ``shares`` noise shares
+    stays in the sampler's range (:func:`check_variance`: ``z^2 B(L) / shares``): the field's
+    grid (:func:`grid_norm_for_bits`) bounds the sum, not a share, and a share of few clients
+    (``min_clients`` 1 at a high dropout rate) carries the whole noise. ``ValueError`` if no
+    grid does."""
+
+    def fits(norm: int) -> bool:
+        bound = discrete.rounded_squared_norm_bound(norm, dimension, beta)
+        try:
+            check_variance(noise_multiplier, bound, shares, norm)
+        except ValueError:
+            return False
+        return True
+
+    if fits(grid_norm):
+        return grid_norm
+    low, high = 0, grid_norm  # fits(low), not fits(high); B(L) grows with L
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    if low < 1:
+        raise ValueError(
+            f"no grid holds a share of the noise of {shares} clients at "
+            f"noise_multiplier={noise_multiplier:g} in the sampler's range"
+        )
+    return low
+
+
 class DistributedSumParams(NamedTuple):
     """Parameters of the distributed sums (``f32[]`` on device, floats on the host).
 

@@ -53,8 +53,9 @@ SYNTHETIC_ONLY = (lambda c: c.dataset == "synthetic", "only with --dataset synth
 FILES_ONLY = (lambda c: c.dataset in catalog.FILE_DATASETS,
               f"only with --dataset {', '.join(catalog.FILE_DATASETS)}")  # fmt: skip
 NOT_ROLES = (
-    lambda c: c.dataset != "shakespeare",
-    "not with --dataset shakespeare (its clients are the plays' speaking roles)",
+    lambda c: _fixed_clients(c),
+    "not with --dataset shakespeare (its clients are the plays' speaking roles) nor femnist's "
+    "--split natural (one client per writer)",
 )
 DATA_SOURCES = {
     "cifar10": "the CIFAR-10 python version, https://www.cs.toronto.edu/~kriz/cifar.html "
@@ -64,6 +65,31 @@ DATA_SOURCES = {
     "femnist": "LEAF, https://github.com/TalwalkarLab/leaf (data/femnist: ./preprocess.sh, then "
     "give its data/femnist/data folder)",
 }
+
+
+IMAGES_AND_VECTORS = ("synthetic", "digits-dirichlet", *catalog.FILE_DATASETS)
+MODEL_INPUTS = {
+    "logistic": ("records of numbers (not character sequences)", IMAGES_AND_VECTORS),
+    "mlp": ("records of numbers (not character sequences)", IMAGES_AND_VECTORS),
+    "char-lstm": ("sequences of characters", ("shakespeare",)),
+    "transformer-lm": ("sequences of characters", ("shakespeare",)),
+    "femnist-cnn": ("28x28 grey images", ("femnist",)),
+    "cifar-cnn": ("32x32 colour images", ("cifar10", "cifar100")),
+}
+"""Each ``--model``: the records it reads, and the populations that hold such records."""
+
+
+def check_model_fits(model: str | None, dataset: str) -> None:
+    """Refuse a ``--model`` that cannot read ``--dataset``'s records (a language model on
+    images, a CNN on vectors), before any data is read or any program compiled."""
+    if model is None or dataset in MODEL_INPUTS[model][1]:
+        return
+    fits = [name for name, (_, datasets) in MODEL_INPUTS.items() if dataset in datasets]
+    choices = f"{', '.join(fits[:-1])} or {fits[-1]}" if len(fits) > 1 else fits[0]
+    raise UsageError(
+        f"--model {model} reads {MODEL_INPUTS[model][0]}, which --dataset {dataset} does not "
+        f"hold: use --model {choices}"
+    )
 
 
 def _dirichlet_split(config) -> bool:
@@ -186,6 +212,7 @@ class FederatedTraining(Config):
                 f"--dataset {self.dataset} reads your copy of its files: give --data-dir, the "
                 f"folder of {DATA_SOURCES[self.dataset]}"
             )
+        check_model_fits(self.model, self.dataset)
         if _fixed_clients(self) and self.cohort_size > self.clients:
             raise UsageError(
                 f"expected --cohort-size <= --clients={self.clients}, got "
@@ -342,6 +369,15 @@ class DPFedAvg(FederatedTraining):
         if distributed and self.audit_canaries:
             raise UsageError(f"--audit-canaries audits a trusted server's sum: use --noise "
                              f"discrete or float, not --noise {self.noise}")  # fmt: skip
+        most = self.clients if _fixed_clients(self) else None
+        if self.min_clients is not None and most is not None and self.min_clients > most:
+            # no round can gather that many shares: every release would be withheld (the
+            # experiment refuses a count that rounds reach too rarely, once cohorts are known)
+            raise UsageError(
+                f"expected --min-clients <= --clients={most} (a round's surviving clients "
+                f"release its sum), got --min-clients={self.min_clients}: every round would be "
+                "withheld"
+            )
         return super().check()
 
 

@@ -10,8 +10,14 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from jfed._validation import UsageError
+from jfed.methods.cost import Cost, CostPlan
 from jfed.methods.declared.common import ACCURACY
-from jfed.methods.declared.dp_fedavg import USER_LEVEL, FederatedTraining, federated_cost
+from jfed.methods.declared.dp_fedavg import (
+    USER_LEVEL,
+    FederatedTraining,
+    _fixed_clients,
+    federated_cost,
+)
 from jfed.methods.declared.private_training import CENTRAL_NOISES, PrivateTraining
 from jfed.methods.fields import Range, integers, param
 from jfed.methods.registry import Method, register
@@ -52,6 +58,24 @@ def _refused(name: str, phrase: str) -> Any:
     return dataclasses.field(default=parent.default, metadata={"jfed": declaration})
 
 
+def check_separation(separation: int, clients: int, cohort_size: int) -> None:
+    """Refuse a min-separation schedule whose ``separation`` groups of the ``clients`` cannot
+    each hold a cohort of ``cohort_size`` (naming ``--separation``, the cause, and its most)."""
+    most = clients // cohort_size
+    if separation <= most:
+        return
+    if most < 1:
+        raise UsageError(
+            f"expected --cohort-size <= {clients} (the clients of the population), got "
+            f"--cohort-size={cohort_size}"
+        )
+    raise UsageError(
+        f"expected --separation <= {most} with {clients} clients and --cohort-size "
+        f"{cohort_size} (each of the b groups of the min-separation schedule holds a round's "
+        f"cohort: b K <= N), got --separation={separation}"
+    )
+
+
 def _tree(config) -> bool:
     return config.noise_strategy in TREE_NOISE
 
@@ -87,6 +111,8 @@ class FtrlTraining(PrivateTraining):
                 f"--server-optimizer {self.server_optimizer}: DP-FTRL steps with SGD and "
                 "momentum on the released increments; use --server-optimizer sgd"
             )
+        if self.schedule in SEPARATED and self.separation is not None and _fixed_clients(self):
+            check_separation(self.separation, self.clients, self.cohort_size)
         return super().check()
 
 
@@ -129,11 +155,27 @@ class BltDPFTRL(FtrlTraining):
                              range=integers(1, 10))  # fmt: skip
 
 
+NOISE_MATRIX_COPIES = 2  # the scan's output and the host's copy (jfed.privacy.correlated)
+
+
+def ftrl_cost(config: FtrlTraining, plan: CostPlan) -> Cost:
+    """:func:`federated_cost` plus the host's matrices of the correlated noise: the released
+    increments' noise map ``f64[R, m]`` over the run's m draws (a Honaker tree draws about 2
+    a round, other strategies 1) and the strategy's ``f64[R, R]`` matrices, 8 R m bytes each,
+    which grow as R^2 (R = 10^6 rounds: terabytes)."""
+    honaker = getattr(config, "noise_strategy", None) == "tree" and getattr(config, "honaker",
+                                                                            False)  # fmt: skip
+    draws = config.rounds * (2 if honaker else 1)
+    matrices = Cost(0, 0, host_memory=NOISE_MATRIX_COPIES * 8 * config.rounds * draws,
+                    hint="lower --rounds")  # fmt: skip
+    return federated_cost(config, plan).plus_host(matrices)
+
+
 register(Method(
     "dp-ftrl", DPFTRL,
     "DP-FTRL: a participation schedule, tree-aggregated noise, momentum; no amplification",
     USER_LEVEL, ALL_PARTICIPATIONS, CORRELATED, FTRL_EXPERIMENT, FTRL_PAPER,
-    "DP-FTRLM with tree restarts (Algorithm 1 with momentum)", cost=federated_cost,
+    "DP-FTRLM with tree restarts (Algorithm 1 with momentum)", cost=ftrl_cost,
     metrics=ACCURACY,
 ))  # fmt: skip
 
@@ -141,6 +183,6 @@ register(Method(
     "blt-dp-ftrl", BltDPFTRL,
     "BLT-DP-FTRL: a participation schedule, buffered-linear-Toeplitz noise, momentum",
     USER_LEVEL, ALL_PARTICIPATIONS, CORRELATED, FTRL_EXPERIMENT, BLT_PAPER,
-    "DP-FTRL with BLT noise (min-separation sensitivity)", cost=federated_cost,
+    "DP-FTRL with BLT noise (min-separation sensitivity)", cost=ftrl_cost,
     metrics=ACCURACY,
 ))  # fmt: skip

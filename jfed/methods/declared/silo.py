@@ -78,6 +78,16 @@ class SiloData(Config):
     mixing: float = param(0.0, "p: 0 heterogeneous silos .. 1 iid", range=UNIT, group="data")
     data_seed: int = data_seed()
 
+    def check(self) -> Self:
+        shape = SILO_SHAPES.get(self.dataset)
+        if self.silos is not None and shape is not None and self.silos > shape[1]:
+            # an empty silo has no minibatch (and no delta = 1 / n^2 to calibrate to)
+            raise UsageError(
+                f"expected --silos <= {shape[1]} with --dataset {self.dataset} (its "
+                f"{shape[1]} training records, at least one a silo), got --silos={self.silos}"
+            )
+        return super().check()
+
     @property
     def dataset_label(self) -> str:
         return self.dataset
