@@ -182,6 +182,19 @@ def test_the_runs_count_what_the_ledger_composed(looped_method, loop, releases):
     assert record["epsilon_certified"] == certified(config)["epsilon_certified"]
 
 
+def test_vmapped_runs_count_their_own_releases(looped_method):
+    # the accelerators' path: runs vmapped together, each with its own count
+    from jfed.methods import build_experiment
+    from jfed.sweep.runner import configurations, run_sweep
+
+    base = looped_method(releases=2, loop="nested")
+    rows = run_sweep(build_experiment(base), configurations(base, [1.0, 2.0]), None,
+                     vector_width=2, slice_size=2, progress=False)  # fmt: skip
+    assert [row["slice_size"] for row in rows] == [2, 2]
+    assert all("certificate_refused" not in row for row in rows)
+    assert [row["epsilon_certified"] for row in rows] == pytest.approx([1.0, 2.0], rel=1e-5)
+
+
 @pytest.mark.parametrize(("loop", "construct"), [("while", "lax.while_loop"),
                                                  ("cond", "lax.cond"),
                                                  ("vmap", "jax.vmap")])  # fmt: skip
