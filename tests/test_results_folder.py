@@ -473,7 +473,10 @@ def test_a_full_disk_mid_sweep_loses_no_row_leaves_no_lock_and_resumes(tmp_path,
     monkeypatch.setattr(rows_module, "write_all", filling_disk)
     assert main(argv) == 1
     err = capsys.readouterr().err.strip()
-    assert err == f"jfed: error: No space left on device: {out / 'runs.jsonl'}", err
+    runs = out / "runs.jsonl"  # the path, and what was kept (the rows before it, resumable)
+    assert err == (f"jfed: error: No space left on device: {runs}; the runs finished before it "
+                   f"are kept in {runs} (the same command with --resume continues from them "
+                   "once there is room)"), err  # fmt: skip
     first = written[0]
     assert (out / "runs.jsonl").read_bytes().startswith(first)  # the finished row is kept
     with folder_lock(str(out)):  # released: a second writer gets it at once
