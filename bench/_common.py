@@ -1,17 +1,52 @@
-"""What every benchmark script shares: the machine's load, timing in turns, and its JSON written
-atomically."""
+"""What every benchmark script shares: its arguments with a smoke size, the machine's load,
+timing in turns, and its JSON written atomically."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+"""``bench/results``: the committed results, which a smoke run never writes."""
+SMOKE_HELP = (
+    "a smoke run: seconds, tiny sizes, the same code path (what the test suite runs so that no "
+    "benchmark rots); its JSON goes to --json or a temporary file, never under bench/results/"
+)
+
+
+def parse_args(
+    parser: argparse.ArgumentParser, argv: list[str] | None, script: str, **smoke: Any
+) -> argparse.Namespace:
+    """``parser``'s arguments from ``argv`` (``None``: the command line), with ``--smoke`` added.
+
+    With ``--smoke``, ``smoke`` (``{dest: value}``, the script's tiny sizes) replaces the
+    defaults (flags given still win), and the JSON (``--json``) defaults to
+    ``<tmp>/jfed-bench-smoke/<script's name>.json``; a smoke JSON under :data:`RESULTS` is
+    refused, so a smoke run cannot overwrite a committed result."""
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args(argv)
+    if not args.smoke:
+        return args
+    unknown = set(smoke) - {action.dest for action in parser._actions}
+    if unknown:  # a misspelt size would be set beside the arguments and never read
+        raise ValueError(f"{script}: smoke sizes of no argument: {sorted(unknown)}")
+    name = os.path.splitext(os.path.basename(script))[0]
+    folder = os.path.join(tempfile.gettempdir(), "jfed-bench-smoke")
+    parser.set_defaults(**smoke, json=os.path.join(folder, f"{name}.json"))
+    args = parser.parse_args(argv)
+    if args.json and os.path.realpath(args.json).startswith(os.path.realpath(RESULTS) + os.sep):
+        parser.error(f"--smoke writes no result under {RESULTS}: --json {args.json}")
+    print(f"smoke run of {name}: tiny sizes, timings meaningless; JSON: {args.json}", flush=True)
+    return args
 
 
 def uptime() -> str:

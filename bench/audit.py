@@ -28,7 +28,7 @@ import argparse
 import statistics
 
 import numpy as np
-from _common import finish, uptime
+from _common import finish, parse_args, uptime
 
 import jfed
 from jfed.methods import declared
@@ -39,7 +39,7 @@ def config(cohort: int, rounds: int, canaries: int, noise: str) -> declared.DPFe
                              audit_canaries=canaries, noise=noise)  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cohort", type=int, default=1000)
     parser.add_argument("--canaries", type=int, default=1000)
@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--noise", default="discrete", choices=("discrete", "float"))
     parser.add_argument("--json", metavar="PATH", default="bench/results/audit_cpu.json")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, cohort=10, canaries=10, rounds=2, repeats=1)
     load_before = uptime()
     configs = {
         "plain": config(args.cohort, args.rounds, 0, args.noise),

@@ -1,6 +1,7 @@
 """Calibration speed: closed forms over an eps grid, and the PLD grid reuse against one-at-a-time.
 
-    python bench/calibration.py [--json PATH] [--targets 100] [--check 5]
+    python bench/calibration.py [--json PATH] [--targets 100] [--check 5] [--steps 1000]
+                                [--rate 0.01] [--smoke]
 
 1. zCDP, classic and analytic Gaussian calibration of a grid of 100 eps (vectorised).
 2. Subsampled Gaussian (q = 0.01, 1000 steps, delta = 1e-5) with the PLD accountant: one
@@ -17,6 +18,7 @@ import json
 import time
 
 import numpy as np
+from _common import parse_args  # bench/ is on the path
 
 from jfed.privacy import calibration
 from jfed.report import versions
@@ -46,26 +48,28 @@ def closed_forms(n_targets: int) -> list[dict]:
     return rows
 
 
-def pld_grid(n_targets: int, n_check: int, tolerance: float) -> dict:
+def pld_grid(
+    n_targets: int, n_check: int, tolerance: float, steps: int = STEPS, rate: float = RATE
+) -> dict:
     targets = np.geomspace(0.5, 8.0, n_targets)
     single, single_seconds = _timed(
-        calibration.calibrate_noise_multiplier, 1.0, DELTA, RATE, STEPS, "pld"
+        calibration.calibrate_noise_multiplier, 1.0, DELTA, rate, steps, "pld"
     )
     (grid, info), grid_seconds = _timed(
         calibration.calibrate_noise_multipliers,
-        targets, DELTA, RATE, STEPS, "pld", tolerance=tolerance,
+        targets, DELTA, rate, steps, "pld", tolerance=tolerance,
     )  # fmt: skip
     check = np.unique(np.linspace(0, n_targets - 1, n_check).round().astype(int))
     noise_errors, eps_errors, single_eps_errors = [], [], []
     for index in check:
-        exact = calibration.calibrate_noise_multiplier(targets[index], DELTA, RATE, STEPS, "pld")
+        exact = calibration.calibrate_noise_multiplier(targets[index], DELTA, rate, steps, "pld")
         noise_errors.append(grid[index] / exact - 1.0)
-        spent = calibration.epsilon_for_noise(grid[index], DELTA, RATE, STEPS, "pld")
+        spent = calibration.epsilon_for_noise(grid[index], DELTA, rate, steps, "pld")
         eps_errors.append(spent / targets[index] - 1.0)
-        exact_spent = calibration.epsilon_for_noise(exact, DELTA, RATE, STEPS, "pld")
+        exact_spent = calibration.epsilon_for_noise(exact, DELTA, rate, steps, "pld")
         single_eps_errors.append(exact_spent / targets[index] - 1.0)
     row = {
-        "setting": {"sampling_rate": RATE, "steps": STEPS, "delta": DELTA, "eps_range": [0.5, 8]},
+        "setting": {"sampling_rate": rate, "steps": steps, "delta": DELTA, "eps_range": [0.5, 8]},
         "targets": n_targets,
         "tolerance": tolerance,
         "single_seconds": single_seconds,
@@ -82,7 +86,7 @@ def pld_grid(n_targets: int, n_check: int, tolerance: float) -> dict:
         ],
     }
     print(
-        f"PLD, q={RATE}, {STEPS} steps, tolerance {tolerance:g}: one calibration "
+        f"PLD, q={rate}, {steps} steps, tolerance {tolerance:g}: one calibration "
         f"{single_seconds:.2f} s; {n_targets} targets on the grid {grid_seconds:.2f} s "
         f"= {row['ratio_grid_to_single']:.2f} x one ({info['evaluations']} accountant evaluations)"
         f"\n  max |noise_grid / noise_single - 1| = {row['max_relative_noise_difference']:.2e}; "
@@ -93,18 +97,23 @@ def pld_grid(n_targets: int, n_check: int, tolerance: float) -> dict:
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", type=int, default=100)
     parser.add_argument("--check", type=int, default=5)
     parser.add_argument("--tolerances", default="1e-4,1e-5", help="grid tolerances to run")
+    parser.add_argument("--steps", type=int, default=STEPS, help="PLD: Poisson rounds composed")
+    parser.add_argument("--rate", type=float, default=RATE, help="PLD: their sampling rate")
     parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args()
+    args = parse_args(
+        parser, argv, __file__, targets=3, check=1, tolerances="1e-3", steps=1, rate=1.0
+    )
     payload = {
         "benchmark": "calibration",
         "closed_forms": closed_forms(args.targets),
         "pld_grid": [
-            pld_grid(args.targets, args.check, float(t)) for t in args.tolerances.split(",")
+            pld_grid(args.targets, args.check, float(t), args.steps, args.rate)
+            for t in args.tolerances.split(",")
         ],
         "versions": versions(),
     }

@@ -58,7 +58,7 @@ from dataclasses import dataclass, replace
 
 import jax
 import jax.numpy as jnp
-from _common import device_name, times_in_turns, uptime, write_json
+from _common import device_name, parse_args, times_in_turns, uptime, write_json
 
 from jfed.data import SyntheticFederated, SyntheticLinear
 from jfed.engine import ExecutionPlan, HostTable, Uniform, run_rounds
@@ -235,7 +235,7 @@ def peak_mb(executable) -> float:
     return total / 2**20
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--populations", default="1e4,1e5,1e6")
     parser.add_argument("--cohort", type=int, default=1000)
@@ -268,7 +268,16 @@ def main() -> None:
         "default: the system's temporary folder)",
     )
     parser.add_argument("--json", metavar="PATH", default="bench/results/client_state.json")
-    args = parser.parse_args()
+    args = parse_args(
+        parser,
+        argv,
+        __file__,
+        populations="1e3",
+        cohort=10,
+        rounds=2,
+        repeats=1,
+        client_state="device,disk",
+    )
     if args.dim is None:
         args.dim = 100 if args.workload == "gradient" else 60
     populations = [int(float(s)) for s in args.populations.split(",")]

@@ -31,7 +31,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from _common import uptime, write_json
+from _common import parse_args, uptime, write_json
 
 from jfed.data import SyntheticLinear
 from jfed.engine import ExecutionPlan, Poisson, Uniform, draw_cohort, run_rounds
@@ -84,7 +84,7 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--populations", default="1e6,1e8")
     parser.add_argument("--cohorts", default="1e2,1e3,1e4")
@@ -92,7 +92,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--json", metavar="PATH", default="bench/results/cohort.json")
-    args = parser.parse_args()
+    args = parse_args(
+        parser,
+        argv,
+        __file__,
+        populations="1e3,1e4",
+        cohorts="10",
+        kinds="uniform,poisson",
+        rounds=2,
+        repeats=1,
+    )
     populations = [int(float(s)) for s in args.populations.split(",")]
     cohorts = [int(float(s)) for s in args.cohorts.split(",")]
     kinds = args.kinds.split(",")

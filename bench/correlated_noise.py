@@ -30,7 +30,13 @@ import argparse
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_in_turns, device_name, uptime, write_json  # bench/ is on the path
+from _common import (  # bench/ is on the path
+    best_in_turns,
+    device_name,
+    parse_args,
+    uptime,
+    write_json,
+)
 
 from jfed.privacy.correlated import (
     BandedNoise,
@@ -77,13 +83,13 @@ def releases(aggregator: CorrelatedGaussianSum, dim: int, rounds: int):
     return jax.jit(run)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dim", default="1e6")
     parser.add_argument("--rounds", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, dim="1e3", rounds=4, repeats=1)
     dim, rounds = int(float(args.dim)), args.rounds
     participation = Participation(rounds, 1, rounds)  # one participation: sens is the max column
     key = jax.random.key(0)

@@ -25,7 +25,13 @@ import argparse
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_in_turns, device_name, uptime, write_json  # bench/ is on the path
+from _common import (  # bench/ is on the path
+    best_in_turns,
+    device_name,
+    parse_args,
+    uptime,
+    write_json,
+)
 
 from jfed.privacy import discrete
 from jfed.privacy.discrete_aggregators import DiscreteGaussianSum
@@ -59,13 +65,13 @@ def draws(size: int, variance: int, laplace_scale: float) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="1e6")
     parser.add_argument("--noise-multiplier", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, size="1e4", repeats=1)
     size = int(float(args.size))
     aggregator = DiscreteGaussianSum(dimension=size)
     variance = int(np.ceil(args.noise_multiplier**2 * aggregator.squared_bound))

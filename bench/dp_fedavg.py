@@ -1,6 +1,6 @@
 """DP-FedAvg rounds per second: jfed's one program against a numpy round vectorised over the cohort.
 
-    python bench/dp_fedavg.py [--cohorts 100,1000] [--clients 10000] [--json PATH]
+    python bench/dp_fedavg.py [--cohorts 100,1000] [--clients 10000] [--json PATH] [--smoke]
 
 The setting (the same for both): Synthetic(1, 1) (d = 60, 10 classes), N clients of exactly 20
 records each, generated once and stored (``SyntheticFederated.materialize``); every round a
@@ -30,11 +30,13 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import uptime, write_json
+from _common import parse_args, uptime, write_json
 
-from jfed.algorithms.dp_fedavg import DPFedAvg, Hyperparams
+from jfed.algorithms.dp_fedavg import DPFedAvg, FloatNoise, Hyperparams, aggregator_of
 from jfed.data import SyntheticFederated
 from jfed.engine import Uniform, simulate
+from jfed.models import DenseClassifier
+from jfed.privacy import GaussianSumParams
 from jfed.report import versions
 
 RECORDS, DIM, CLASSES, BATCH = 20, 60, 10, 10
@@ -52,9 +54,16 @@ def population(n_clients: int):
 
 
 def jfed_seconds_per_round(stored, cohort: int, rounds: int) -> float:
-    algorithm = DPFedAvg(DIM, CLASSES, RECORDS, Uniform(cohort), float(cohort), batch=BATCH)
-    hyper = Hyperparams(*[jnp.float32(v) for v in (CLIENT_LR, 1.0, 0.0, CLIP, NOISE_MULTIPLIER,
-                                                  0.0, 0.5, 0.0)])  # fmt: skip
+    # the float Gaussian sum (FloatNoise, labelled): the mechanism the numpy round writes
+    aggregator = aggregator_of(True, float(cohort), noise=FloatNoise())
+    algorithm = DPFedAvg(DenseClassifier(DIM, CLASSES, 0), RECORDS, Uniform(cohort), aggregator,
+                         batch=BATCH)  # fmt: skip
+    hyper = Hyperparams(
+        jnp.float32(CLIENT_LR),
+        jnp.float32(1.0),
+        jnp.float32(0.0),
+        GaussianSumParams(jnp.float32(CLIP), jnp.float32(NOISE_MULTIPLIER)),
+    )
     timings: dict = {}
     simulate(algorithm, stored, hyper, jax.random.key(1), rounds, timings=timings)
     return timings["run_seconds"] / rounds
@@ -134,7 +143,7 @@ def numpy_seconds_per_round(model: NumpyDPFedAvg, cohort: int, rounds: int, loop
     return (time.perf_counter() - start) / rounds
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cohorts", default="100,1000")
     parser.add_argument("--clients", type=int, default=10_000)
@@ -146,7 +155,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", metavar="PATH", default="bench/results/dp_fedavg.json")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, cohorts="10", clients=100, seconds=0.0, repeats=1)
     load_before = uptime()
     stored = population(args.clients)
     rows = []

@@ -30,7 +30,13 @@ import argparse
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_in_turns, device_name, uptime, write_json  # bench/ is on the path
+from _common import (  # bench/ is on the path
+    best_in_turns,
+    device_name,
+    parse_args,
+    uptime,
+    write_json,
+)
 
 import jfed.random as jr
 from jfed.engine import ExecutionPlan
@@ -71,13 +77,13 @@ def numpy_sum(clients: int, values: int) -> np.ndarray:
     return rng.standard_normal((clients, values), dtype=np.float32).sum(axis=0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", default="1e6")
     parser.add_argument("--values", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, clients="1e3", values=2, repeats=1)
     clients, values = int(float(args.clients)), args.values
     chunk = ExecutionPlan.for_backend().fitted(clients).chunk_size
     root = jax.random.key(1)

@@ -75,7 +75,13 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_in_turns, device_name, uptime, write_json  # bench/ is on the path
+from _common import (  # bench/ is on the path
+    best_in_turns,
+    device_name,
+    parse_args,
+    uptime,
+    write_json,
+)
 from modulated_round import DIM, PARAMS, numpy_round
 
 from jfed._random import (
@@ -411,7 +417,7 @@ def one_core(workload: str, n: int, repeats: int) -> tuple[float, float] | None:
     return row["seconds"], row["peak_mb"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1e4,1e5,1e6,1e7")
     parser.add_argument("--repeats", type=int, default=5)
@@ -424,7 +430,7 @@ def main() -> None:
                         help="skip the jfed row pinned to one core")  # fmt: skip
     parser.add_argument("--only-jfed", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--pin-core", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, sizes="1e3", repeats=1, one_core=False)
     if args.pin_core is not None:  # before the first computation starts XLA's threads
         os.sched_setaffinity(0, {args.pin_core})
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]

@@ -38,7 +38,7 @@ import statistics
 from typing import Any
 
 import numpy as np
-from _common import finish, uptime  # bench/ is on the path
+from _common import finish, parse_args, uptime  # bench/ is on the path
 
 import jfed
 from jfed.methods import declared
@@ -54,14 +54,16 @@ def config(method: str, cohort: int, rounds: int, noise: str) -> Any:
     return METHODS[method](clients=10 * cohort, cohort_size=cohort, rounds=rounds, noise=noise)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default="dp-fedavg,dp-ftrl", help="comma-separated methods")
     parser.add_argument("--cohorts", default="100,1000", help="comma-separated K values")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", metavar="PATH", default="bench/results/exact_noise_cpu.json")
-    args = parser.parse_args()
+    args = parse_args(
+        parser, argv, __file__, methods="dp-fedavg,dp-ftrl", cohorts="10", rounds=2, repeats=1
+    )
     cohorts = [int(value) for value in args.cohorts.split(",")]
     load_before = uptime()
     methods = args.methods.split(",")

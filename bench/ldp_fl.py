@@ -2,6 +2,7 @@
 training run client by client in a Python loop, side by side in one process.
 
     python bench/ldp_fl.py --json bench/results/ldp_fl_cpu.json [--images 60000 --clients 100]
+                           [--smoke]
 
 The data are the procedural MNIST-shaped images (28x28, 10 classes; :mod:`jfed.data.images`),
 shared equally among the clients; the model is the paper's two-layer CNN; one local epoch of
@@ -29,7 +30,8 @@ times taken under the same machine load):
   shuffled order, every core to torch's threads. Its ``seconds_per_round`` adds the loops'
   server side (the same two-point perturbation and mean, run by jfed's code) to its training.
   Where JAX runs on a GPU and torch sees CUDA, the loop runs on the GPU (``--torch-device``:
-  ``auto``, ``cpu`` or ``cuda``), as a per-client framework runs its clients on one GPU.
+  ``auto``, ``cpu`` or ``cuda``), as a per-client framework runs its clients on one GPU;
+  ``none`` leaves it out (``--smoke`` does: 2 clients, jfed's side only).
 
 The loops run the model as a per-client framework would write it, with ``flax.linen.Conv``
 (faster than jfed's matrix-product convolution when called outside a compiled loop; the same
@@ -56,7 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from _common import best_in_turns, uptime, write_json  # bench/ is on the path when run
+from _common import best_in_turns, parse_args, uptime, write_json  # bench/ is on the path when run
 
 from jfed._random import stream_key
 from jfed.algorithms import ldp_fl
@@ -173,15 +175,17 @@ def matmul_gflops(size: int = 2048) -> float:
     return 2 * size**3 / best_in_turns({"product": lambda: product(a)}, 3)["product"] / 1e9
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--images", type=int, default=60_000)
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--torch-device", default="auto", choices=("auto", "cpu", "cuda"))
-    args = parser.parse_args()
+    parser.add_argument("--torch-device", default="auto", choices=("auto", "cpu", "cuda", "none"))
+    parser.add_argument("--matmul-size", type=int, default=2048, help="the rate's matrix side")
+    args = parse_args(parser, argv, __file__, clients=2, images=40, repeats=1,
+                      torch_device="none", matmul_size=64)  # fmt: skip
     load_before = uptime()
     task = procedural_clients(args.clients, n_images=args.images)
     m = int(task.train.counts[0])
@@ -294,8 +298,9 @@ def main() -> None:
     def step_loop():
         return finish(step_loop_training(), server_root)
 
-    torch_loop = torch_client_loop(jax.tree.map(np.asarray, unravel(start)), np.asarray(X),
-                                   np.asarray(y), args.batch, 0.03, args.torch_device)  # fmt: skip
+    torch_loop = None if args.torch_device == "none" else torch_client_loop(
+        jax.tree.map(np.asarray, unravel(start)), np.asarray(X), np.asarray(y), args.batch, 0.03,
+        args.torch_device)  # fmt: skip
     # every row of a table takes its turn in every repeat, so that all see the same machine load
     # (PyTorch's training sits with the whole rounds: jfed's round is compared with it)
     round_runs = {"jfed": jfed_round, "jfed, clients vmapped": jfed_vmapped,
@@ -325,7 +330,7 @@ def main() -> None:
     )
     step_cost = step_cost[0] if isinstance(step_cost, list) else step_cost
     round_gflop = float(step_cost["flops"]) * steps * n / 1e9
-    rate = matmul_gflops()
+    rate = matmul_gflops(args.matmul_size)
     device = jax.devices()[0]
     rows = [
         {"implementation": name, "seconds_per_round": s, "rounds_per_second": 1.0 / s,
@@ -368,7 +373,8 @@ def main() -> None:
         f"{result['training_ratio_vs_client_loop']:.2f}x the per-client loop"
     )
     print(
-        f"  the round's local training: {round_gflop:.0f} GFLOP; a 2048^2 matrix product runs at "
+        f"  the round's local training: {round_gflop:.0f} GFLOP; a {args.matmul_size}^2 matrix "
+        f"product runs at "
         f"{rate:.0f} GFLOP/s here: at that rate no implementation beats the per-step loop by more "
         f"than {result['ratio_bound']:.1f}x per round (the server side included) or "
         f"{result['training_ratio_bound']:.1f}x in local training"
@@ -382,6 +388,8 @@ def main() -> None:
             f"clients one after another in {pytorch:.2f} s: jfed's whole round is "
             f"{result['round_vs_pytorch_training']:.2f}x that (above 1: faster)"
         )
+    elif args.torch_device == "none":
+        print("  (--torch-device none: no PyTorch row)")
     else:
         print("  (torch is not installed: no PyTorch row)")
     result["uptime"] = {"before": load_before, "after": uptime()}

@@ -15,20 +15,20 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from _common import uptime, write_json
+from _common import parse_args, uptime, write_json
 
 import jfed
 from jfed.methods import LDPFL
 from jfed.report import versions
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--fractions", default="0.01,0.1")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", metavar="PATH", default="bench/results/ldp_fl_fraction.json")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, clients=20, fractions="0.1,0.5", repeats=1)
     fractions = [float(f) for f in args.fractions.split(",")]
     load_before = uptime()
     seconds: dict[float, list[float]] = {f: [] for f in fractions}

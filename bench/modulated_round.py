@@ -32,7 +32,13 @@ import tracemalloc
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_in_turns, device_name, uptime, write_json  # bench/ is on the path
+from _common import (  # bench/ is on the path
+    best_in_turns,
+    device_name,
+    parse_args,
+    uptime,
+    write_json,
+)
 
 from jfed.algorithms import modulated
 from jfed.data import SyntheticLinear
@@ -186,7 +192,7 @@ def print_row(row: dict) -> None:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1e4,1e5,1e6,1e7", help="comma-separated n values")
     parser.add_argument(
@@ -197,7 +203,7 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=ExecutionPlan().chunk_size)
     parser.add_argument("--block-size", type=int, default=ExecutionPlan().block_size)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, sizes="1e3", discrete_sizes="1e3", repeats=1)
     sizes = [int(float(s)) for s in args.sizes.split(",") if s]
     discrete_sizes = [int(float(s)) for s in args.discrete_sizes.split(",") if s]
     sizes = sorted(set(sizes) | set(discrete_sizes))  # every discrete row has its float row

@@ -27,6 +27,9 @@ Its breakdown comes from three compiled programs timed alike: local training alo
 sum over the cohort and the central step), plus clipping, plus noise; each part is the
 difference. pfl's breakdown wraps pfl's own functions (local training, clipping, noise); the
 rest of its round is sampling, aggregation and the central step.
+
+``--no-peer`` runs jfed's side only (no pfl environment; with ``--dp`` the noise's standard
+deviation is then ``--noise-stddev``, not pfl's); ``--smoke`` does, at 4 users of 10 images.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import device_name, uptime, write_json  # bench/ is on the path when run
+from _common import device_name, parse_args, uptime, write_json  # bench/ is on the path when run
 
 from jfed.data.cifar import read_cifar
 from jfed.data.clients import from_arrays
@@ -193,8 +196,11 @@ def tabulate(result: dict) -> dict:
     100 rounds, the round's parts, accuracy, and the round's time as a multiple of pfl's), as
     the other benchmarks' results are read by the docs' tables. A part is the difference of two
     separately timed programs (jfed) or a wrapped function's time (pfl): a part smaller than the
-    rounds' spread can come out negative."""
-    setup, pfl_seconds = result["setup"], result["pfl"]["seconds_per_round"]
+    rounds' spread can come out negative. Without pfl's side (``--no-peer``) the ratios are
+    ``None``."""
+    setup = result["setup"]
+    frameworks = ("jfed", "pfl") if result["pfl"] is not None else ("jfed",)
+    pfl_seconds = result["pfl"]["seconds_per_round"] if result["pfl"] is not None else None
     setting = (
         f"pfl-research's CIFAR-10 setup: {setup['users']} users x {setup['images_per_user']} "
         f"images IID, cohort {setup['cohort']}, one local epoch of batch {setup['batch']}, "
@@ -204,7 +210,7 @@ def tabulate(result: dict) -> dict:
         + f"; {setup['images']}; load when it ended: {result['load'].strip()}"
     )  # fmt: skip
     rows = []
-    for framework in ("jfed", "pfl"):
+    for framework in frameworks:
         side = result[framework]
         version = side.get("version", "") + (f" (torch {side['torch']})" if "torch" in side else "")
         rows.append(
@@ -212,13 +218,13 @@ def tabulate(result: dict) -> dict:
              "seconds_per_round": side["seconds_per_round"],
              "seconds_per_100_rounds": side["seconds_per_100_rounds"],
              **side["breakdown_seconds_per_round"], "test_accuracy": side["test_accuracy"],
-             "x_pfl_round": side["seconds_per_round"] / pfl_seconds}
+             "x_pfl_round": side["seconds_per_round"] / pfl_seconds if pfl_seconds else None}
         )  # fmt: skip
-    return result | {"setting": setting, "rows": rows,
-                     "jfed_speedup": pfl_seconds / result["jfed"]["seconds_per_round"]}  # fmt: skip
+    speedup = pfl_seconds / result["jfed"]["seconds_per_round"] if pfl_seconds else None
+    return result | {"setting": setting, "rows": rows, "jfed_speedup": speedup}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, default=1_000)
     parser.add_argument("--images-per-user", type=int, default=50)
@@ -247,8 +253,13 @@ def main() -> None:
     )
     parser.add_argument("--test-images", type=int, default=2_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-peer", dest="peer", action="store_false",
+                        help="jfed's side only: no pfl run (and no pfl environment)")  # fmt: skip
+    parser.add_argument("--noise-stddev", type=float, default=1.0,
+                        help="--dp --no-peer: the noise's std on the sum (else pfl's)")  # fmt: skip
     parser.add_argument("--json", default=None, help="write the result here")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, users=4, images_per_user=10, cohort=2, batch=5,
+                      rounds=1, repeats=1, test_images=10, peer=False)  # fmt: skip
     if args.chunk is None:
         args.chunk = 1 if jax.default_backend() == "cpu" else -(-args.cohort // 8) * 8
 
@@ -272,22 +283,28 @@ def main() -> None:
     print(f"images: {images}; {args.users} users x {args.images_per_user}, cohort {args.cohort}, "
           f"{args.rounds} rounds, {'central DP' if args.dp else 'no DP'}", flush=True)  # fmt: skip
 
-    with tempfile.TemporaryDirectory() as workdir:
-        data_path = os.path.join(workdir, "data.npz")
-        np.savez(data_path, train_x=(x_train * scale + shift).astype(np.float32), train_y=y_train,
-                 test_x=(x_test * scale + shift).astype(np.float32), test_y=y_test)  # fmt: skip
-        pfl = run_pfl(args, data_path, workdir)
-    timed = pfl["rounds"][1:] or pfl["rounds"]  # the first round warms PyTorch up
-    pfl_parts = {part: float(np.mean([r[part] for r in timed]))
-                 for part in ("seconds", "local_training", "clipping", "noise")}  # fmt: skip
-    pfl_parts["other"] = pfl_parts["seconds"] - sum(
-        pfl_parts[p] for p in ("local_training", "clipping", "noise")
-    )
+    pfl, noise_stddev = None, args.noise_stddev
+    if args.peer:
+        with tempfile.TemporaryDirectory() as workdir:
+            data_path = os.path.join(workdir, "data.npz")
+            np.savez(data_path, train_x=(x_train * scale + shift).astype(np.float32),
+                     train_y=y_train, test_x=(x_test * scale + shift).astype(np.float32),
+                     test_y=y_test)  # fmt: skip
+            pfl = run_pfl(args, data_path, workdir)
+        noise_stddev = pfl["noise_stddev_on_sum"]
+        timed = pfl["rounds"][1:] or pfl["rounds"]  # the first round warms PyTorch up
+        pfl_parts = {part: float(np.mean([r[part] for r in timed]))
+                     for part in ("seconds", "local_training", "clipping", "noise")}  # fmt: skip
+        pfl_parts["other"] = pfl_parts["seconds"] - sum(
+            pfl_parts[p] for p in ("local_training", "clipping", "noise")
+        )
+    else:
+        print("--no-peer: jfed's side only, no pfl run", flush=True)
 
     writers = np.repeat(np.arange(args.users), args.images_per_user)
     population, _ = from_arrays(x_train, y_train.astype(np.int32), writers, scale, shift)
     hyper = Hyper(*(jnp.float32(v) for v in (args.local_lr, args.central_lr, args.clip,
-                                               pfl["noise_stddev_on_sum"])))  # fmt: skip
+                                               noise_stddev)))  # fmt: skip
     key = jax.random.key(args.seed)
     stages = ("train", "clip", "dp") if args.dp else ("train",)
     seconds, state = {}, None
@@ -312,25 +329,29 @@ def main() -> None:
             "test_accuracy": jfed_accuracy,
             "chunk": args.chunk,
         },
-        "pfl": summary(pfl_parts["seconds"])
-        | {
-            "breakdown_seconds_per_round": {k: v for k, v in pfl_parts.items() if k != "seconds"},
-            "test_accuracy": pfl["test_accuracy"],
-            "version": pfl["pfl_version"],
-            "torch": pfl["torch_version"],
-            "torch_threads": pfl["torch_threads"],
-            "noise_stddev_on_sum": pfl["noise_stddev_on_sum"],
-            "rounds_timed": len(timed),
-        },
-        "ratio": pfl_parts["seconds"] / jfed_round,
+        "pfl": None,
     }
     print(f"jfed: {jfed_round:.3f} s per round ({100 * jfed_round:.1f} s per 100 rounds), "
           f"accuracy {jfed_accuracy:.3f} after {args.rounds} rounds")  # fmt: skip
+    print("jfed breakdown (s/round): " + ", ".join(f"{k} {v:.3f}" for k, v in jfed_parts.items()))
+    if pfl is None:
+        if args.json:
+            write_json(args.json, tabulate(result))
+        return
+    result["pfl"] = summary(pfl_parts["seconds"]) | {
+        "breakdown_seconds_per_round": {k: v for k, v in pfl_parts.items() if k != "seconds"},
+        "test_accuracy": pfl["test_accuracy"],
+        "version": pfl["pfl_version"],
+        "torch": pfl["torch_version"],
+        "torch_threads": pfl["torch_threads"],
+        "noise_stddev_on_sum": pfl["noise_stddev_on_sum"],
+        "rounds_timed": len(timed),
+    }
+    result["ratio"] = pfl_parts["seconds"] / jfed_round
     print(f"pfl {pfl['pfl_version']} (torch {pfl['torch_version']}, "
           f"{pfl['torch_threads']} threads): {pfl_parts['seconds']:.3f} s per round "
           f"({100 * pfl_parts['seconds']:.1f} s per 100 rounds), accuracy "
           f"{pfl['test_accuracy']:.3f} after {args.rounds} rounds")  # fmt: skip
-    print("jfed breakdown (s/round): " + ", ".join(f"{k} {v:.3f}" for k, v in jfed_parts.items()))
     print(
         "pfl breakdown (s/round): "
         + ", ".join(f"{k} {v:.3f}" for k, v in result["pfl"]["breakdown_seconds_per_round"].items())

@@ -28,7 +28,13 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_in_turns, device_name, uptime, write_json  # bench/ is on the path
+from _common import (  # bench/ is on the path
+    best_in_turns,
+    device_name,
+    parse_args,
+    uptime,
+    write_json,
+)
 from engine import DIM, PARAMS, peak_mb, w_hyperparams, w_records
 
 from jfed.algorithms import dpsgd, modulated
@@ -61,7 +67,7 @@ def compiled_round(algorithm, population, hp, key, plan: ExecutionPlan):
     return jax.jit(round_).lower(population, hp, key).compile()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1e6")
     parser.add_argument("--chunks", default="1024,4096,16384,65536,262144")
@@ -69,7 +75,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--with-conditionals", action="store_true")
     parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, sizes="1e3", chunks="64,256", repeats=1)
     key = jax.random.key(1)
     load_before = uptime()
     rows = []

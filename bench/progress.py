@@ -1,6 +1,6 @@
 """What the in-scan progress bar costs: the same run with and without it, side by side.
 
-    python bench/progress.py [--json PATH]
+    python bench/progress.py [--json PATH] [--smoke]
 
 The iterative modulated estimator for T rounds on (a) a small population (cheap rounds: the
 worst case for a per-round callback) and (b) a large synthetic one. Each is timed three ways in
@@ -22,6 +22,7 @@ import time
 
 import jax
 import numpy as np
+from _common import parse_args  # bench/ is on the path
 
 from jfed.algorithms import modulated
 from jfed.data import SyntheticLinear, load_regression
@@ -89,13 +90,20 @@ def measure(name: str, population, rounds: int, repeats: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small-rounds", type=int, default=2000, help="T on modechoice")
+    parser.add_argument("--large-clients", type=int, default=200_000, help="n of the synthetic")
+    parser.add_argument("--large-rounds", type=int, default=50, help="T on the synthetic")
+    parser.add_argument("--repeats", default="9,5", help="repetitions: small, large")
     parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, small_rounds=20, large_clients=1000,
+                      large_rounds=5, repeats="1,1")  # fmt: skip
     small = load_regression("modechoice").train
-    large = SyntheticLinear.create(jax.random.key(1), n_clients=200_000, dim=10)
-    rows = [measure("modechoice", small, 2000, 9), measure("synthetic", large, 50, 5)]
+    large = SyntheticLinear.create(jax.random.key(1), n_clients=args.large_clients, dim=10)
+    small_repeats, large_repeats = (int(r) for r in args.repeats.split(","))
+    rows = [measure("modechoice", small, args.small_rounds, small_repeats),
+            measure("synthetic", large, args.large_rounds, large_repeats)]  # fmt: skip
     print(f"{'population':>12} {'n':>8} {'T':>5} {'off s':>8} {'default s':>10} "
           f"{'every s':>8} {'default':>8} {'every':>8} {'us/report':>10}")  # fmt: skip
     for r in rows:

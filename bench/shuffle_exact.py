@@ -36,7 +36,7 @@ import argparse
 import statistics
 
 import numpy as np
-from _common import finish, uptime  # bench/ is on the path
+from _common import finish, parse_args, uptime  # bench/ is on the path
 
 import jfed
 from jfed.methods import declared
@@ -52,12 +52,12 @@ def config(dataset: str, rounds: int, noise: str) -> declared.ShuffleMBSGD:
                                  noise=noise)  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", metavar="PATH", default="bench/results/shuffle_exact_cpu.json")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, rounds=1, repeats=1)
     load_before = uptime()
     configs = {(noise, data): config(data, args.rounds, noise)
                for data in SETTINGS for noise in NOISES}  # fmt: skip

@@ -1,6 +1,6 @@
 """Noisy MB-SGD on the seed's MNIST-shaped workload: jfed vs numpy, and a sweep in one program.
 
-    python bench/silo_sgd.py [--json PATH]
+    python bench/silo_sgd.py [--json PATH] [--records 8673] [--sweep 6,10,3] [--smoke]
 
 Workload: 25 silos x 8,673 records, d = 100, K = 10, R = 25, logistic loss (procedural silos
 standing in for MNIST), per-example clipping, per-silo Gaussian noise, projection.
@@ -22,6 +22,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import parse_args  # bench/ is on the path
 
 from jfed.algorithms import silo_privacy, silo_sgd
 from jfed.algorithms.losses import Loss
@@ -29,7 +30,7 @@ from jfed.data.silos import synthetic_silos
 from jfed.engine import ExecutionPlan, run_rounds
 from jfed.report import versions
 
-N, n, d, K, R = 25, 8673, 100, 10, 25
+N, RECORDS, d, K, R = 25, 8673, 100, 10, 25
 CLIP, RADIUS, STEP = 1.0, 10.0, 1.0
 EPSILONS = (0.75, 1.5, 3.0, 6.0, 12.0, 18.0)
 STEPS = tuple(np.linspace(0.1, 2.0, 10))
@@ -42,7 +43,7 @@ def numpy_loop_round(w, X, y, sigma, rng):
     bound L from the data), and its noise as ``multivariate_normal(0, sigma^2 I)``."""
     g = np.zeros(d)
     for i in range(N):
-        idx = rng.integers(0, n, K)
+        idx = rng.integers(0, X.shape[1], K)
         Xb, yb = X[i][idx], y[i][idx]
         g += Xb.T @ (1.0 / (1.0 + np.exp(-np.clip(Xb @ w, -15, 15))) - yb) / K
         g += rng.multivariate_normal(np.zeros(d), sigma**2 * np.eye(d))
@@ -54,7 +55,7 @@ def numpy_lean_loop_round(w, X, y, sigma, rng):
     projection): the fairest per-silo loop."""
     updates = []
     for i in range(N):
-        idx = rng.integers(0, n, K)
+        idx = rng.integers(0, X.shape[1], K)
         Xb, yb = X[i][idx], y[i][idx]
         grads = (1.0 / (1.0 + np.exp(-(Xb @ w))) - yb)[:, None] * Xb
         norms = np.linalg.norm(grads, axis=1, keepdims=True)
@@ -67,7 +68,7 @@ def numpy_lean_loop_round(w, X, y, sigma, rng):
 
 def numpy_vectorised_round(w, X, y, sigma, rng):
     """The same round vectorised over silos with numpy fancy indexing."""
-    idx = rng.integers(0, n, (N, K))
+    idx = rng.integers(0, X.shape[1], (N, K))
     Xb = X[np.arange(N)[:, None], idx]
     yb = y[np.arange(N)[:, None], idx]
     margins = Xb @ w
@@ -88,10 +89,18 @@ def _best(fn, repeats=3):
     return min(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=RECORDS, help="records per silo")
+    parser.add_argument(
+        "--sweep",
+        default=f"{len(EPSILONS)},{len(STEPS)},{REPEATS}",
+        help="the sweep's eps, step sizes and repeats (the first of each)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="a time: best of these")
     parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, records=40, sweep="2,2,1", repeats=1)
+    n = args.records  # the seed's n unless given
     task = synthetic_silos(jax.random.key(0), N, n, d)
     delta = 1.0 / n**2
     sigma = silo_privacy.mbsgd_noise(n, K, R, 1.0, delta, CLIP, "theorem").noise_std
@@ -104,7 +113,8 @@ def main() -> None:
     compiled = program.lower(hp, jax.random.key(1)).compile()
     compile_seconds = time.perf_counter() - start
     jax.block_until_ready(compiled(hp, jax.random.key(1)))
-    jax_seconds = _best(lambda: jax.block_until_ready(compiled(hp, jax.random.key(1))), 5)
+    jax_seconds = _best(lambda: jax.block_until_ready(compiled(hp, jax.random.key(1))),
+                        args.repeats + 2)  # fmt: skip
 
     X, y = np.asarray(task.train.features, np.float64), np.asarray(task.train.targets, np.float64)
     rng = np.random.default_rng(0)
@@ -115,9 +125,9 @@ def main() -> None:
             w = round_fn(w, X, y, sigma, rng)
         return w
 
-    loop_seconds = _best(lambda: run_numpy(numpy_loop_round))
-    lean_seconds = _best(lambda: run_numpy(numpy_lean_loop_round))
-    vector_seconds = _best(lambda: run_numpy(numpy_vectorised_round))
+    loop_seconds = _best(lambda: run_numpy(numpy_loop_round), args.repeats)
+    lean_seconds = _best(lambda: run_numpy(numpy_lean_loop_round), args.repeats)
+    vector_seconds = _best(lambda: run_numpy(numpy_vectorised_round), args.repeats)
     rows = {
         "jax_rounds_per_second": R / jax_seconds,
         "numpy_loop_rounds_per_second": R / loop_seconds,
@@ -140,10 +150,12 @@ def main() -> None:
           f"{rows['ratio_vs_numpy_vectorised']:>12.1f}")  # fmt: skip
 
     # the sweep: eps x step size x repeat, one program
+    eps_count, step_count, repeats = (int(value) for value in args.sweep.split(","))
+    epsilons, steps = EPSILONS[:eps_count], STEPS[:step_count]
     noise = {
-        e: silo_privacy.mbsgd_noise(n, K, R, e, delta, CLIP, "theorem").noise_std for e in EPSILONS
+        e: silo_privacy.mbsgd_noise(n, K, R, e, delta, CLIP, "theorem").noise_std for e in epsilons
     }
-    grid = [(e, s, r) for e in EPSILONS for s in STEPS for r in range(REPEATS)]
+    grid = [(e, s, r) for e in epsilons for s in steps for r in range(repeats)]
     batch = silo_sgd.Hyperparams(
         step_size=jnp.asarray([s for _, s, _ in grid], jnp.float32),
         clip_norm=jnp.full(len(grid), CLIP, jnp.float32),
@@ -169,7 +181,7 @@ def main() -> None:
         "sweep_finite": bool(np.all(np.isfinite(np.asarray(results)))),
     }
     print(
-        f"sweep of {len(grid)} runs ({len(EPSILONS)} eps x {len(STEPS)} steps x {REPEATS} repeats) "
+        f"sweep of {len(grid)} runs ({len(epsilons)} eps x {len(steps)} steps x {repeats} repeats) "
         f"in one program: compile {sweep_compile:.2f} s + run {sweep_run:.2f} s "
         f"= {sweep_compile + sweep_run:.2f} s"
     )

@@ -1,6 +1,6 @@
 """Where a silo sweep's time goes, and what two of its savings are worth, side by side.
 
-    python bench/silo_sweep_costs.py --json bench/results/silo_sweep_costs_cpu.json
+    python bench/silo_sweep_costs.py --json bench/results/silo_sweep_costs_cpu.json [--smoke]
 
 On the seed's digits-evenodd task (25 silos, R = 25, K = 10, Noisy MB-SGD, exact calibration):
 
@@ -23,7 +23,7 @@ import time
 
 import jax
 import numpy as np
-from _common import uptime, write_json  # bench/ is on the path when run
+from _common import parse_args, uptime, write_json  # bench/ is on the path when run
 
 from jfed.algorithms import silo_sgd
 from jfed.data.silos import load_silos
@@ -34,7 +34,7 @@ from jfed.report import versions
 EPSILONS = (0.75, 1.5, 3.0, 6.0, 12.0, 18.0)
 
 
-def _best(fn, repeats: int = 5) -> float:
+def _best(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
         tic = time.perf_counter()
@@ -43,13 +43,16 @@ def _best(fn, repeats: int = 5) -> float:
     return min(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=25, help="R of every run")
+    parser.add_argument("--epsilons", default=",".join(map(str, EPSILONS)), help="the eps")
+    parser.add_argument("--repeats", type=int, default=5, help="a run's time: best of these")
     parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, rounds=2, epsilons="1,3", repeats=1)
     load_before = uptime()
     task = load_silos("digits-evenodd")
-    settings = NoisyMBSGD(batch=10, rounds=25)
+    settings = NoisyMBSGD(batch=10, rounds=args.rounds)
     runner = build_experiment(settings, task=task)
     algorithm = runner.algorithm
     delta = runner.delta
@@ -67,27 +70,28 @@ def main() -> None:
         compiled = program.lower(hp, key).compile()
         jax.block_until_ready(compiled(hp, key))
         run_seconds[label] = _best(
-            lambda compiled=compiled: jax.block_until_ready(compiled(hp, key))
+            lambda compiled=compiled: jax.block_until_ready(compiled(hp, key)), args.repeats
         )
 
+    epsilons = [float(e) for e in args.epsilons.split(",")]
     tic = time.perf_counter()
-    alone = [runner.calibrate_many(settings, [e], delta)[0] for e in EPSILONS]
+    alone = [runner.calibrate_many(settings, [e], delta)[0] for e in epsilons]
     one_at_a_time = time.perf_counter() - tic
     tic = time.perf_counter()
-    together = runner.calibrate_many(settings, list(EPSILONS), delta)
+    together = runner.calibrate_many(settings, epsilons, delta)
     shared_grid = time.perf_counter() - tic
     gap = max(
         float(np.max(np.abs(b[0] / a[0] - 1.0))) for a, b in zip(alone, together, strict=True)
     )
     rows = [
         {
-            "measurement": "one noisy-mbsgd run (25 silos, R = 25)",
+            "measurement": f"one noisy-mbsgd run ({task.n_silos} silos, R = {args.rounds})",
             "fitted_plan_seconds": run_seconds["fitted"],
             "padded_to_4096_seconds": run_seconds["padded_to_4096"],
             "ratio": run_seconds["padded_to_4096"] / run_seconds["fitted"],
         },
         {
-            "measurement": f"calibrating {len(EPSILONS)} eps (exact, PLD)",
+            "measurement": f"calibrating {len(epsilons)} eps (exact, PLD)",
             "distinct_silo_sizes": len(np.unique(np.asarray(task.train.counts))),
             "one_eps_at_a_time_seconds": one_at_a_time,
             "shared_grid_seconds": shared_grid,
@@ -97,7 +101,7 @@ def main() -> None:
     ]
     print(f"one run: fitted plan {run_seconds['fitted']:.4f} s, padded to a 4096 chunk "
           f"{run_seconds['padded_to_4096']:.4f} s -> {rows[0]['ratio']:.0f}x")  # fmt: skip
-    print(f"calibrating {len(EPSILONS)} eps over {rows[1]['distinct_silo_sizes']} silo sizes: "
+    print(f"calibrating {len(epsilons)} eps over {rows[1]['distinct_silo_sizes']} silo sizes: "
           f"one at a time {one_at_a_time:.1f} s, shared grid {shared_grid:.1f} s -> "
           f"{rows[1]['ratio']:.1f}x (largest noise difference {gap:.1e})")  # fmt: skip
     if args.json:

@@ -1,12 +1,13 @@
 """Start-up cost of the jfed command: `jfed --help`, a refused argument, and `jfed demo` cold.
 
     python bench/startup.py [--baseline PATH] [--repeats 5] [--json bench/results/startup_cpu.json]
+                            [--no-demo] [--smoke]
 
 Each command runs in a fresh process (what a user waits for), ``--repeats`` times, alternating
 with the baseline when one is given (a checkout of an older jfed, run through PYTHONPATH with the
 same interpreter), so both see the same machine load; the table gives medians and the ratio.
 ``jfed demo`` runs once per tree with an empty compilation cache (the README's first command on
-a fresh machine), imports included.
+a fresh machine), imports included. ``--smoke`` times each command once and skips the demo.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from _common import uptime, write_json  # bench/ is on the path when run
+from _common import parse_args, uptime, write_json  # bench/ is on the path when run
 
 HELP = ["--help"]
 REFUSED = ["run", "modulated", "--epsilon", "-1"]
@@ -37,13 +38,13 @@ def _time(tree: str | None, argv: list[str], cache: str | None = None) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default=None, help="an older jfed checkout to compare with")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", default="bench/results/startup_cpu.json")
     parser.add_argument("--no-demo", action="store_true")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, repeats=1, no_demo=True)
     load_before = uptime()
     trees = {"current": None, **({"baseline": args.baseline} if args.baseline else {})}
     rows = []

@@ -1,6 +1,6 @@
 """A whole eps x seed sweep in one program vs the same runs as separate jitted calls.
 
-    python bench/sweep.py --json bench/results/sweep_cpu.json
+    python bench/sweep.py --json bench/results/sweep_cpu.json [--epsilons 20] [--seeds 10] [--smoke]
 
 The modulated one-shot estimator on the Fair task: 20 eps x 10 seeds = 200 runs, all in this
 process: (a) one program over all 200 as ``jfed.sweep`` runs it: 10 units (one per seed), each
@@ -12,7 +12,8 @@ widths 1 and 200 both timed); (b) 200 calls of
 (d) 200 calls of a pre-compiled single-run executable (no Python-side work at all). Compile time
 is reported apart from run time; the host calibration of the 200 noise scales is excluded.
 Finally the whole ``run_sweep`` (compile, calibrate, run, evaluate rows) in new processes: with
-the persistent compilation cache off, filling it, and loading from it.
+the persistent compilation cache off, filling it, and loading from it (``--no-fresh-processes``
+skips these; ``--smoke``, a few runs, does).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 
 import jax
 import numpy as np
-from _common import device_name, uptime, write_json  # bench/ is on the path when run
+from _common import device_name, parse_args, uptime, write_json  # bench/ is on the path when run
 
 from jfed.data import load_regression
 from jfed.engine import ExecutionPlan, run_rounds, simulate
@@ -44,15 +45,15 @@ from jfed.methods import build_experiment
 from jfed.sweep import configurations, run_sweep
 base = ModulatedOneShot(dataset="fair")
 adapter = build_experiment(base)
-configs = configurations(base, [float(e) for e in sys.argv[3].split(",")], 10)
+configs = configurations(base, [float(e) for e in sys.argv[3].split(",")], int(sys.argv[4]))
 tic = time.perf_counter()
 run_sweep(adapter, configs, sys.argv[2], progress=False)
 print("SECONDS", time.perf_counter() - tic)
 """
 
 
-def fresh_process_seconds(epsilons: str) -> dict:
-    """``run_sweep`` of the 200 runs in new processes: no cache, a cold cache, a warm cache
+def fresh_process_seconds(epsilons: str, seeds: int) -> dict:
+    """``run_sweep`` of the runs in new processes: no cache, a cold cache, a warm cache
     (compilation, calibration, the program and the evaluation of the rows; imports excluded)."""
     seconds = {}
     with tempfile.TemporaryDirectory() as folder:
@@ -60,22 +61,27 @@ def fresh_process_seconds(epsilons: str) -> dict:
         for label, setting in (("off", "off"), ("cold", cache), ("warm", cache)):
             out = subprocess.run(
                 [sys.executable, "-c", FRESH_PROCESS, setting,
-                 os.path.join(folder, f"{label}.jsonl"), epsilons],
+                 os.path.join(folder, f"{label}.jsonl"), epsilons, str(seeds)],
                 capture_output=True, text=True, check=True,
             ).stdout  # fmt: skip
             seconds[label] = float(out.split("SECONDS")[-1])
     return seconds
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epsilons", type=int, default=20, help="eps in [0.1, 100], geometric")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--no-fresh-processes", dest="fresh", action="store_false",
+                        help="skip run_sweep in new processes")  # fmt: skip
     parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, epsilons=2, seeds=2, fresh=False)
+    epsilons = np.geomspace(0.1, 100, args.epsilons)
     load_before = uptime()
     task = load_regression("fair")
     base = ModulatedOneShot(dataset="fair")
     adapter = build_experiment(base, task=task)
-    configs = configurations(base, np.geomspace(0.1, 100, 20), 10)
+    configs = configurations(base, epsilons, args.seeds)
     calibrated = [adapter.calibrate(c)[0] for c in configs]
     keys = [jax.random.key(c.seed) for c in configs]
     plan = ExecutionPlan().fitted(task.n_clients)
@@ -156,7 +162,11 @@ def main() -> None:
     relative_gaps = gaps / np.abs(separate_theta).max(axis=1)
     worst = int(np.argmax(relative_gaps))
 
-    fresh = fresh_process_seconds(",".join(repr(float(e)) for e in np.geomspace(0.1, 100, 20)))
+    fresh = (
+        fresh_process_seconds(",".join(repr(float(e)) for e in epsilons), args.seeds)
+        if args.fresh
+        else {"off": None, "cold": None, "warm": None}
+    )
 
     row = {
         "runs": len(configs),
@@ -182,7 +192,8 @@ def main() -> None:
         "single_run_compile_seconds": single_compile,
     }
     print(
-        f"modulated one-shot on fair (n={task.n_clients}), {len(configs)} runs (20 eps x 10 seeds)"
+        f"modulated one-shot on fair (n={task.n_clients}), {len(configs)} runs "
+        f"({args.epsilons} eps x {args.seeds} seeds)"
     )
     print(f"one program, {len(units)} shared-noise units: {shared_seconds:.4f} s "
           f"(compile {shared_compile:.2f} s)")  # fmt: skip
@@ -191,15 +202,17 @@ def main() -> None:
           f"{np.abs(separate_theta[worst]).max():.1f}: near-singular ridge solve)")  # fmt: skip
     print(f"one program, runs alone, mapped 1 at a time: {batched_seconds:.3f} s "
           f"(compile {batched_compile:.2f} s) -> {row['ratio_runs_alone']:.1f}x")  # fmt: skip
-    print(f"one program, runs alone, all 200 vmapped: {one_program[len(configs)][0]:.3f} s")
-    print(f"200 simulate() calls: {simulate_seconds:.3f} s  -> ratio {row['ratio']:.1f}x")
-    print(f"200 simulate() calls, each read back: {read_back_seconds:.3f} s  -> ratio "
+    runs = len(configs)
+    print(f"one program, runs alone, all {runs} vmapped: {one_program[runs][0]:.3f} s")
+    print(f"{runs} simulate() calls: {simulate_seconds:.3f} s  -> ratio {row['ratio']:.1f}x")
+    print(f"{runs} simulate() calls, each read back: {read_back_seconds:.3f} s  -> ratio "
           f"{row['ratio_vs_read_back_calls']:.1f}x")  # fmt: skip
-    print(f"200 pre-compiled calls: {separate_seconds:.3f} s (compile {single_compile:.2f} s) "
+    print(f"{runs} pre-compiled calls: {separate_seconds:.3f} s (compile {single_compile:.2f} s) "
           f"-> ratio {row['ratio_vs_precompiled_calls']:.1f}x")  # fmt: skip
-    print(f"run_sweep of the 200 runs in a new process: {fresh['off']:.2f} s without the "
-          f"compilation cache, {fresh['cold']:.2f} s filling it, {fresh['warm']:.2f} s "
-          "loading from it")  # fmt: skip
+    if args.fresh:
+        print(f"run_sweep of the {runs} runs in a new process: {fresh['off']:.2f} s without the "
+              f"compilation cache, {fresh['cold']:.2f} s filling it, {fresh['warm']:.2f} s "
+              "loading from it")  # fmt: skip
     if args.json:
         payload = {"benchmark": "sweep", "rows": [row], "uptime": {"before": load_before,
                    "after": uptime()}, "device": device_name(), "versions": versions()}  # fmt: skip

@@ -1,7 +1,7 @@
 """Why the engine vmaps even a chunk of one client: the LDP-FL CNN's local training of 100
 clients, scanned client after client, with and without ``vmap``, each in a process of its own.
 
-    python bench/vmap_one.py --json bench/results/vmap_one_cpu.json [--repeats 3]
+    python bench/vmap_one.py --json bench/results/vmap_one_cpu.json [--repeats 3] [--smoke]
 
 The clients, model and training are ``bench/ldp_fl.py``'s (100 clients x 30 procedural 28x28
 images, the paper's CNN of 454,922 weights, one epoch of minibatches of 10, jfed's
@@ -17,7 +17,8 @@ is kept, beside the best and the median. Rows:
 On XLA:CPU (jax 0.10.2, 2 cores) the plain scan ran in 20-28 s in most runs and about 2 s in a
 few (ad hoc); its slow runs went away with ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=
 -LIBRARY_FUSION_TYPE_REDUCE`` (YNNPACK's fusions), which also made the vmapped form slower. The
-JSON keeps ``XLA_FLAGS`` as it was for the run.
+JSON keeps ``XLA_FLAGS`` as it was for the run. ``--smoke`` (2 clients) runs the rows in this
+process, one after the other: what it checks is that the rows run, not their times.
 """
 
 from __future__ import annotations
@@ -32,14 +33,20 @@ import tempfile
 
 import jax
 import jax.numpy as jnp
-from _common import device_name, times_in_turns, uptime, write_json  # bench/ is on the path
+from _common import (  # bench/ is on the path
+    device_name,
+    parse_args,
+    times_in_turns,
+    uptime,
+    write_json,
+)
 
 from jfed.algorithms import ldp_fl
 from jfed.data.images import procedural_clients
 from jfed.report import versions
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--clients", type=int, default=100)
@@ -48,7 +55,7 @@ def main() -> None:
     parser.add_argument("--rows", default="vmapped,plain",
                         help="which rows; each runs in a process of its own")  # fmt: skip
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, argv, __file__, clients=2, images=20, repeats=1)
     load_before = uptime()
     if not args.in_process:
         report(args, load_before)
@@ -100,7 +107,10 @@ def report(args: argparse.Namespace, load_before: str) -> None:
             command = [sys.executable, __file__, "--in-process", "--rows", row, "--json", path,
                        "--clients", str(args.clients), "--images", str(args.images),
                        "--repeats", str(args.repeats)]  # fmt: skip
-            subprocess.run(command, check=True)
+            if args.smoke:
+                main(command[2:])
+            else:
+                subprocess.run(command, check=True)
             with open(path, encoding="utf-8") as handle:
                 child = json.load(handle)
         times.update(child["times"])
