@@ -28,7 +28,7 @@ import sys
 
 from jfed import __version__
 from jfed._validation import ConfigurationError, UsageError
-from jfed.cli import account, faults, generate, launch, methods, options, sweep
+from jfed.cli import account, checkpoints, faults, generate, launch, methods, options, sweep
 from jfed.cli.checks import check_arguments, check_no_repeated_flag, check_numerical_accountant
 from jfed.cli.faults import one_line
 
@@ -53,6 +53,7 @@ def _run_flags(parser: argparse.ArgumentParser, declared) -> None:
     )
     options.progress_flag(output)
     options.cache_flag(output)
+    checkpoints.add_flags(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace, config) -> dict:
     from jfed.sweep import run
 
-    return run(config, options.plan_of(args), progress=options.show_progress(args))
+    plan, progress = options.plan_of(args), options.show_progress(args)
+    return run(config, plan, progress=progress, **checkpoints.arguments(args))
 
 
 def _datasets() -> None:
@@ -208,6 +210,7 @@ def checked(args: argparse.Namespace) -> tuple:
             config = generate.build_config(args)
             check_numerical_accountant(config, [getattr(config, "epsilon", 0.0)])
             generate.check_given(args, config)
+            checkpoints.check(args)
         return config, sweep.checked(args) if args.command == "sweep" else None
     except UsageError:
         raise

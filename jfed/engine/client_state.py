@@ -247,14 +247,7 @@ class HostTable:
         tables = []
         for name, leaf in zip(names, initial, strict=True):
             leaf = np.asarray(leaf)
-            shape = (n_clients, *leaf.shape)
-            if self.path is None:
-                table = np.zeros(shape, leaf.dtype)  # pages zeroed when first touched
-            else:
-                file = os.path.join(self.path, f"{name}.npy")
-                if os.path.exists(file):  # a new file: an earlier run's rows, mapped, stay whole
-                    os.remove(file)
-                table = np.lib.format.open_memmap(file, mode="w+", dtype=leaf.dtype, shape=shape)
+            table = self._fresh(name, (n_clients, *leaf.shape), leaf.dtype)
             if np.ascontiguousarray(leaf).reshape(-1).view(np.uint8).any():
                 step = max(1, _FILL_BYTES // max(1, leaf.nbytes))
                 for start in range(0, n_clients, step):
@@ -262,6 +255,31 @@ class HostTable:
             tables.append(table)
         self._tables, self._treedef = tables, treedef
         return np.uint32(0)
+
+    def restore(self, treedef: Any, *rows: np.ndarray) -> None:
+        """The table set to ``rows`` (every client's leaves, ``[n_clients, *leaf.shape]``, in
+        the order of the state's leaves), laid out as :meth:`create` lays a new one out: a run
+        resumed from a checkpoint (:mod:`jfed.sweep.checkpoint`) continues with these rows."""
+        names = _leaf_names(treedef, len(rows))
+        if self.path is not None:
+            os.makedirs(self.path, exist_ok=True)
+        tables = []
+        for name, leaf in zip(names, rows, strict=True):
+            table = self._fresh(name, np.shape(leaf), np.asarray(leaf[:0]).dtype)
+            step = max(1, _FILL_BYTES // max(1, table[:1].nbytes))
+            for start in range(0, len(table), step):  # a copy a slice at a time
+                table[start : start + step] = leaf[start : start + step]
+            tables.append(table)
+        self._tables, self._treedef = tables, treedef
+
+    def _fresh(self, name: str, shape: tuple, dtype: Any) -> np.ndarray:
+        """A zeroed leaf table: an array in host memory, or a new ``<name>.npy`` file mapped."""
+        if self.path is None:
+            return np.zeros(shape, dtype)  # pages zeroed when first touched
+        file = os.path.join(self.path, f"{name}.npy")
+        if os.path.exists(file):  # a new file: an earlier run's rows, mapped, stay whole
+            os.remove(file)
+        return np.lib.format.open_memmap(file, mode="w+", dtype=dtype, shape=shape)
 
     def read(self, ids: np.ndarray, writes: np.ndarray) -> PyTree:
         """The rows at ``ids`` (an id past the table reads its last row: masked by the caller)."""

@@ -139,11 +139,40 @@ def run_rounds(
     created, read, written and flushed on the host from inside this program, and ``clients`` is
     its :class:`~jfed.engine.client_state.HostRows` (the rows: ``plan.client_state.rows()``
     once the program has finished)."""
-    init_key, server_root, client_root = run_streams(key)
+    carry = start_rounds(algorithm, population, hyperparams, key, plan)
+    carry, infos = rounds_segment(algorithm, population, hyperparams, key, carry, 0, rounds,
+                                  rounds, plan, progress_token, progress_every)  # fmt: skip
+    return finish_rounds(carry, population.n_clients), infos
+
+
+def start_rounds(
+    algorithm: Algorithm, population: Population, hyperparams: PyTree, key: jax.Array,
+    plan: ExecutionPlan,
+) -> tuple[PyTree, PyTree]:  # fmt: skip
+    """The loop's carry before round 0: ``(server state, client table)``, the table ``None``
+    for an algorithm without per-client state (traceable; :func:`run_rounds` is
+    ``finish_rounds(rounds_segment(start_rounds(...), 0, rounds))``)."""
+    init_key, _, _ = run_streams(key)
     state = algorithm.init(hyperparams, init_key)
     initial = initial_client_state(algorithm, hyperparams, init_key)
-    n_clients = population.n_clients
-    table = None if initial is None else create_table(initial, n_clients, plan)
+    table = None if initial is None else create_table(initial, population.n_clients, plan)
+    return state, table
+
+
+def rounds_segment(
+    algorithm: Algorithm, population: Population, hyperparams: PyTree, key: jax.Array,
+    carry: tuple[PyTree, PyTree], first: jax.Array | int, length: int, rounds: int,
+    plan: ExecutionPlan, progress_token: jax.Array | None = None, progress_every: int = 1,
+) -> tuple[tuple[PyTree, PyTree], PyTree]:  # fmt: skip
+    """Rounds ``first .. first + length - 1`` of a run of ``rounds`` (traceable): the carry
+    after them and their infos (leaves ``[length, ...]``).
+
+    Every draw is addressed by (run key, round, client, stream) and a round's schedule by the
+    round index and ``rounds``, so a run cut into segments (each its own program, the carry
+    passed from one to the next: what checkpoints do, :mod:`jfed.sweep.checkpoint`) computes the
+    rounds of one uninterrupted scan; ``first`` may be traced (one program serves every
+    segment of a length)."""
+    _, server_root, client_root = run_streams(key)
     schedules = schedule_key(client_root)
 
     def one_round(carry: tuple, t: jax.Array) -> tuple[tuple, PyTree]:
@@ -155,10 +184,19 @@ def run_rounds(
             report_round(progress_token, t, progress_every, rounds)
         return (new_state, clients.states), info
 
-    (state, table), infos = lax.scan(one_round, (state, table), jnp.arange(rounds, dtype=jnp.int32))
+    steps = jnp.arange(length, dtype=jnp.int32)
+    return lax.scan(one_round, carry, steps if isinstance(first, int) and first == 0 else
+                    steps + jnp.asarray(first, jnp.int32))  # fmt: skip
+
+
+def finish_rounds(carry: tuple[PyTree, PyTree], n_clients: int) -> PyTree:
+    """The final state of a run from the loop's last carry: the server state, or
+    :class:`RunState` with the table's first ``n_clients`` rows (a table kept by a
+    :class:`~jfed.engine.HostTable` flushed)."""
+    state, table = carry
     if table is None:
-        return state, infos
-    return RunState(state, trim_table(table, n_clients)), infos
+        return state
+    return RunState(state, trim_table(table, n_clients))
 
 
 _simulate = jax.jit(run_rounds, static_argnames=("algorithm", "rounds", "plan", "progress_every"))

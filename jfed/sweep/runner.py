@@ -42,7 +42,8 @@ from jfed.engine.progress import progress_bar, report_every, round_progress
 from jfed.methods import Config, method_of
 from jfed.methods.fields import field_map
 from jfed.report.rows import append_rows, read_rows, repair_torn_tail, scan_rows
-from jfed.sweep import schema
+from jfed.sweep import checkpoint, schema
+from jfed.sweep.checkpoint import Checkpoints
 from jfed.sweep.lock import folder_lock
 from jfed.sweep.schema import config_key
 
@@ -236,6 +237,7 @@ class SweepOptions:
     on_slice: Callable[[int], None] | None = None
     vector_width: int | None = None
     share_noise: bool = True
+    checkpoints: Checkpoints | None = None
 
 
 def run_sweep(
@@ -251,6 +253,7 @@ def run_sweep(
     vector_width: int | None = None,
     share_noise: bool = True,
     swept: tuple[str, ...] | None = None,
+    checkpoints: Checkpoints | None = None,
 ) -> list[dict]:
     """Run ``configs`` and write one record per run (:mod:`jfed.sweep.schema`).
 
@@ -278,6 +281,8 @@ def run_sweep(
       share_noise: run the eps of one (seed, settings) as one unit where the method allows it
         (``False``: every run on its own, bit-identical to :func:`jfed.engine.simulate`).
       swept: the fields varied by the grid (default: those that differ across ``configs``).
+      checkpoints: save the run's state every ``checkpoints.every`` rounds and resume from it
+        (:mod:`jfed.sweep.checkpoint`); a single run only (a sweep keeps each finished run).
 
     Returns:
       The rows of every configuration of ``configs``.
@@ -288,10 +293,11 @@ def run_sweep(
                 f"expected {experiment.name} configurations, got {type(config).__name__}"
             )
         config.check()
+    check_checkpoints(checkpoints, configs)
     options = SweepOptions(
         slice_size=slice_size, memory_budget=memory_budget, plan=plan,
         progress=sys.stderr.isatty() if progress is None else progress, on_slice=on_slice,
-        vector_width=vector_width, share_noise=share_noise,
+        vector_width=vector_width, share_noise=share_noise, checkpoints=checkpoints,
     )  # fmt: skip
     if results_path is not None and not distributed.is_primary():
         # another process of a multi-process run writes; this one runs what that one runs
@@ -307,6 +313,24 @@ def run_sweep(
         os.makedirs(folder, exist_ok=True)
         schema.write_manifest(results_path, manifest)
         return _run(experiment, configs, results_path, done, options)
+
+
+def check_checkpoints(checkpoints: Checkpoints | None, configs: list[Config]) -> None:
+    """``UsageError`` for checkpoints asked of more than one run, or of a run over several
+    processes (each would write the one file)."""
+    if checkpoints is None:
+        return
+    if len(configs) != 1:
+        raise UsageError(
+            f"checkpoints (--checkpoint-every) are kept for one run, and this sweep has "
+            f"{len(configs)}: a sweep keeps each finished run in its results file and --resume "
+            "continues at the next run"
+        )
+    if distributed.is_distributed():
+        raise UsageError(
+            "checkpoints (--checkpoint-every) are kept by a run in one process: drop "
+            "--checkpoint-every, or run without jfed launch / jax.distributed"
+        )
 
 
 def checked_rows(results_path: str, manifest: dict) -> list[dict]:
@@ -417,7 +441,10 @@ def _run_pending(
                       desc=f"sweep {experiment.name}", unit="run") as bar:  # fmt: skip
         for index, start in enumerate(range(0, len(units), units_per_slice)):
             chunk = units[start : start + units_per_slice]
-            written = _run_slice(sweep, sliced, chunk, units_per_slice, run_info, index)
+            if options.checkpoints is None:
+                written = _run_slice(sweep, sliced, chunk, units_per_slice, run_info, index)
+            else:  # one run (check_checkpoints), in segments
+                written = _run_checkpointed(sweep, width, chunk, run_info, options.checkpoints)
             if results_path is not None:
                 append_rows(results_path, written)
             rows += written
@@ -541,6 +568,46 @@ def _run_slice(
     row_info = dict(run_info, compile_seconds=compile_seconds, run_seconds=per_run, slice=index)
     return _rows_of_slice(sweep.experiment, chunk, [fields for _, fields in calibrated],
                           outputs, row_info, np.asarray(counted), sweep.releases)  # fmt: skip
+
+
+def _run_checkpointed(
+    sweep: _Sweep, width: int, chunk: list[list[Config]], run_info: dict,
+    checkpoints: Checkpoints,
+) -> list[dict]:  # fmt: skip
+    """The one run of ``chunk`` in segments of ``checkpoints.every`` rounds, its state saved
+    after each and resumed from a saved one (:func:`jfed.sweep.checkpoint.run_segments`): the
+    same programs, unit by unit, as :func:`_run_slice`'s, so the same bits."""
+    (config,) = [c for unit in chunk for c in unit]
+    calibrated = _calibrated_units(sweep, chunk)
+    hps = stack([hp for hp, _ in calibrated])
+    keys = jax.vmap(jax.random.key)(np.array([config.seed]))
+    rounds = sweep.program.rounds
+    programs = checkpoint.programs(
+        sweep.program.algorithm, rounds, sweep.plan, sweep.program.outputs, width,
+        report_every(rounds) if sweep.rounds_bar else 0, counting_releases,
+    )  # fmt: skip
+    meta = checkpoint.identity(sweep.experiment, config)
+
+    def compiled(program, args):
+        return _compiled(program, _spec(args))
+
+    def segments(token):
+        return checkpoint.run_segments(programs, sweep.program.population, hps, keys, rounds,
+                                       checkpoints, meta, sweep.plan, compiled, token)  # fmt: skip
+
+    if sweep.rounds_bar:
+        with round_progress(rounds, sweep.experiment.name) as token:
+            outcome = segments(token)
+            jax.effects_barrier()
+    else:
+        outcome = segments(jnp.int32(0))
+    if outcome.resumed_at:
+        print(f"jfed: resumed {checkpoints.path} at round {outcome.resumed_at} of {rounds}",
+              file=sys.stderr)  # fmt: skip
+    row_info = dict(run_info, compile_seconds=outcome.compile_seconds,
+                    run_seconds=outcome.run_seconds, slice=0)  # fmt: skip
+    return _rows_of_slice(sweep.experiment, chunk, [fields for _, fields in calibrated],
+                          outcome.outputs, row_info, outcome.releases, sweep.releases)  # fmt: skip
 
 
 def _rows_of_slice(

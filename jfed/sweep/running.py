@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from jfed._validation import UsageError
 from jfed.engine import ExecutionPlan
 from jfed.methods import Config, build_experiment
+from jfed.sweep.checkpoint import Checkpoints
 from jfed.sweep.runner import configurations, run_sweep
 
 
@@ -28,6 +30,10 @@ def run(
     config: Config,
     plan: ExecutionPlan | None = None,
     progress: bool | None = None,
+    checkpoint_every: int | None = None,
+    checkpoint_path: str | None = None,
+    resume: bool = False,
+    keep_checkpoints: bool = False,
     **data,
 ) -> dict:
     """Calibrate, compile, run and evaluate one configuration; return its record
@@ -38,16 +44,46 @@ def run(
       plan: engine batching plan (default: sized for the backend).
       progress: a progress bar over rounds, from inside the compiled scan (default: when stderr
         is a terminal).
+      checkpoint_every: save the run's state to ``checkpoint_path`` every so many rounds
+        (:mod:`jfed.sweep.checkpoint`; default: never); the record is the same bits.
+      checkpoint_path: the checkpoint file (e.g. ``"out/run.checkpoint.npz"``).
+      resume: continue from the checkpoint at ``checkpoint_path`` where there is one (refused
+        when it is one of another configuration); without it, one found there is refused.
+      keep_checkpoints: keep the checkpoint of the finished run (default: removed).
       data: ``task=`` / ``reference=`` to reuse loaded data (see
         :func:`jfed.methods.experiment`).
 
     Raises:
       TypeError: ``config`` is not a method's configuration (a method's name, say).
+      UsageError: checkpoint options without a ``checkpoint_path``, or a checkpoint refused.
+
+    Example:
+      record = jfed.run(config, checkpoint_every=50, checkpoint_path="out/run.checkpoint.npz",
+                        resume=True)  # continues a stopped run, or starts one
     """
     config = _configuration(config, "jfed.run")
+    checkpoints = checkpoints_of(checkpoint_every, checkpoint_path, resume, keep_checkpoints)
     (record,) = run_sweep(build_experiment(config, **data), [config], None, plan=plan,
-                          progress=progress, share_noise=False)  # fmt: skip
+                          progress=progress, share_noise=False,
+                          checkpoints=checkpoints)  # fmt: skip
     return record
+
+
+def checkpoints_of(
+    every: int | None, path: str | None, resume: bool = False, keep: bool = False
+) -> Checkpoints | None:
+    """The :class:`~jfed.sweep.checkpoint.Checkpoints` of :func:`run`'s arguments (``None``
+    when ``every`` is); ``UsageError`` when a checkpoint option comes without both."""
+    if every is None:
+        if resume or keep or path is not None:
+            raise UsageError(
+                "resume / keep_checkpoints / checkpoint_path need checkpoint_every (rounds "
+                "between two checkpoints)"
+            )
+        return None
+    if path is None:
+        raise UsageError("checkpoint_every needs checkpoint_path (the checkpoint file)")
+    return Checkpoints(path, every, resume=resume, keep=keep)
 
 
 def run_grid(
