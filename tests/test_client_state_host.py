@@ -222,7 +222,7 @@ def test_the_command_line_runs_a_table_off_the_device_as_on_it(tmp_path, capsys)
         assert main([*SCAFFOLD_RUN, *extra, "--json", str(path)]) == 0
         records[place] = json.loads(path.read_text())
     capsys.readouterr()
-    timing = {"plan", "compile_seconds", "run_seconds", "timestamp"}
+    timing = {"plan", "compile_seconds", "run_seconds", "calibration_seconds", "timestamp"}
     for place in ("host", "disk"):
         differing = {k for k in records["device"] if records["device"][k] != records[place][k]}
         assert differing <= timing, differing

@@ -545,7 +545,7 @@ PUBLIC = {
     # the method, its selection rule, the population's public size and the static program
     "method", "algorithm", "paper", "report_metric", "selection_metric", "selection_maximize",
     "n_clients", "capacity", "plan", "slice", "slice_size", "shared_noise", "device",
-    "compile_seconds",
+    "compile_seconds", "calibration_seconds",  # (calibration reads the settings, no data)
     # provenance
     "timestamp", "git_commit", "jfed_version", "versions", "config_key", "schema_version",
 }  # fmt: skip

@@ -48,7 +48,7 @@ from jfed.algorithms.estimation_aggregators import (
     batch_means_grid_norm,
 )
 from jfed.methods import declared
-from jfed.methods.experiment import Experiment, Output, guarantee_of
+from jfed.methods.experiment import Experiment, Output, guarantee_of, timings
 from jfed.privacy import Analytic, Basic, ParallelDpEvent, discrete, spent
 from jfed.privacy.discrete_accounting import coupled_gaussian, coupling_delta, delta_after_coupling
 from jfed.privacy.discrete_aggregators import LAPLACE_SCALE_BITS
@@ -476,8 +476,7 @@ class EstimationExperiment(MonteCarloExperiment):
             f"MSE {record['mse']:.4g} +- {record['mse_se']:.2g} (bias {record['bias']:.2g} +- "
             f"{record['bias_se']:.2g}) over {record['replications']} replications; theory rate "
             f"{record['theory_rate']:.3g} (constants omitted) | privacy: "
-            f"{guarantee_of(record).describe()} | {record['run_seconds']:.2f} s run, "
-            f"{record['compile_seconds']:.2f} s compile"
+            f"{guarantee_of(record).describe()} | {timings(record)}"
         )
 
 
@@ -788,5 +787,5 @@ class FunctionalExperiment(MonteCarloExperiment):
             f"{record['mse_se']:.2g} (truncation {record['truncation_error']:.2g}) over "
             f"{record['replications']} replications; theory rate {record['theory_rate']:.3g} "
             f"(constants omitted) | privacy: {guarantee_of(record).describe()} | "
-            f"{record['run_seconds']:.2f} s run, {record['compile_seconds']:.2f} s compile"
+            f"{timings(record)}"
         )

@@ -196,6 +196,15 @@ def non_private_fields(method) -> dict:
     }
 
 
+def timings(record: dict) -> str:
+    """The run's host and device times as every summary line ends: run, compile and
+    calibration seconds (``calibration_seconds``: calibrating the noise to the target eps and
+    certifying it; absent from records written before it was kept)."""
+    calibration = record.get("calibration_seconds")
+    shown = "" if calibration is None else f", {calibration:.2f} s calibration"
+    return f"{record['run_seconds']:.2f} s run, {record['compile_seconds']:.2f} s compile{shown}"
+
+
 def guarantee_of(record: dict) -> PrivacyGuarantee:
     """The guarantee a record states (for its summary line)."""
     epsilon = record.get("epsilon_certified")
@@ -687,10 +696,7 @@ class Experiment(Generic[ConfigT]):
         shown = f"{metric} {record[metric]:.4g}" if metric in record else "done"
         refused = record.get("certificate_refused")  # then no eps is shown, only why
         privacy = f"no certificate ({refused})" if refused else guarantee_of(record).describe()
-        return (
-            f"{record['method']}: {shown} | privacy: {privacy} | "
-            f"{record['run_seconds']:.2f} s run, {record['compile_seconds']:.2f} s compile"
-        )
+        return f"{record['method']}: {shown} | privacy: {privacy} | {timings(record)}"
 
     @classmethod
     def check_class(cls, name: str) -> None:

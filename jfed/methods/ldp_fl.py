@@ -30,7 +30,7 @@ from jfed.data.images import load_images
 from jfed.data.silos import SiloTask
 from jfed.engine import simulate
 from jfed.methods import declared
-from jfed.methods.experiment import Experiment, Output, guarantee_fields
+from jfed.methods.experiment import Experiment, Output, guarantee_fields, timings
 
 PROTECTED_UNIT = "client"
 CLIENT_NOTION = "local (eps, delta)-DP of a client's whole transcript"
@@ -235,6 +235,5 @@ class LDPFLExperiment(Experiment):
             f"E={record['local_epochs']}, B={record['batch']}) | eps per weight "
             f"{record['per_report_epsilon']:g} (the paper's claim; a client's guarantee only "
             f"under its anonymity assumption) | if the shuffler is trusted: {shuffled_text} "
-            f"(central, same delta) | {record['run_seconds']:.2f} s run, "
-            f"{record['compile_seconds']:.2f} s compile"
+            f"(central, same delta) | {timings(record)}"
         )

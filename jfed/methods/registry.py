@@ -40,7 +40,8 @@ RECORD_RESERVED = frozenset({
     "epsilon_certified", "notion", "protected", "trust_model", "adjacency", "sigma",
     "noise_multiplier", "rho",
     "selection_metric", "selection_maximize", "report_metric",
-    "compile_seconds", "run_seconds", "plan", "device", "slice", "slice_size", "shared_noise",
+    "compile_seconds", "run_seconds", "calibration_seconds", "plan", "device", "slice",
+    "slice_size", "shared_noise",
     "timestamp", "jfed_version", "git_commit", "versions", "config_key", "plugin",
     "plugin_version",
 })  # fmt: skip

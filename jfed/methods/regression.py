@@ -42,6 +42,7 @@ from jfed.methods.experiment import (
     guarantee_fields,
     guarantee_of,
     non_private_fields,
+    timings,
 )
 from jfed.privacy import PrivacyGuarantee, rounds_plan
 from jfed.privacy.accounting import certify, via
@@ -332,8 +333,7 @@ class RegressionExperiment(Experiment):
             f"{record['method']} on {record['dataset']} (n={record['n_clients']}, "
             f"d={record['dim']}, T={record['rounds']}): test R^2 = {record['test_r2']:.4f} "
             f"(non-private OLS {record['ols_r2']:.4f}) | privacy: "
-            f"{guarantee_of(record).describe()}{sigma}{clipped} | "
-            f"{record['run_seconds']:.2f} s run, {record['compile_seconds']:.2f} s compile"
+            f"{guarantee_of(record).describe()}{sigma}{clipped} | {timings(record)}"
         )
 
 

@@ -61,6 +61,7 @@ from jfed.methods.experiment import (
     declared_outputs,
     guarantee_of,
     non_private_fields,
+    timings,
 )
 from jfed.privacy import Adjacency, Advanced, Analytic, rounds_of, spent
 from jfed.privacy.discrete_accounting import coupled_gaussian, coupling_delta, delta_after_coupling
@@ -494,8 +495,7 @@ class SiloExperiment(CanaryAudit, Experiment):
             f"{record['records']} records, d={record['dim']}, R={record['rounds']}, "
             f"K={record['batch']}): {metric}, excess train risk "
             f"{record['excess_train_risk']:.4g} | privacy: {privacy_text(record)}"
-            f"{extra} | {record['run_seconds']:.2f} s run, {record['compile_seconds']:.2f} s "
-            "compile"
+            f"{extra} | {timings(record)}"
         )
 
 

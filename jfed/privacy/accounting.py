@@ -544,17 +544,41 @@ def certify(
     delta = check_open_unit("delta", delta)
     adjacency = Adjacency.of(adjacency)
     _check_event(event, accountant, adjacency)
-    composed = _composed(event, accountant, adjacency)
+    epsilon, rho = _certified(event, delta, accountant, adjacency)
     return PrivacyGuarantee(
-        epsilon=float(composed.get_epsilon(delta)),
+        epsilon=epsilon,
         delta=delta,
         accountant=accountant.name,
         notion=adjacency.states(notion),
         protected=protected,
         trust_model=trust_model,
-        rho=float(composed.rho) if isinstance(accountant, Zcdp) else None,
+        rho=rho,
         adjacency=adjacency,
     )
+
+
+_CERTIFIED: dict[tuple[str, float, str, Adjacency], tuple[float, float | None]] = {}
+"""``(eps, rho)`` already composed, by event, delta, accountant and adjacency
+(:func:`_certified`)."""
+_CERTIFIED_MOST = 1024
+
+
+def _certified(
+    event: dp_accounting.DpEvent, delta: float, accountant: AccountantSpec, adjacency: Adjacency
+) -> tuple[float, float | None]:
+    """``(eps at delta, rho under Zcdp else None)`` of ``event``: composed once per (event,
+    delta, accountant, adjacency) in a process. The seeds of a sweep certify the same event, and
+    a PLD certificate of 100 Poisson rounds takes seconds. Keyed by the event's ``repr`` (every
+    ``DpEvent`` is an attrs class whose repr states all its fields, floats exactly; a composed
+    event holds a list, so it has no hash)."""
+    key = (repr(event), float(delta), repr(accountant), adjacency)
+    if key not in _CERTIFIED:
+        composed = _composed(event, accountant, adjacency)
+        if len(_CERTIFIED) >= _CERTIFIED_MOST:  # a long session's sweeps: forget the oldest
+            del _CERTIFIED[next(iter(_CERTIFIED))]
+        rho = float(composed.rho) if isinstance(accountant, Zcdp) else None
+        _CERTIFIED[key] = (float(composed.get_epsilon(delta)), rho)
+    return _CERTIFIED[key]
 
 
 # ------------------------------------------------------------------ float Gaussian sampling

@@ -371,8 +371,11 @@ def _run(
     todo = _pending(configs, done_rows)
     rows = list(done_rows)
     if todo:
-        # the frozen program of the whole grid at once (its configurations may size it)
+        # the frozen program of the whole grid at once (its configurations may size it: a
+        # Poisson capacity or a noise grid for the largest eps, found by calibrating them)
+        tic = time.perf_counter()
         with experiment.frozen(todo) as program:
+            prepared = time.perf_counter() - tic
             plan = _fit_plan(options.plan or experiment.default_plan(),
                              program.population.n_clients)  # fmt: skip
             if distributed.is_distributed():
@@ -380,7 +383,7 @@ def _run(
                     population=distributed.replicate(program.population, plan.mesh)
                 )
             rows += _run_pending(experiment, program, todo, len(configs), plan, results_path,
-                                 options)  # fmt: skip
+                                 options, prepared)  # fmt: skip
     return _in_order(configs, rows)
 
 
@@ -417,20 +420,38 @@ class _Sweep:
     per_unit: int  # runs per unit; shorter units are padded to it
     rounds_bar: bool  # a progress bar over the rounds of the one run (instead of over runs)
     releases: int | None = None  # a run's releases as its ledger composes them (None: unknown)
+    calibration: _HostClock = dataclasses.field(default_factory=lambda: _HostClock())
+
+
+@dataclasses.dataclass
+class _HostClock:
+    """Host seconds spent calibrating that no record states yet: the frozen program's
+    preparation (which calibrates the sweep's eps where they size it: a Poisson capacity, a
+    noise grid) and every :func:`_calibrated_units`; the rows of the next slice share them
+    (:func:`_stating_calibration`), so a sweep's rows add up to all of it."""
+
+    seconds: float = 0.0
+
+    def take(self) -> float:
+        """The seconds not yet stated; none are left."""
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
 
 
 def _run_pending(
     experiment, program, todo: list[Config], total: int, plan: ExecutionPlan,
-    results_path: str | None, options: SweepOptions,
+    results_path: str | None, options: SweepOptions, prepared: float = 0.0,
 ) -> list[dict]:  # fmt: skip
     """Run ``todo`` (of ``total`` configurations) in slices of whole units through one compiled
-    ``program`` (the experiment's frozen :class:`~jfed.methods.experiment.Program`); each
-    slice's rows are appended to ``results_path`` (unless ``None``) as soon as it finishes."""
+    ``program`` (the experiment's frozen :class:`~jfed.methods.experiment.Program`, built in
+    ``prepared`` host seconds); each slice's rows are appended to ``results_path`` (unless
+    ``None``) as soon as it finishes."""
     shared_algorithm = (
         program.shared_noise_algorithm if options.share_noise and len(todo) > 1 else None
     )
     units = _units(todo, shared_algorithm is not None)
     sweep = _sweep_of(experiment, program, units, shared_algorithm, plan, options.progress)
+    sweep.calibration.seconds += prepared
     units_per_slice = _slice_size(sweep, units, options)
     width = _vector_width(experiment.name, program, plan, options, units_per_slice)
     sliced = _program(sweep.unit, width)
@@ -445,6 +466,7 @@ def _run_pending(
                 written = _run_slice(sweep, sliced, chunk, units_per_slice, run_info, index)
             else:  # one run (check_checkpoints), in segments
                 written = _run_checkpointed(sweep, width, chunk, run_info, options.checkpoints)
+            written = _stating_calibration(written, sweep.calibration.take())
             if results_path is not None:
                 append_rows(results_path, written)
             rows += written
@@ -506,7 +528,9 @@ def _calibrated_units(sweep: _Sweep, units: list[list[Config]]) -> list[tuple]:
     configuration) and the privacy fields of each of its runs: ONE batch calibration of all the
     units' configurations on the host (:meth:`Experiment.calibrated_all`)."""
     padded = [unit + [unit[-1]] * (sweep.per_unit - len(unit)) for unit in units]
+    tic = time.perf_counter()
     calibrated = sweep.experiment.calibrated_all([c for unit in padded for c in unit])
+    sweep.calibration.seconds += time.perf_counter() - tic
     per_unit = [calibrated[i : i + sweep.per_unit]
                 for i in range(0, len(calibrated), sweep.per_unit)]  # fmt: skip
     return [(_stack_unit([hp for hp, _ in unit], sweep.shared_algorithm),
@@ -608,6 +632,20 @@ def _run_checkpointed(
                     run_seconds=outcome.run_seconds, slice=0)  # fmt: skip
     return _rows_of_slice(sweep.experiment, chunk, [fields for _, fields in calibrated],
                           outcome.outputs, row_info, outcome.releases, sweep.releases)  # fmt: skip
+
+
+def _stating_calibration(rows: list[dict], seconds: float) -> list[dict]:
+    """``rows`` (one slice's) each stating ``calibration_seconds``, its share of the host
+    ``seconds`` spent calibrating since the previous slice, after its ``run_seconds`` (as
+    ``run_seconds`` is its share of the slice's run)."""
+    share = seconds / max(1, len(rows))
+    stated = []
+    for row in rows:
+        fields = list(row.items())
+        at = next((i + 1 for i, (name, _) in enumerate(fields) if name == "run_seconds"),
+                  len(fields))  # fmt: skip
+        stated.append(dict([*fields[:at], ("calibration_seconds", share), *fields[at:]]))
+    return stated
 
 
 def _rows_of_slice(

@@ -15,7 +15,9 @@ A record (schema version :data:`SCHEMA_VERSION`) has, flat:
   lists, ...) and ``selection_metric``, ``selection_maximize``, ``report_metric`` (the method
   declaration's :class:`~jfed.methods.Metrics`);
 - timing and place: ``compile_seconds`` (of the program that ran it), ``run_seconds`` (this run's
-  share of its slice), ``plan``, ``device``, ``slice``, ``slice_size``, ``shared_noise``;
+  share of its slice), ``calibration_seconds`` (its share of the host time spent calibrating the
+  noise to the target eps and certifying it since the previous slice: the sweep's rows add up to
+  all of it), ``plan``, ``device``, ``slice``, ``slice_size``, ``shared_noise``;
 - provenance: ``timestamp`` (UTC, ISO 8601), ``jfed_version``, ``git_commit`` (``None`` outside a
   git checkout), ``versions`` (Python, platform, backend and key packages), ``config_key``.
 """
