@@ -488,6 +488,28 @@ def test_a_metric_named_like_a_record_field_is_refused_at_registration():
             check_method(declared)
 
 
+def test_a_kept_output_named_like_a_record_field_is_refused_at_registration():
+    """The default evaluate keeps every output as a metric of its name: an output `delta` or
+    `dataset` (a new user's update and data) collided with the privacy and data sections only
+    after a 2-minute run. An own evaluate names its own metrics (negative control)."""
+    from jfed.methods import Experiment, Output, method
+    from jfed.methods.registry import check_experiment
+
+    declared = dataclasses.replace(method("ols"), name="ols-kept", private=False)
+
+    def experiment(name: str, **members) -> type:
+        members = {"outputs": (Output(name, "state"),), "hyperparams": lambda s, c, z: None,
+                   **members}  # fmt: skip
+        return type(f"Kept_{name}", (Experiment,), members)
+
+    for name in ("delta", "dataset", "dim"):  # privacy, data, a configuration field
+        with pytest.raises(ValueError, match=f"output '{name}' is kept as a metric"):
+            check_experiment("ols-kept", experiment(name), declared)
+        own = experiment(name, evaluate=lambda self, outputs, config: {"error": 0.0})
+        check_experiment("ols-kept", own, declared)
+    check_experiment("ols-kept", experiment("update"), declared)
+
+
 def test_every_privacy_field_of_a_non_private_record_is_reserved_for_it():
     """NON_PRIVATE_STATED covers what non_private_fields states beyond RECORD_RESERVED."""
     from jfed.methods import method

@@ -500,6 +500,37 @@ def check_experiment(name: str, experiment: Any, method: Method | None = None) -
     check_class(name)
     if method is not None:
         check_legacy_metrics(method, experiment)
+        problems = _kept_metric_problems(method, experiment)
+        if problems:
+            raise ValueError(f"method {name}: " + "; ".join(problems))
+
+
+DATA_STATED = frozenset({"dataset", "n_clients"})
+"""What the default ``identity`` states in every record's data section."""
+
+
+def _kept_metric_problems(method: Method, experiment: Any) -> list[str]:
+    """With the default ``evaluate``, every kept output is a metric of the record under its
+    own name: an output named like a field the record states elsewhere (``delta``, ``dataset``,
+    a configuration field) collided with it only after the run. Outputs computed per instance
+    (a property) are not known here."""
+    evaluate = getattr(experiment, "evaluate", None)
+    if getattr(evaluate, "__qualname__", "") != "Experiment.evaluate":
+        return []  # an own evaluate names its own metrics
+    declared = getattr(getattr(experiment, "outputs", None), "declared", None)
+    if not isinstance(declared, tuple):
+        return []
+    config = method.config
+    fields = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) \
+        else set()  # fmt: skip
+    stated = RECORD_RESERVED | NON_PRIVATE_STATED | DATA_STATED | {"epsilon"} | fields
+    return [
+        f"output {output.name!r} is kept as a metric of that name (the default evaluate), "
+        "named like a field the record states beside the metrics; rename the output or "
+        "override evaluate"
+        for output in declared
+        if getattr(output, "name", None) in stated
+    ]
 
 
 def _legacy_attributes(experiment: Any) -> dict[str, Any]:
