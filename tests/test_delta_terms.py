@@ -1,4 +1,4 @@
-"""Every delta term from the object that causes it (docs/guarantee.md):
+"""Every delta term from the object that causes it (docs/concepts/guarantee.md):
 
 - the certified eps, delta terms, noise multiplier and every privacy field of one setting each of
   DP-FedAvg (float; discrete; float with adaptive clipping under a uniform cohort), DP-SCAFFOLD,

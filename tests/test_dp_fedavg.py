@@ -541,7 +541,8 @@ PUBLIC = {
     "protected", "trust_model", "adjacency", "sigma", "noise_multiplier",
     "update_noise_multiplier", "count_noise_std", "sampling_rate", "mechanism_model",
     "overflow_probability_per_round", "grid_norm", "noise_inflation", "min_clients",
-    "noise_std_per_round", "not_private_fields", "delta_sampler", "delta_coupling",
+    "noise_std_per_round", "not_private_fields", "secret_fields", "delta_sampler",
+    "delta_coupling",
     # the method, its selection rule, the population's public size and the static program
     "method", "algorithm", "paper", "report_metric", "selection_metric", "selection_maximize",
     "n_clients", "capacity", "plan", "slice", "slice_size", "shared_noise", "device",

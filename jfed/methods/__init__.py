@@ -48,6 +48,7 @@ from jfed.methods.fields import (
     integers,
     param,
 )
+from jfed.methods.record_fields import RecordFields
 from jfed.methods.registry import (
     ALIASES,
     ENTRY_POINT_GROUP,
@@ -93,6 +94,7 @@ __all__ = [
     "Outputs",
     "Program",
     "Range",
+    "RecordFields",
     "Rounds",
     "ShuffleMBSGD",
     "build_experiment",

@@ -32,6 +32,7 @@ from jfed.algorithms.local_training import LocalTraining
 from jfed.data import FederatedData
 from jfed.methods.experiment import Output
 from jfed.methods.federated import FederatedExperiment, server_momentum
+from jfed.methods.record_fields import RecordFields
 
 EVALUATION_CLIENTS = 500
 """The personalised accuracy is averaged over at most this many clients that took part."""
@@ -39,6 +40,13 @@ EVALUATION_CLIENTS = 500
 
 class DittoExperiment(FederatedExperiment):
     """Ditto or DP-Ditto (the method's privacy decides the aggregator)."""
+
+    record_fields = RecordFields(
+        outside=("clients_personalised", "personal_test_accuracy",
+                 "global_test_accuracy_reweighted"),
+    )  # fmt: skip
+    """The personal models are never noised, how many clients hold one is who took part, and
+    the reweighting reads each client's own records' classes: outside the guarantee."""
 
     config: Any  # a Ditto or DP-Ditto configuration
     canary_source = "state.server.aggregator"

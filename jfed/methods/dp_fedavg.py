@@ -75,6 +75,7 @@ from jfed.methods.experiment import (
     Output,
     declared_outputs,
 )
+from jfed.methods.record_fields import RecordFields
 from jfed.models import CharLSTM, CifarCNN, DenseClassifier, FemnistCNN, TransformerLM
 from jfed.privacy.calibration import SAMPLER_SHARE as SAMPLER_SHARE  # its old home
 from jfed.privacy.discrete_aggregators import largest_grid_norm
@@ -379,7 +380,8 @@ NOT_PRIVATE_FIELDS = (
 """A private run's record fields computed from unnoised client data or from who took part (the
 clipped counts, the norms before clipping, the realised cohort sizes, the accuracy on training
 clients) or a side channel no guarantee here models (the run's wall-clock time): outside the
-guarantee, listed in every private record's ``not_private_fields``."""
+guarantee, listed in every private record's ``not_private_fields`` (through the experiment's
+``record_fields``)."""
 GRID_NOT_PRIVATE = ("rounding_fallbacks",)
 SECURE_NOT_PRIVATE = ("mean_survivors", "withheld_rounds", "wrapped_coordinates")
 
@@ -558,6 +560,15 @@ def grid_noise_std(aggregator: Any, params: Any) -> float:
 class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.FederatedTraining]):
     """DP-FedAvg (``dp-fedavg``) or its non-private baseline (``fedavg-sampled``): tuned on the
     training clients' accuracy, reported on held-out clients (synthetic) or held-out images."""
+
+    record_fields = RecordFields(
+        inside=("test_accuracy", "test_error", "clip_per_round"),
+        outside=NOT_PRIVATE_FIELDS + GRID_NOT_PRIVATE + SECURE_NOT_PRIVATE,
+        public=("noise_std_per_round",),
+    )
+    """The accuracy on held-out clients and the adaptive clip (moved by the noised count) are
+    post-processing of the noised releases; the noise per round is the settings'; the rest
+    (:data:`NOT_PRIVATE_FIELDS`) is outside the guarantee."""
 
     def __init__(self, config: declared.FederatedTraining) -> None:
         super().__init__(config)
@@ -850,15 +861,12 @@ class DPFedAvgExperiment(CentralGridNoise, CanaryAudit, Experiment[declared.Fede
             "overflowed_clients": int(outputs["overflow"]),
             "mean_update_norm": float(outputs["mean_update_norm"]),
         }
-        not_private = list(NOT_PRIVATE_FIELDS)
+        # what is outside the guarantee is listed by the record's classification
+        # (record_fields; jfed.methods.record_fields), as for every method
         if self.private and self.noise_choice.grid:
             metrics |= self.grid_metrics(outputs)
-            not_private += GRID_NOT_PRIVATE
         if self.private and self.noise_choice.secure is not None:
             metrics |= {"mean_survivors": float(outputs["survivors"]),
                         "withheld_rounds": int(outputs["withheld"]),
                         "wrapped_coordinates": int(outputs["wrapped_coordinates"])}  # fmt: skip
-            not_private += SECURE_NOT_PRIVATE
-        if self.private:
-            metrics["not_private_fields"] = not_private
         return metrics | self.audit_fields(outputs, config)

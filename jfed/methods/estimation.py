@@ -49,6 +49,7 @@ from jfed.algorithms.estimation_aggregators import (
 )
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_of, timings
+from jfed.methods.record_fields import RecordFields
 from jfed.privacy import Analytic, Basic, ParallelDpEvent, discrete, spent
 from jfed.privacy.discrete_accounting import coupled_gaussian, coupling_delta, delta_after_coupling
 from jfed.privacy.discrete_aggregators import LAPLACE_SCALE_BITS
@@ -401,6 +402,17 @@ class MonteCarloExperiment(Experiment):
     """A run is ``replications`` engine rounds; nothing to choose among, so a sweep reports every
     grid point (the declarations' metrics select nothing). Every round draws fresh data, so a
     run certifies what one round's releases state (:meth:`run_event`)."""
+
+    record_fields = RecordFields(
+        outside=("bias", "bias_se", "mse", "mse_se", "privacy_mse", "privacy_mse_se",
+                 "sampling_variance", "truncation_error", "clipped_fraction",
+                 "rounding_fallbacks"),
+        public=("replications", "theory_rate", "theory_dense", "theory_functions",
+                "theory_private", "theory_private_sparse"),
+    )  # fmt: skip
+    """The estimate's errors are measured against the unnoised truth, and the clipped counts
+    and rounding fallbacks are unnoised: outside the guarantee; the theory's rates are
+    formulas of the settings."""
 
     disjoint_releases = False
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from jfed.methods.config import Config
 from jfed.methods.fields import FixedFields
+from jfed.methods.record_fields import RecordFields, declared, kinds_of, labels
 from jfed.privacy import PrivacyGuarantee
 
 PRIVACY_FIELDS = ("epsilon_certified", "delta", "accountant", "notion", "protected",
@@ -72,10 +73,23 @@ class Output:
     name: str
     source: str
     reduce: str = "all"
+    kind: str | None = None
+    """Where the default ``evaluate`` keeps it under its name: ``"inside"`` the guarantee (a
+    post-processing of the noised releases), ``"outside"`` it (an unnoised statistic of client
+    data: listed in a private record's ``not_private_fields``) or ``"public"``
+    (:mod:`jfed.methods.record_fields`); ``None``: classified by the experiment's
+    ``record_fields``, else outside."""
 
     def problems(self) -> list[str]:
         """What is wrong with this declaration (empty when nothing is)."""
+        from jfed.methods.record_fields import INSIDE, OUTSIDE, PUBLIC
+
         found = []
+        if self.kind not in (None, INSIDE, OUTSIDE, PUBLIC):
+            found.append(
+                f"output {self.name!r} has kind={self.kind!r}; expected None, 'inside', "
+                "'outside' or 'public'"
+            )
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             found.append(f"output name {self.name!r} is not an identifier")
         parts = self.source.split(".") if isinstance(self.source, str) else []
@@ -279,6 +293,14 @@ class CanaryAudit:
     one, and may state the audit at another delta (:meth:`audit_delta`) or add record fields
     (:meth:`audit_context`)."""
 
+    record_fields = RecordFields(
+        inside=("audit_epsilon_lower", "audit_epsilon_estimate"),
+        public=("audit_confidence", "audit_estimator", "audit_canary_count", "audit_delta",
+                "audit_notion", "audit_silo"),
+    )  # fmt: skip
+    """The audit scores the canaries (not in the protected population) on the noised outputs;
+    the rest states how."""
+
     base_config: Any
     audited_release: str | None = None
     """The release the canaries take part in and are scored against (None: the run's one)."""
@@ -333,6 +355,11 @@ class Experiment(Generic[ConfigT]):
     shared_noise_algorithm = None
     outputs: Any = None
     default_accountant: Any = None
+    record_fields: RecordFields = RecordFields()
+    """The kinds of the metrics ``evaluate`` returns (merged along the class hierarchy with the
+    declared outputs' ``kind``): inside the guarantee, outside it, or public
+    (:mod:`jfed.methods.record_fields`). A metric nobody classified is counted outside and
+    listed in the record's ``unclassified_fields``."""
     calibration_tolerance: float = 1e-6
     """Absolute tolerance of the search for the noise multiplier z (:meth:`calibrate_noise`)."""
     search_discretization: float | None = None
@@ -682,6 +709,27 @@ class Experiment(Generic[ConfigT]):
         first = releases[0]
         event = first.aggregator.event(first.params(hyper))
         return getattr(event, "noise_multiplier", None)
+
+    def metric_kinds(self) -> dict[str, str]:
+        """``{metric: kind}`` the method declares: :attr:`record_fields` along the class
+        hierarchy, and the kept outputs' ``kind``."""
+        outputs = self.outputs
+        kept = outputs.declared if isinstance(outputs, Outputs) else tuple(outputs or ())
+        return declared(reversed(type(self).__mro__), kept).kinds()
+
+    @classmethod
+    def declared_kinds(cls) -> dict[str, str]:
+        """``{metric: kind}`` the class declares without being built (:attr:`record_fields`
+        along its hierarchy, and the ``kind`` of outputs declared as a class attribute)."""
+        outputs = cls.outputs.declared if isinstance(cls.outputs, Outputs) else ()
+        return declared(reversed(cls.__mro__), outputs).kinds()
+
+    def field_labels(self, sections: dict[str, dict]) -> dict:
+        """A record's classification fields from its ``sections`` (:func:`jfed.sweep.schema.
+        sections`): a private run's ``not_private_fields`` and ``secret_fields``, and
+        ``unclassified_fields`` where a metric has no declared kind
+        (:mod:`jfed.methods.record_fields`)."""
+        return labels(kinds_of(sections, self.metric_kinds()), self.method.private)
 
     def evaluate(self, outputs: dict, config: ConfigT) -> dict:
         """Host metrics of one run (default: every kept array, scalars as floats)."""

@@ -49,6 +49,7 @@ from jfed.methods.experiment import (
     Outputs,
     declared_outputs,
 )
+from jfed.methods.record_fields import RecordFields
 from jfed.privacy.canary_aggregator import WithCanaries
 
 FLOAT_NOISE = NOISE_CHOICES["float"]
@@ -69,6 +70,15 @@ class FederatedExperiment(CentralGridNoise, CanaryAudit, Experiment[FederatedTra
     a subclass gives ``algorithm``, ``hyperparams``, its ``kept`` arrays and its
     ``canary_source``, and extends ``evaluate``. Tuned on the training clients' accuracy,
     reported on the held-out data."""
+
+    record_fields = RecordFields(
+        inside=("test_accuracy", "test_error"),
+        outside=("train_accuracy", "clipped_fraction", "clipped_fraction_per_round",
+                 "mean_cohort_size", "rounding_fallbacks"),
+    )  # fmt: skip
+    """The final model's accuracy on held-out data is post-processing of the noised releases;
+    the training clients' accuracy, the clipped counts, the realised cohorts and the grid's
+    rounding fallbacks are unnoised statistics of client data."""
 
     kept: tuple[Output, ...] = ()
     """The arrays the run keeps (an audited run keeps its canaries' state too)."""

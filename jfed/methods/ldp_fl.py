@@ -31,6 +31,7 @@ from jfed.data.silos import SiloTask
 from jfed.engine import simulate
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_fields, timings
+from jfed.methods.record_fields import RecordFields
 
 PROTECTED_UNIT = "client"
 CLIENT_NOTION = "local (eps, delta)-DP of a client's whole transcript"
@@ -86,6 +87,15 @@ def shuffle_closed_form(epsilon0: float, reports: int, delta: float) -> dict:
 class LDPFLExperiment(Experiment):
     """Chosen on training accuracy (the image tasks have no validation split); reports test
     accuracy beside the noise-free run of the same seed."""
+
+    record_fields = RecordFields(
+        inside=("test_accuracy", "test_accuracy_per_round"),
+        outside=("train_accuracy", "clipped_fraction", "largest_radius",
+                 "noise_free_test_accuracy"),
+    )  # fmt: skip
+    """The model's test accuracy is post-processing of the randomized reports; the training
+    clients' accuracy, the clipped count, the largest weight radius and the noise-free run's
+    accuracy read client data unnoised."""
 
     outputs = (
         Output("weights", "state.weights"),

@@ -44,6 +44,7 @@ from jfed.methods.experiment import (
     non_private_fields,
     timings,
 )
+from jfed.methods.record_fields import RecordFields
 from jfed.privacy import PrivacyGuarantee, rounds_plan
 from jfed.privacy.accounting import certify, via
 from jfed.privacy.local_discrete import LocalGridGaussian, grid_norm_for
@@ -165,6 +166,15 @@ class RegressionExperiment(Experiment):
     """Shared by the regression methods: the task, the OLS reference and R^2 metrics, and the
     calibration and certificate of the private ones (T releases of a local randomizer per
     client: :meth:`calibrate`)."""
+
+    record_fields = RecordFields(
+        inside=("test_r2", "validation_r2", "test_r2_per_round", "test_r2_average",
+                "test_r2_raw", "test_r2_psd", "step_size_per_round"),
+        outside=("ols_r2", "ols_validation_r2", "clipped_fraction"),
+    )  # fmt: skip
+    """The estimate's R^2 on the test and validation splits (and the step sizes, set by the
+    noised second moments) are post-processing of the releases; the non-private OLS
+    reference fit on the clients' records and the clipped count are not."""
 
     # the noise of every client's message: the calibration follows it (DP-SGD takes another)
     randomizer: Any = dpsgd.GAUSSIAN

@@ -31,10 +31,15 @@ from jfed import privacy
 from jfed.algorithms import scaffold
 from jfed.methods.experiment import Output
 from jfed.methods.federated import FederatedExperiment, server_momentum
+from jfed.methods.record_fields import RecordFields
 
 
 class ScaffoldExperiment(FederatedExperiment):
     """SCAFFOLD or DP-SCAFFOLD (the method's privacy decides the aggregators)."""
+
+    record_fields = RecordFields(inside=("control_norm",), outside=("control_clipped_fraction",))
+    """The server's control variate is the noised control release's running mean; the control
+    updates' clipped count is unnoised."""
 
     canary_source = "state.server.model_aggregator"
     audited_release = "the model release (the noised mean of the clipped model updates)"

@@ -63,6 +63,7 @@ from jfed.methods.experiment import (
     non_private_fields,
     timings,
 )
+from jfed.methods.record_fields import RecordFields
 from jfed.privacy import Adjacency, Advanced, Analytic, rounds_of, spent
 from jfed.privacy.discrete_accounting import coupled_gaussian, coupling_delta, delta_after_coupling
 from jfed.privacy.discrete_aggregators import largest_grid_norm
@@ -124,6 +125,17 @@ audited run its canaries (:attr:`SiloExperiment.outputs`)."""
 
 class SiloExperiment(CanaryAudit, Experiment):
     """Shared by the silo methods; subclasses name their program and their calibration."""
+
+    record_fields = RecordFields(
+        inside=("test_error", "test_error_per_round"),
+        outside=("clipped_fraction", "excess_test_risk", "excess_train_risk",
+                 "optimum_test_error", "heterogeneity", "available_per_round",
+                 "rounding_fallbacks"),
+    )  # fmt: skip
+    """The model's test error is post-processing of the noised releases; the non-private
+    optimum (fit on the silos' records) and everything measured against it, the silos'
+    heterogeneity, their realised availability, the clipped counts and the grid's rounding
+    fallbacks are not."""
 
     selection_metric = "excess_train_risk"
     selection_maximize = False

@@ -92,9 +92,10 @@ def sections(experiment, config: Config, privacy: dict, metrics: dict, run_info:
     ran), ``configuration`` (every field, the target ``epsilon`` and the rounds), ``data`` (the
     population), ``privacy`` (the guarantee), ``metrics``, ``selection`` (how a sweep tunes and
     reports: the method declaration's :class:`~jfed.methods.Metrics`), ``run`` (where and how
-    long) and ``provenance`` (when, which jfed, which plug-in)."""
+    long), ``provenance`` (when, which jfed, which plug-in) and ``classification`` (what is
+    outside the guarantee or secret: :meth:`~jfed.methods.Experiment.field_labels`)."""
     method = experiment.method
-    return {
+    found = {
         "method": {
             "schema_version": SCHEMA_VERSION,
             "method": method.name,
@@ -120,6 +121,9 @@ def sections(experiment, config: Config, privacy: dict, metrics: dict, run_info:
             "config_key": config_key(config),
         },
     }
+    # every field classified: inside the guarantee, public, outside or secret (the seed)
+    found["classification"] = experiment.field_labels(found)
+    return found
 
 
 LABELS = {"dataset"}
