@@ -191,7 +191,7 @@ def file_system_fault(error: OSError, args: Any) -> str:
     where = error.filename or (out if command in ("sweep", "demo", "plot") else None)
     said = one_line(error.strerror or str(error)) + (f": {one_line(str(where))}" if where else "")
     if command == "sweep":
-        runs = os.path.join(out, "runs.jsonl")
+        runs = os.path.join(str(out), "runs.jsonl")
         kept = (f"the runs finished before it are kept in {runs} (the same command with --resume "
                 "continues from them once there is room)")  # fmt: skip
     elif command == "demo":

@@ -243,7 +243,8 @@ class Ledger:
         hyper-parameters unchanged), counted as many times as it runs a round; ``ValueError``
         (:class:`~jfed.engine.release_count.ReleaseCountError`) where that count cannot be known
         from the trace, naming the construct and the way out."""
-        site = runs_here(type(aggregator).__name__, *self._base, disjoint_steps=disjoint_steps)
+        base_frame, base_trace = self._base
+        site = runs_here(type(aggregator).__name__, base_frame, base_trace, disjoint_steps)
         kept = [i for i, old in enumerate(self._sites) if not superseded(old, site)]
         self.releases = [self.releases[i] for i in kept]  # an abandoned pass of a scan body
         self._sites = [self._sites[i] for i in kept]

@@ -359,7 +359,7 @@ def _refuse_epsilon(config: Config, what: str, fits: Callable[[Config], bool]) -
     low = max(float(field.range.low), 1e-6)
 
     def fits_at(value: float) -> bool:
-        return fits(dataclasses.replace(config, epsilon=value))
+        return fits(dataclasses.replace(config, **{"epsilon": value}))
 
     if epsilon <= low or not fits_at(low):
         return
