@@ -389,10 +389,10 @@ class DPFedAvg(FederatedTraining):
 
 POPULATIONS = {
     "synthetic": (None, 60, 10), "digits-dirichlet": (1438, 64, 10),
-    "shakespeare": (3_409_049, 80, 83), "cifar10": (50_000, 3072, 10),
+    "shakespeare": (88_445, 80, 83), "cifar10": (50_000, 3072, 10),
     "cifar100": (50_000, 3072, 100), "femnist": (805_263, 784, 62),
 }  # fmt: skip
-ROLES = 852  # shakespeare's clients
+ROLES = 1280  # shakespeare's clients: the lines form's roles of 2 lines or more
 DEFAULT_MODELS = {"shakespeare": "char-lstm", "cifar10": "cifar-cnn", "cifar100": "cifar-cnn",
                   "femnist": "femnist-cnn"}  # fmt: skip
 MODEL_SHAPES = {  # parameters, multiply-adds per record
