@@ -114,7 +114,7 @@ class DPFedProx(Experiment):
 
 
 DEMO = [  # what `python examples/dp_fedprox.py` runs: every command a built-in method has
-    "sweep dp-fedprox --epsilon 4,16,64 --seeds 2 --out results/dp-fedprox",
+    "sweep dp-fedprox --epsilon 2,4,16 --seeds 2 --out results/dp-fedprox",
     "sweep fedavg --dataset digits-bylabel --rounds 20 --seeds 2 --out results/fedavg",
     "plot results/dp-fedprox results/fedavg --out results/dp-fedprox-vs-fedavg",
 ]

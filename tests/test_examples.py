@@ -161,7 +161,7 @@ def test_dp_fedprox_through_the_command_line(dp_fedprox, tmp_path, capsys):
     import jfed
 
     out = tmp_path / "cli"
-    status = jfed.main(["sweep", "dp-fedprox", "--epsilon", "4,64", "--seeds", "2", "--rounds",
+    status = jfed.main(["sweep", "dp-fedprox", "--epsilon", "4,16", "--seeds", "2", "--rounds",
                         "2", "--local-steps", "1", "--grid", "clip=0.25,1", "--out", str(out),
                         "--no-progress"])  # fmt: skip
     assert status == 0, capsys.readouterr().err
