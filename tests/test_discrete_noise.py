@@ -178,6 +178,37 @@ def test_discrete_laplace_matches_its_pmf():
     assert not _chi_square_ok(wider, log_pmf)[0]
 
 
+def test_factorial_thresholds_read_a_word_as_the_exact_fraction_does():
+    """A run at gamma = 1 is settled by comparing one word with 1 / j!: the same verdict and
+    tie as :func:`discrete._fraction_from_word` gives, at and around each threshold."""
+    for factorial in discrete._FACTORIALS:
+        cut = 2**32 // factorial
+        words = jnp.asarray([0, cut - 1, cut, cut + 1, 2**32 - 1], jnp.uint32)
+        below, tie = discrete._factorial_threshold(words, factorial)
+        expected = discrete._fraction_from_word(
+            words, jnp.ones_like(words), jnp.full_like(words, factorial)
+        )
+        np.testing.assert_array_equal(below, expected[0])
+        np.testing.assert_array_equal(tie, expected[1])
+    assert not bool(discrete._factorial_threshold(jnp.uint32(2**31), 2)[1])  # 1/2: no tie
+
+
+def test_fast_rounds_are_the_exact_rounds_where_no_word_ties():
+    """The fast schedule reads a tied word as "not below" and says that it did; the exact one
+    settles a tie with fresh bits. On the same words and with no tie they give the same draws
+    (so the sampler, which reruns a block exactly where a tie was read, always has the exact
+    law); 5,000 lanes run the compacted buffers too."""
+    machine = discrete._Machine(7, 1, 79, gaussian=True)
+    state = discrete._round_state((5000,))
+    schedule = jax.jit(discrete._schedule, static_argnums=(0, 3))
+    fast, tied = schedule(machine, jax.random.key(12), state, False)
+    exact, _ = schedule(machine, jax.random.key(12), state, True)
+    assert not bool(tied) and not bool(jnp.any(discrete._pending(fast)))
+    np.testing.assert_array_equal(fast["value"], exact["value"])
+    other, _ = schedule(machine, jax.random.key(13), state, False)  # the control: other words
+    assert not np.array_equal(np.asarray(other["value"]), np.asarray(fast["value"]))
+
+
 def test_samplers_trace_once_and_run_under_vmap():
     traces = []
 

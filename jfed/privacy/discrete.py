@@ -33,10 +33,14 @@ Parameters of the samplers (the Laplace proposal's scale numerator is a power of
   device, identically (the variance it gives exceeds the least one by less than ``sqrt 2``
   sigma).
 
-A discrete Gaussian draw takes about 13 steps of the machine on average, each step three 32-bit
-random words per lane; the slowest of 10^6 lanes take about 150. The machine runs all lanes for
-a while, then only the pending ones in a smaller buffer (:func:`_run_machine`).
-``bench/discrete_noise.py`` times it against float normals.
+The samplers run the machine's law in rounds (:func:`_round`) that settle a whole run of
+Algorithm 1 from one 32-bit word where its thresholds are rationals (the Laplace proposal's U,
+and every run at gamma = 1), two words per lane per run; a discrete Gaussian draw takes about 7
+runs on average. Lanes run in blocks of 2^16, all of a block for a few rounds, then only the
+pending ones in shrinking buffers (:func:`_schedule`). A word that ties with a non-dyadic
+threshold (one in 2^32) makes its block run again from the same words with the tie settled by
+fresh bits, so every draw has the exact law. :func:`bernoulli_exp` runs the step machine
+(:func:`_run_machine`). ``bench/discrete_noise.py`` times the samplers against float normals.
 
 References: C. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential Privacy",
 NeurIPS 2020; P. Kairouz, Z. Liu, T. Steinke, "The Distributed Discrete Gaussian Mechanism for
@@ -45,6 +49,7 @@ Federated Learning with Secure Aggregation", ICML 2021 (conditional randomized r
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -398,6 +403,311 @@ def _initial_state(shape: tuple[int, ...], phase: int) -> dict:
     }
 
 
+# ------------------------------------------------------------------ the sampler's fast schedule
+#
+# The samplers run the machine's law in rounds that each settle a whole run of Algorithm 1 where
+# one 32-bit word can: a run's length K* (the first K with A_K = 0) has P(K* > j) = gamma^j / j!,
+# so one uniform G gives it by inversion, K* > j exactly when G < gamma^j / j!. The thresholds
+# used are rationals: U / t and U^2 / (2 t^2) for the Laplace proposal's U (powers of two in the
+# denominator, t = 2^k, k <= 15: no ties), and 1 / j! for gamma = 1 (j <= 6). Any other run takes
+# one Alg-1 step per round (Bernoulli(gamma) and Bernoulli(1 / K) from two words, as the machine).
+# A run that is not settled (K* beyond the thresholds) continues at K = j + 1, where the machine
+# would be. A round draws two words per lane (the draw's U and sign, or Bernoulli(1 / K); the
+# run's word): rather than the machine's three per Algorithm-1 step.
+#
+# Ties: a word decides ``G < p`` for a non-dyadic p unless it falls in p's cell (2^-32). A round
+# is computed first with every tie unresolved; if any lane in it used a tied word (about one
+# round in 500 at 10^6 lanes), the round is recomputed from the same words with each tie settled
+# by fresh bits (:func:`_bernoulli_from_word`), so the result is always the exact round's.
+
+_ROUND_WORDS = 2
+_FACTORIALS = (2, 6, 24, 120, 720)  # j! for j = 2..6: P(K* > j) at gamma = 1
+_DYADIC_LIMIT = 15  # U^2 / (2 t^2) has a 32-bit dyadic threshold for k <= 15
+
+
+def _factorial_threshold(word, factorial: int):
+    """``(below, tie)`` of ``G < 1 / factorial`` for the uniform G whose first 32 bits are
+    ``word``: below when ``word < floor(2^32 / j!)``; the cell at the threshold ties unless
+    ``j!`` divides 2^32 (the word and the next bits decide it, :func:`_fraction_from_word`)."""
+    threshold = np.uint32(2**32 // factorial)
+    tie = (word == threshold) if 2**32 % factorial else jnp.zeros(word.shape, bool)
+    return word < threshold, tie
+
+
+def _per_piece(magnitude):
+    """``u32``: the units of a piece, ``floor((2^32 - 1) / c)`` for ``c >= 2^16`` (then below
+    2^16), any value >= ``c`` below (one piece takes all ``c`` units): a float32 estimate within
+    one of it, settled by exact products (no integer division)."""
+    big = magnitude >= 65536
+    estimate = jnp.floor(np.float32(2.0**32) / jnp.maximum(magnitude, 1).astype(jnp.float32))
+    estimate = jnp.minimum(estimate, np.float32(65536.0)).astype(U32)
+
+    def fits(units):
+        return multiply_wide(units, magnitude)[0] == 0
+
+    exact = jnp.where(
+        fits(estimate + 1), estimate + 1, jnp.where(fits(estimate), estimate, estimate - 1)
+    )
+    return jnp.where(big, exact, _ALL_ONES)
+
+
+def _settle_run(machine: _Machine, a, b, s, decide):
+    """``(state, run_over, run_true, next_trials)``: every lane's current Algorithm-1 run
+    settled or stepped, after a ``_DRAW`` lane's draw (from ``a``). ``decide(site, word, num,
+    den, used)`` is Bernoulli(num / den) read from ``word``."""
+    scale_bits = jnp.asarray(machine.scale_bits, U32)
+    laplace_scale = U32(1) << scale_bits
+    phase, trials = s["phase"], s["trials"]
+    drawing = phase == _DRAW
+    u = jnp.where(drawing, _top_bits(a, scale_bits), s["u"])
+    sign = jnp.where(drawing, (a & 1) == 1, s["sign"])
+    geometric = jnp.where(drawing, U32(0), s["geometric"])
+    trials = jnp.where(drawing, U32(1), trials)  # Algorithm 1 starts at K = 1
+    phase = jnp.where(drawing, _ACCEPT_U, phase)
+
+    in_u, in_geometric = phase == _ACCEPT_U, phase == _GEOMETRIC
+    in_gaussian = phase == _ACCEPT_GAUSSIAN
+    unit = in_geometric | (in_gaussian & (s["remainder"] >= s["denominator"]))  # gamma = 1
+    one = jnp.ones_like(trials)
+    numerator = jnp.where(in_u, u, jnp.where(unit, one, s["remainder"]))
+    denominator = jnp.where(in_u, laplace_scale, jnp.where(unit, one, s["denominator"]))
+    running = in_u | in_geometric | in_gaussian
+
+    # U's run from K = 1 in one word (1 <= k <= 15): K* > 1 iff b < U 2^(32-k), K* > 2 iff
+    # b < U^2 2^(31-2k) (dyadic thresholds: no ties)
+    first_u = in_u & (trials == 1) & (scale_bits <= _DYADIC_LIMIT) & (scale_bits >= 1)
+    shift = jnp.where(first_u, U32(32) - scale_bits, U32(1))
+    past_one = b < (u << shift)
+    square_shift = jnp.where(first_u, U32(31) - 2 * scale_bits, U32(0))
+    past_two = b < ((u * u) << square_shift)
+    # a gamma = 1 run from K = 1 in one word: K* > j iff G < 1 / j!
+    first_unit = unit & (trials == 1)
+    passed = jnp.zeros_like(trials)
+    for site, factorial in enumerate(_FACTORIALS):
+        passed = passed + decide(site, b, factorial, first_unit).astype(U32)
+    # any other run: one step, A_K = Bernoulli(gamma) and Bernoulli(1 / K)
+    generic = running & ~first_u & ~first_unit
+    step = decide(10, b, (numerator, denominator), generic) & decide(11, a, (one, trials), generic)
+
+    over, ended_at, next_trials = ~step, trials, trials + 1
+    over = jnp.where(first_u, ~past_two, over)
+    ended_at = jnp.where(first_u, jnp.where(past_one, U32(2), U32(1)), ended_at)
+    next_trials = jnp.where(first_u, U32(3), next_trials)
+    # a unit run ends at K* = 2 + (thresholds passed), or goes on at K = 7 past them all
+    over = jnp.where(first_unit, passed < len(_FACTORIALS), over)
+    ended_at = jnp.where(first_unit, U32(2) + passed, ended_at)
+    next_trials = jnp.where(first_unit, U32(len(_FACTORIALS) + 2), next_trials)
+
+    over = over & running
+    run_true = over & _odd(ended_at)
+    next_trials = jnp.where(over, U32(1), jnp.where(running, next_trials, s["trials"]))
+    drawn = dict(s, phase=phase, u=u, sign=sign, geometric=geometric)
+    return drawn, over, run_true, next_trials
+
+
+def _after_run(machine: _Machine, s: dict, run_over, run_true, trials) -> dict:
+    """The machine's transitions (as in :func:`_step`) once every lane's run is settled. A
+    piece of the Gaussian acceptance is held as its numerator left (``remainder``) over ``2
+    sigma^2`` (``denominator``): a run at gamma = 1 while the numerator is at least the
+    denominator (taking one off), then one at their ratio (no integer division)."""
+    scale_bits = jnp.asarray(machine.scale_bits, U32)
+    laplace_scale = U32(1) << scale_bits
+    quotient = jnp.asarray(machine.quotient, U32)
+    phase = s["phase"]
+    in_u, in_geometric = phase == _ACCEPT_U, phase == _GEOMETRIC
+
+    accepting_u = in_u & run_over
+    next_phase = jnp.where(accepting_u, jnp.where(run_true, _GEOMETRIC, _DRAW), phase)
+
+    counting = in_geometric & run_over
+    success = counting & run_true
+    geometric = jnp.where(success, s["geometric"] + 1, s["geometric"])
+    too_far = success & (geometric > (U32(INT32_LIMIT) >> scale_bits) - 1)  # leaves int32
+    finished = counting & ~run_true
+    magnitude = s["u"] + laplace_scale * geometric
+    if not (isinstance(machine.divisor, int) and machine.divisor == 1):
+        magnitude = magnitude // jnp.asarray(machine.divisor, U32)
+    rejected_zero = finished & s["sign"] & (magnitude == 0)  # -0 is redrawn (Algorithm 2)
+    signed = magnitude.astype(jnp.int32)
+    emitted = finished & ~rejected_zero
+    value = jnp.where(emitted, jnp.where(s["sign"], -signed, signed), s["value"])
+    next_phase = jnp.where(too_far | rejected_zero, _DRAW, next_phase)
+
+    units_left, left, c, denominator = (
+        s["units_left"], s["remainder"], s["magnitude"], s["denominator"]
+    )  # fmt: skip
+    if machine.gaussian:
+        # Algorithm 3 accepts Y with probability exp(-c^2 / (2 t m)), c = | |Y| - m |
+        emitted_c = jnp.abs(jnp.abs(value) - quotient.astype(jnp.int32)).astype(U32)
+        units = jnp.minimum(_per_piece(emitted_c), emitted_c)
+        next_phase = jnp.where(emitted, _ACCEPT_GAUSSIAN, next_phase)
+        units_left = jnp.where(emitted, emitted_c - units, units_left)
+        left = jnp.where(emitted, units * emitted_c, left)
+        c = jnp.where(emitted, emitted_c, c)
+        denominator = jnp.where(emitted, 2 * laplace_scale * quotient, denominator)
+    else:
+        next_phase = jnp.where(emitted, _DONE, next_phase)
+
+    judging = (phase == _ACCEPT_GAUSSIAN) & run_over
+    unit = s["remainder"] >= s["denominator"]
+    failed = judging & ~run_true
+    next_phase = jnp.where(failed, _REJECTED if machine.judge_only else _DRAW, next_phase)
+    passed = judging & run_true
+    left = jnp.where(passed & unit, left - denominator, left)
+    piece_passed = passed & ~unit
+    next_phase = jnp.where(piece_passed & (units_left == 0), _DONE, next_phase)
+    more = piece_passed & (units_left > 0)
+    units = jnp.minimum(_per_piece(c), units_left)
+    left = jnp.where(more, units * c, left)
+    units_left = jnp.where(more, units_left - units, units_left)
+
+    return {
+        "phase": jnp.where(phase >= _DONE, phase, next_phase),
+        "trials": trials,
+        "u": s["u"],
+        "sign": s["sign"],
+        "geometric": geometric,
+        "value": value,
+        "units_left": units_left,
+        "remainder": left,
+        "magnitude": c,
+        "denominator": denominator,
+    }
+
+
+def _round_state(shape: tuple[int, ...]) -> dict:
+    """Every lane about to draw, in the rounds' state (the machine's, pieces held as the
+    numerator left)."""
+    state = _initial_state(shape, _DRAW)
+    del state["whole_runs"]
+    return state
+
+
+def _round(machine: _Machine, key: jax.Array, carry: tuple, exact: bool) -> tuple:
+    """``(state, tied)`` after ``_SUBSTEPS`` settled runs of every lane (see the section's
+    comment). Fast (``exact=False``): a tied word reads as not below and ``tied`` records that
+    one was used; exact: ties are settled by fresh bits."""
+    s, tied = carry
+    shape = s["phase"].shape
+    tie_key = jax.random.fold_in(key, _SUBSTEPS)
+    ties: list[jax.Array] = []
+    for i in range(_SUBSTEPS):
+        a, b = _words(jax.random.fold_in(key, i), (_ROUND_WORDS, *shape))
+
+        def decide(site, word, fraction, used, i=i):
+            if exact:
+                if isinstance(fraction, int):
+                    fraction = (jnp.ones_like(word), jnp.full_like(word, fraction))
+                site_key = jax.random.fold_in(tie_key, 16 * i + site)
+                return _bernoulli_from_word(site_key, word, *fraction)
+            if isinstance(fraction, int):
+                below, tie = _factorial_threshold(word, fraction)
+            else:
+                below, tie, _ = _fraction_from_word(word, *fraction)
+            ties.append(tie & used)
+            return below
+
+        drawn, over, run_true, trials = _settle_run(machine, a, b, s, decide)
+        s = _after_run(machine, drawn, over, run_true, trials)
+    if not exact:  # one reduction per round, not one per decision (they would split fusion)
+        tied = tied | jnp.any(functools.reduce(jnp.logical_or, ties))
+    return s, tied
+
+
+def _rounds(machine: _Machine, key: jax.Array, carry: tuple, count: int, exact: bool) -> tuple:
+    def one(turn, c):
+        return _round(machine, jax.random.fold_in(key, turn), c, exact)
+
+    return lax.fori_loop(0, count, one, carry)
+
+
+# A discrete Gaussian lane is settled after about 7 runs on average, and a lane is still pending
+# after 2 r runs with probability about 0.8^r. The schedule runs every lane _FIRST_ROUNDS rounds,
+# then the pending ones in buffers of a quarter, a sixteenth, ... of the lanes (the first
+# pending ones first), each _BUFFER_ROUNDS rounds at a time while more lanes are pending than
+# the next buffer holds, and the last buffer until none is. Lanes are run in blocks of _BLOCK
+# (a block's state stays in cache; block b draws from the key folded with b), so the draws are
+# a function of the key and the shape only.
+_SUBSTEPS = 2
+_FIRST_ROUNDS = 4
+_BUFFER_ROUNDS = 4
+_BLOCK = 2**16
+_LAST_BUFFER = 1024
+
+
+def _compacted(machine, key, carry, buffer: int, exact: bool, more_than: int):
+    """Rounds of the pending lanes, ``buffer`` at a time, while more than ``more_than`` are
+    pending."""
+    size = carry[0]["phase"].shape[0]
+
+    def body(c):
+        turn, (flat, tied) = c
+        (slots,) = jnp.nonzero(_pending(flat), size=buffer, fill_value=size)
+        lanes = jax.tree.map(lambda x: x.at[slots].get(mode="fill", fill_value=0), flat)
+        lanes["phase"] = jnp.where(slots < size, lanes["phase"], _DONE)  # padding idles
+        lanes, tied = _rounds(
+            machine, jax.random.fold_in(key, turn), (lanes, tied), _BUFFER_ROUNDS, exact
+        )
+        flat = jax.tree.map(lambda x, g: x.at[slots].set(g, mode="drop"), flat, lanes)
+        return turn + 1, (flat, tied)
+
+    def going(c):
+        return jnp.sum(_pending(c[1][0])) > more_than
+
+    return lax.while_loop(going, body, (0, carry))[1]
+
+
+def _schedule(machine: _Machine, key: jax.Array, flat: dict, exact: bool) -> tuple:
+    """``(state, tied)``: every lane of the flat ``state`` run until done."""
+    size = flat["phase"].shape[0]
+    first_key, rounds_key = jax.random.split(key)
+    carry = (flat, jnp.zeros((), bool))
+    if size <= _LAST_BUFFER:
+
+        def body(c):
+            turn, carry = c
+            return turn + 1, _round(machine, jax.random.fold_in(first_key, turn), carry, exact)
+
+        return lax.while_loop(lambda c: jnp.any(_pending(c[1][0])), body, (0, carry))[1]
+    carry = _rounds(machine, first_key, carry, _FIRST_ROUNDS, exact)
+    buffer, stage = size // 4, 0
+    while buffer > _LAST_BUFFER:
+        stage_key = jax.random.fold_in(rounds_key, stage)
+        carry = _compacted(machine, stage_key, carry, buffer, exact, buffer // 4)
+        buffer, stage = buffer // 4, stage + 1
+    stage_key = jax.random.fold_in(rounds_key, stage)
+    return _compacted(machine, stage_key, carry, max(buffer, 1), exact, 0)
+
+
+def _run_block(machine: _Machine, key: jax.Array, flat: dict) -> dict:
+    """One block's lanes until done (:func:`_schedule`): fast, and again with ties settled
+    (the same words, so the same draws wherever no tie was read) where the fast run read a
+    tied word (a few calls in a thousand at 10^6 lanes)."""
+    fast, tied = _schedule(machine, key, flat, exact=False)
+    return lax.cond(tied, lambda: _schedule(machine, key, flat, exact=True)[0], lambda: fast)
+
+
+def _run_rounds(machine: _Machine, key: jax.Array, state: dict) -> dict:
+    """Run every lane of ``state`` until it is done, in rounds (:func:`_round`), block by
+    block."""
+    flat = jax.tree.map(jnp.ravel, state)
+    size = flat["phase"].shape[0]
+    if size <= _BLOCK:
+        flat = _run_block(machine, key, flat)
+    else:
+        blocks = -(-size // _BLOCK)
+
+        def split(x):
+            return jnp.pad(x, (0, blocks * _BLOCK - size)).reshape(blocks, _BLOCK)
+
+        keys = jax.vmap(lambda b: jax.random.fold_in(key, b))(jnp.arange(blocks))
+        done = lax.map(
+            lambda kb: _run_block(machine, kb[0], kb[1]), (keys, jax.tree.map(split, flat))
+        )
+        flat = jax.tree.map(lambda x: x.reshape(-1)[:size], done)
+    return jax.tree.map(lambda x: x.reshape(state["phase"].shape), flat)
+
+
 def discrete_laplace(
     key: jax.Array, shape: tuple[int, ...], scale_bits: Any, divisor: Any = 1
 ) -> jax.Array:
@@ -416,7 +726,7 @@ def discrete_laplace(
       divisor: ``s >= 1`` (may be traced).
     """
     machine = _Machine(scale_bits, divisor, 1, gaussian=False)
-    return _run_machine(machine, key, _initial_state(tuple(shape), _DRAW))["value"]
+    return _run_rounds(machine, key, _round_state(tuple(shape)))["value"]
 
 
 def discrete_gaussian(
@@ -439,7 +749,7 @@ def discrete_gaussian(
       quotient: ``m >= 1`` with ``2^k m < 2^31`` (may be traced).
     """
     machine = _Machine(scale_bits, 1, quotient, gaussian=True)
-    return _run_machine(machine, key, _initial_state(tuple(shape), _DRAW))["value"]
+    return _run_rounds(machine, key, _round_state(tuple(shape)))["value"]
 
 
 def bernoulli_exp(key: jax.Array, numerator: jax.Array, denominator: jax.Array) -> jax.Array:
