@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -104,6 +104,10 @@ def _frames_between(start: FrameType | None, stop: FrameType | None) -> list[Fra
     return frames
 
 
+_PUBLIC_LOOPS = {(_LOOPS, "fori_loop"): "fori_loop", (_LOOPS, "map"): "map"}
+"""The public loops written on ``scan`` / ``while_loop``, named as their caller wrote them."""
+
+
 def _called_as(frames: list[FrameType], index: int) -> str:
     """The public name of the construct whose frame is ``frames[index]``: the JAX function
     that called it directly (``fori_loop``, ``map``), else its own."""
@@ -111,8 +115,8 @@ def _called_as(frames: list[FrameType], index: int) -> str:
         module, name = _jax_name(frame)
         if not module.startswith("jax"):
             break
-        if module == _LOOPS and name in ("fori_loop", "map"):
-            return name
+        if (module, name) in _PUBLIC_LOOPS:
+            return _PUBLIC_LOOPS[module, name]
     return _jax_name(frames[index])[1]
 
 
@@ -126,6 +130,72 @@ def _refusal(kind: str, construct: str, aggregator: str) -> ReleaseCountError:
     return ReleaseCountError(
         f"a release ({aggregator}) inside {construct} {reason}: {_WAY_OUT[kind]}"
     )
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """One frame of the walk from the release out to the round: ``frames[index]`` is a JAX
+    construct's frame, ``aggregator`` the releasing aggregator's name."""
+
+    frames: list[FrameType]
+    index: int
+    aggregator: str
+    disjoint_steps: bool
+
+    @property
+    def frame(self) -> FrameType:
+        return self.frames[self.index]
+
+    @property
+    def public_name(self) -> str:
+        return _called_as(self.frames, self.index)
+
+
+def _in_scan(walk: _Walk) -> tuple[int, str]:
+    length = walk.frame.f_locals.get("length")
+    if not isinstance(length, int):
+        raise _refusal("other", f"lax.{walk.public_name}", walk.aggregator)
+    return (1 if walk.disjoint_steps else length), f"lax.{walk.public_name} of length {length}"
+
+
+_WHILE_NAMES = {"fori_loop": "lax.fori_loop with traced bounds"}
+
+
+def _in_while(walk: _Walk) -> tuple[int, str]:
+    construct = _WHILE_NAMES.get(walk.public_name, "lax.while_loop")
+    if not walk.disjoint_steps:
+        raise _refusal("while", construct, walk.aggregator)
+    return 1, construct
+
+
+def _in_cond(walk: _Walk) -> tuple[int, str]:
+    raise _refusal("cond", f"lax.{walk.frame.f_code.co_name}", walk.aggregator)
+
+
+def _in_vmap(walk: _Walk) -> tuple[int, str]:
+    raise _refusal("vmap", f"jax.{walk.frame.f_code.co_name[:-2]}", walk.aggregator)
+
+
+def _once(construct: str) -> Callable[[_Walk], tuple[int, str]]:
+    def runs_once(walk: _Walk) -> tuple[int, str]:
+        del walk
+        return 1, construct
+
+    return runs_once
+
+
+_CONSTRUCTS = {
+    (_LOOPS, "scan"): _in_scan,
+    (_LOOPS, "while_loop"): _in_while,
+    (_CONDITIONALS, "cond"): _in_cond,
+    (_CONDITIONALS, "switch"): _in_cond,
+    ("jax._src.api", "vmap_f"): _in_vmap,
+    ("jax._src.api", "pmap_f"): _in_vmap,
+    ("jax._src.pjit", "cache_miss"): _once("jax.jit"),
+    ("jax._src.ad_checkpoint", "fun_remat"): _once("jax.checkpoint"),
+}
+"""The JAX frames (module, function) a release can sit in, each to what it makes of the
+release: ``(runs a round, description)``, or a :class:`ReleaseCountError`."""
 
 
 def runs_here(
@@ -151,35 +221,17 @@ def runs_here(
     frames = _frames_between(sys._getframe(1), base_frame)
     runs, where, origin = 1, [], []
     for index, frame in enumerate(frames):
-        module, name = _jax_name(frame)
-        child = frames[index - 1] if index else frame
-        if module == _LOOPS and name == "scan":
-            length = frame.f_locals.get("length")
-            if not isinstance(length, int):
-                raise _refusal("other", f"lax.{_called_as(frames, index)}", aggregator)
-            runs *= 1 if disjoint_steps else length
-            where.append(f"lax.{_called_as(frames, index)} of length {length}")
-            origin.append((frame, child))
-        elif module == _LOOPS and name == "while_loop":
-            called = _called_as(frames, index)
-            construct = "lax.fori_loop with traced bounds" if called == "fori_loop" else (
-                "lax.while_loop")  # fmt: skip
-            if not disjoint_steps:
-                raise _refusal("while", construct, aggregator)
-            where.append(construct)
-            origin.append((frame, child))
-        elif module == _CONDITIONALS and name in ("cond", "switch"):
-            raise _refusal("cond", f"lax.{name}", aggregator)
-        elif module == "jax._src.api" and name in ("vmap_f", "pmap_f"):
-            raise _refusal("vmap", f"jax.{name[:-2]}", aggregator)
-        elif (module, name) in (("jax._src.pjit", "cache_miss"),
-                                ("jax._src.ad_checkpoint", "fun_remat")):  # fmt: skip
-            where.append("jax.jit" if name == "cache_miss" else "jax.checkpoint")
-            origin.append((frame, child))
+        construct = _CONSTRUCTS.get(_jax_name(frame))
+        if construct is None:
+            continue
+        times, described = construct(_Walk(frames, index, aggregator, disjoint_steps))
+        runs *= times
+        where.append(described)
+        origin.append((frame, frames[index - 1] if index else frame))
     if not where and base_trace is not None:
         seen = [f"{m}.{n}" for m, n in map(_jax_name, frames) if m.startswith("jax")]
-        construct = f"a JAX transformation ({seen[-1] if seen else 'unknown'})"
-        raise _refusal("other", construct, aggregator)
+        construct_name = f"a JAX transformation ({seen[-1] if seen else 'unknown'})"
+        raise _refusal("other", construct_name, aggregator)
     return Site(runs, tuple(reversed(where)), tuple(reversed(origin)))
 
 

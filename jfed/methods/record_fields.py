@@ -101,18 +101,16 @@ def kinds_of(sections: Mapping[str, Mapping], metrics: Mapping[str, str]) -> dic
     kind}``; ``None`` for a metric nobody classified)."""
     from jfed.privacy.aggregators import NOT_PRIVATE
 
+    by_section = {
+        "metrics": lambda name: metrics.get(name) or (OUTSIDE if name in NOT_PRIVATE else None),
+        "configuration": lambda name: SECRET if name in SECRET_FIELDS else PUBLIC,
+        "run": lambda name: OUTSIDE if name in OUTSIDE_RUN_FIELDS else PUBLIC,
+    }
     kinds: dict[str, str | None] = {}
     for section, fields in sections.items():
+        kind_of = by_section.get(section, lambda name: PUBLIC)
         for name in fields:
-            if section == "metrics":
-                kind = metrics.get(name) or (OUTSIDE if name in NOT_PRIVATE else None)
-            elif section == "configuration" and name in SECRET_FIELDS:
-                kind = SECRET
-            elif section == "run" and name in OUTSIDE_RUN_FIELDS:
-                kind = OUTSIDE
-            else:
-                kind = PUBLIC
-            kinds[name] = _stronger(kinds.get(name), kind)
+            kinds[name] = _stronger(kinds.get(name), kind_of(name))
     return kinds
 
 

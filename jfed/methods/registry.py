@@ -514,8 +514,10 @@ def _kept_metric_problems(method: Method, experiment: Any) -> list[str]:
     own name: an output named like a field the record states elsewhere (``delta``, ``dataset``,
     a configuration field) collided with it only after the run. Outputs computed per instance
     (a property) are not known here."""
-    evaluate = getattr(experiment, "evaluate", None)
-    if getattr(evaluate, "__qualname__", "") != "Experiment.evaluate":
+    # the class evaluate comes from; the base Experiment is the one that also defines
+    # check_class (registry cannot import it: experiment imports registry)
+    owner = next((c for c in getattr(experiment, "__mro__", ()) if "evaluate" in vars(c)), None)
+    if owner is None or "check_class" not in vars(owner):
         return []  # an own evaluate names its own metrics
     declared = getattr(getattr(experiment, "outputs", None), "declared", None)
     if not isinstance(declared, tuple):
