@@ -36,8 +36,8 @@ Parameters of the samplers (the Laplace proposal's scale numerator is a power of
 The samplers run the machine's law in rounds (:func:`_round`) that settle a whole run of
 Algorithm 1 from one 32-bit word where its thresholds are rationals (the Laplace proposal's U,
 and every run at gamma = 1), two words per lane per run; a discrete Gaussian draw takes about 7
-runs on average. Lanes run in blocks of 2^16, all of a block for a few rounds, then only the
-pending ones in shrinking buffers (:func:`_schedule`). A word that ties with a non-dyadic
+runs on average. Lanes run in blocks of at most 2^17, all of a block for a few rounds, then only
+the pending ones in shrinking buffers (:func:`_schedule`). A word that ties with a non-dyadic
 threshold (one in 2^32) makes its block run again from the same words with the tie settled by
 fresh bits, so every draw has the exact law. :func:`bernoulli_exp` runs the step machine
 (:func:`_run_machine`). ``bench/discrete_noise.py`` times the samplers against float normals.
@@ -625,13 +625,13 @@ def _rounds(machine: _Machine, key: jax.Array, carry: tuple, count: int, exact: 
 # after 2 r runs with probability about 0.8^r. The schedule runs every lane _FIRST_ROUNDS rounds,
 # then the pending ones in buffers of a quarter, a sixteenth, ... of the lanes (the first
 # pending ones first), each _BUFFER_ROUNDS rounds at a time while more lanes are pending than
-# the next buffer holds, and the last buffer until none is. Lanes are run in blocks of _BLOCK
-# (a block's state stays in cache; block b draws from the key folded with b), so the draws are
-# a function of the key and the shape only.
+# the next buffer holds, and the last buffer until none is. Lanes are run in equal blocks of at
+# most _BLOCK (a block's state stays in cache; block b draws from the key folded with b), so the
+# draws are a function of the key and the shape only.
 _SUBSTEPS = 2
 _FIRST_ROUNDS = 4
 _BUFFER_ROUNDS = 4
-_BLOCK = 2**16
+_BLOCK = 2**17
 _LAST_BUFFER = 1024
 
 
@@ -696,9 +696,10 @@ def _run_rounds(machine: _Machine, key: jax.Array, state: dict) -> dict:
         flat = _run_block(machine, key, flat)
     else:
         blocks = -(-size // _BLOCK)
+        width = -(-size // blocks)  # blocks of equal width, at most _BLOCK lanes
 
         def split(x):
-            return jnp.pad(x, (0, blocks * _BLOCK - size)).reshape(blocks, _BLOCK)
+            return jnp.pad(x, (0, blocks * width - size)).reshape(blocks, width)
 
         keys = jax.vmap(lambda b: jax.random.fold_in(key, b))(jnp.arange(blocks))
         done = lax.map(
