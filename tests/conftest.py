@@ -89,3 +89,70 @@ def both_branches(monkeypatch):
 
 def pytest_report_header(config):
     return f"jax {jax.__version__}, devices: {jax.devices()}"
+
+
+# The suite's budget (the whole .ci/run in 15 minutes on 2 cores): these second variants and
+# study-sized checks run with `-m slow`, each beside a sibling the default run keeps (named in
+# its reason). The list is checked against what is collected, so it cannot name a lost test.
+# fmt: off
+SLOW_IN_CI = {
+    "tests/test_docs_pages.py::test_page_blocks_run[docs/concepts/engine.md]":
+        "rounds of 10^6 clients; test_engine checks the engine's claims",
+    "tests/test_audit_silo.py::test_a_correct_silo_run_audits_below_its_certified_epsilon"
+    "[accel-mbsgd]": "noisy-mbsgd's audit is kept",
+    "tests/test_cohort.py::test_a_clients_message_is_the_same_whoever_shares_its_cohort_and_"
+    "however_it_is_run[poisson, default and 8 devices]": "the other cohorts and plans are kept",
+    "tests/test_distributed.py::test_a_two_process_sweep_writes_each_run_once":
+        "two processes equal one process is kept",
+    "tests/test_silo_exact.py::test_training_with_exact_messages_ends_within_the_seed_spread_of_"
+    "float_ones": "a study over seeds; the exact messages' law and bound are kept",
+    "tests/test_engine.py::test_a_round_is_the_same_with_every_backends_branches[modulated]":
+        "the other algorithms' rounds are kept",
+    "tests/test_counter_streams.py::test_private_normals_are_the_same_on_every_backend":
+        "every backend's branches are checked on whole rounds in test_engine",
+    "tests/test_sweep.py::test_vmapped_sweep_equals_runs_one_by_one[False]": "[True] is kept",
+    "tests/test_sweep.py::test_resume_after_interruption_loses_and_duplicates_nothing[True-6]":
+        "[False-4] is kept",
+    "tests/test_estimation.py::test_every_one_release_estimator_is_unbiased[federated-gaussian]":
+        "the Gaussian's unbiasedness is kept for central items",
+    "tests/test_estimation.py::test_every_one_release_estimator_is_unbiased[local-item-laplace]":
+        "the Laplace's is kept without privacy and for local users",
+    "tests/test_estimation.py::test_every_one_release_estimator_is_unbiased[central-item-laplace]":
+        "the Laplace's is kept without privacy and for local users",
+    "tests/test_estimation_user_level.py::test_every_user_level_estimator_is_unbiased"
+    "[local-user-large-laplace]": "[local-user-small-laplace] is kept",
+    "tests/test_estimation_user_level.py::test_every_user_level_estimator_is_unbiased"
+    "[central-user-laplace]": "[central-user-gaussian] is kept",
+    "tests/test_client_state_host.py::test_host_and_disk_tables_give_the_device_tables_bits"
+    "[chunks of 16]": "[chunks of 8] is kept",
+    "tests/test_engine.py::test_block_size_invariance_is_bit_identical[4 chunks a block]":
+        "the other block widths are kept",
+    "tests/test_silo_sgd.py::test_silo_block_invariance_and_determinism[algorithm2]":
+        "algorithms 0 and 1 are kept",
+    "tests/test_silo_sgd.py::test_silo_block_invariance_and_determinism[algorithm3]":
+        "algorithms 0 and 1 are kept",
+    "tests/test_audit_client_state.py::test_the_trees_correct_run_audits_at_or_below_its_claim":
+        "the float tree; the default grid tree's audits are kept",
+    "tests/test_audit_client_state.py::test_the_trees_audit_catches_a_tenth_of_its_noise":
+        "the float tree; the default grid tree's audits are kept",
+    "tests/test_silo_sgd.py::test_the_documented_silo_commands_run_with_their_defaults[argv0]":
+        "accel-mbsgd at its default sizes; its code path runs in test_audit_silo",
+    "tests/test_dp_fedavg.py::test_float_noise_states_its_bounded_reach_in_delta":
+        "the reach term is pinned for DP-FedAvg's float noise in test_delta_terms",
+    "tests/test_dp_fedavg.py::test_poisson_overflow_is_in_delta":
+        "the overflow term is pinned in test_delta_terms",
+    "tests/test_accountants.py::test_calibration_inverts_dp_accounting[pld-1.5-1.0-10]":
+        "[pld-2.0-0.1-50] is kept",
+}
+# fmt: on
+
+
+def pytest_collection_modifyitems(config, items):
+    collected = {item.nodeid: item for item in items}
+    files = {nodeid.split("::")[0] for nodeid in collected}
+    lost = [n for n in SLOW_IN_CI if n.split("::")[0] in files and n not in collected]
+    if lost and not config.option.keyword and not any("::" in arg for arg in config.args):
+        raise pytest.UsageError(f"tests/conftest.py SLOW_IN_CI names no collected test: {lost}")
+    for nodeid in SLOW_IN_CI:
+        if nodeid in collected:
+            collected[nodeid].add_marker(pytest.mark.slow)
