@@ -102,7 +102,8 @@ def reach(ledger: Any, hyper: Any, rounds: int) -> float:
     ``run_reach_delta`` over the run. 0 for exact noise."""
     from jfed.privacy.accounting import reach_delta
 
-    parts, shifts_of = [], {}
+    parts: list[float] = []
+    shifts_of: dict[Any, Any] = {}
     for release in ledger.releases:
         params = release.params(hyper)
         whole_run = stated(release.aggregator, "run_reach_delta")

@@ -24,7 +24,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from jfed._validation import UsageError
 from jfed.methods.config import Config
@@ -359,7 +359,8 @@ def _refuse_epsilon(config: Config, what: str, fits: Callable[[Config], bool]) -
     low = max(float(field.range.low), 1e-6)
 
     def fits_at(value: float) -> bool:
-        return fits(dataclasses.replace(config, **{"epsilon": value}))
+        changes: dict[str, Any] = {"epsilon": value}
+        return fits(dataclasses.replace(config, **changes))
 
     if epsilon <= low or not fits_at(low):
         return

@@ -397,7 +397,7 @@ class CentralGridNoise:
     noise's reach and the grid's coupling come from the releases), at DP-FedAvg's search
     settings."""
 
-    search_discretization = CALIBRATION_DISCRETIZATION
+    search_discretization: float | None = CALIBRATION_DISCRETIZATION
     calibration_tolerance = CALIBRATION_TOLERANCE
     overflow_share = OVERFLOW_SHARE
 
