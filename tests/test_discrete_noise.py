@@ -200,13 +200,40 @@ def test_fast_rounds_are_the_exact_rounds_where_no_word_ties():
     law); 5,000 lanes run the compacted buffers too."""
     machine = discrete._Machine(7, 1, 79, gaussian=True)
     state = discrete._round_state((5000,))
-    schedule = jax.jit(discrete._schedule, static_argnums=(0, 3))
+    schedule = jax.jit(discrete._schedule, static_argnums=0)
     fast, tied = schedule(machine, jax.random.key(12), state, False)
     exact, _ = schedule(machine, jax.random.key(12), state, True)
     assert not bool(tied) and not bool(jnp.any(discrete._pending(fast)))
     np.testing.assert_array_equal(fast["value"], exact["value"])
     other, _ = schedule(machine, jax.random.key(13), state, False)  # the control: other words
     assert not np.array_equal(np.asarray(other["value"]), np.asarray(fast["value"]))
+
+
+def test_a_substeps_ties_are_settled_as_each_sites_bernoulli_settles_them():
+    """The exact round settles the ties of a substep's seven decisions together: each site's
+    verdict is :func:`discrete._bernoulli_from_word`'s with the key folded with ``16 i +
+    site``, tied words included (every word here is at its threshold's cell or beside it).
+    Negative control: keys folded for another substep settle the ties differently."""
+    key, sites = jax.random.key(3), len(discrete._SITES)
+    threes = jnp.full((sites, 4000), 3, jnp.uint32)
+    ones = jnp.ones_like(threes)
+    cut = 2**32 // 3  # a word at cut reads 1/3 as tied
+    words = jnp.broadcast_to(jnp.asarray([cut - 1, cut, cut + 1, cut] * 1000, jnp.uint32),
+                             threes.shape)  # fmt: skip
+    below, tie, following = discrete._fraction_from_word(words, ones, threes)
+    assert bool(jnp.any(tie))
+
+    def settled(offset):
+        return np.asarray(jax.jit(discrete._settle_ties, static_argnums=1)(
+            key, offset, following, threes, below, tie))  # fmt: skip
+
+    one_by_one = np.stack([
+        np.asarray(discrete._bernoulli_from_word(
+            jax.random.fold_in(key, 16 + site), words[j], ones[j], threes[j]))
+        for j, site in enumerate(discrete._SITES)
+    ])  # fmt: skip
+    np.testing.assert_array_equal(settled(16), one_by_one)
+    assert not np.array_equal(settled(0)[np.asarray(tie)], one_by_one[np.asarray(tie)])
 
 
 def test_samplers_trace_once_and_run_under_vmap():

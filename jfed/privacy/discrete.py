@@ -453,8 +453,10 @@ def _per_piece(magnitude):
 
 def _settle_run(machine: _Machine, a, b, s, decide):
     """``(state, run_over, run_true, next_trials)``: every lane's current Algorithm-1 run
-    settled or stepped, after a ``_DRAW`` lane's draw (from ``a``). ``decide(site, word, num,
-    den, used)`` is Bernoulli(num / den) read from ``word``."""
+    settled or stepped, after a ``_DRAW`` lane's draw (from ``a``). ``decide(requests)`` gives
+    one ``bool`` array per request ``(word, fraction, used)``: Bernoulli(fraction) read from
+    ``word`` (``fraction`` a factorial ``j!`` for ``1 / j!``, or ``(numerator, denominator)``),
+    needed where ``used``."""
     scale_bits = jnp.asarray(machine.scale_bits, U32)
     laplace_scale = U32(1) << scale_bits
     phase, trials = s["phase"], s["trials"]
@@ -482,12 +484,14 @@ def _settle_run(machine: _Machine, a, b, s, decide):
     past_two = b < ((u * u) << square_shift)
     # a gamma = 1 run from K = 1 in one word: K* > j iff G < 1 / j!
     first_unit = unit & (trials == 1)
-    passed = jnp.zeros_like(trials)
-    for site, factorial in enumerate(_FACTORIALS):
-        passed = passed + decide(site, b, factorial, first_unit).astype(U32)
     # any other run: one step, A_K = Bernoulli(gamma) and Bernoulli(1 / K)
     generic = running & ~first_u & ~first_unit
-    step = decide(10, b, (numerator, denominator), generic) & decide(11, a, (one, trials), generic)
+    *thresholds, gamma_step, inverse_k_step = decide(
+        [(b, factorial, first_unit) for factorial in _FACTORIALS]
+        + [(b, (numerator, denominator), generic), (a, (one, trials), generic)]
+    )
+    passed = functools.reduce(jnp.add, [below.astype(U32) for below in thresholds])
+    step = gamma_step & inverse_k_step
 
     over, ended_at, next_trials = ~step, trials, trials + 1
     over = jnp.where(first_u, ~past_two, over)
@@ -583,38 +587,71 @@ def _round_state(shape: tuple[int, ...]) -> dict:
     return state
 
 
-def _round(machine: _Machine, key: jax.Array, carry: tuple, exact: bool) -> tuple:
-    """``(state, tied)`` after ``_SUBSTEPS`` settled runs of every lane (see the section's
-    comment). Fast (``exact=False``): a tied word reads as not below and ``tied`` records that
-    one was used; exact: ties are settled by fresh bits."""
-    s, tied = carry
-    shape = s["phase"].shape
-    tie_key = jax.random.fold_in(key, _SUBSTEPS)
-    ties: list[jax.Array] = []
-    for i in range(_SUBSTEPS):
-        a, b = _words(jax.random.fold_in(key, i), (_ROUND_WORDS, *shape))
+# the sites of a substep's decisions, whose tie-breaking keys are folded from the round's key
+# (16 i + site at substep i): the five factorial thresholds, then the two generic Bernoullis
+_SITES = (0, 1, 2, 3, 4, 10, 11)
 
-        def decide(site, word, fraction, used, i=i):
-            if exact:
+
+def _settle_ties(key, offset: int, numerators, denominators, below, tie):
+    """``bool[sites, ...]``: the verdicts ``below`` with each ``tie`` settled by fresh words
+    (site ``j``'s from ``key`` folded with ``offset + _SITES[j]``), as
+    :func:`_bernoulli_from_word` settles one site's."""
+    sites = jnp.asarray(_SITES) + offset
+    site_keys = jax.vmap(lambda site: jax.random.fold_in(key, site))(sites)
+
+    def body(state):
+        turn, numerators, result, pending = state
+        fresh = jax.vmap(lambda k: _words(jax.random.fold_in(k, turn), numerators.shape[1:]))(
+            site_keys
+        )
+        below, tie, following = _fraction_from_word(fresh, numerators, denominators)
+        result = jnp.where(pending & below, True, result)
+        return turn + 1, jnp.where(tie, following, numerators), result, pending & tie
+
+    return lax.while_loop(lambda s: jnp.any(s[3]), body, (0, numerators, below, tie))[2]
+
+
+def _round(machine: _Machine, key: jax.Array, carry: tuple, exact: jax.Array) -> tuple:
+    """``(state, tied)`` after ``_SUBSTEPS`` settled runs of every lane (see the section's
+    comment). Fast (``exact`` False, a traced ``bool[]``): a tied word reads as not below and
+    ``tied`` records that one was used; exact: ties are settled by fresh bits. One compiled
+    substep serves both, and every substep."""
+    tie_key = jax.random.fold_in(key, _SUBSTEPS)
+
+    def substep(i, carry):
+        s, tied = carry
+        a, b = _words(jax.random.fold_in(key, i), (_ROUND_WORDS, *s["phase"].shape))
+        ties: list[jax.Array] = []
+
+        def decide(requests):
+            verdicts = []
+            for word, fraction, used in requests:
                 if isinstance(fraction, int):
+                    below, tie = _factorial_threshold(word, fraction)
+                    following = U32(0) - word * U32(fraction)  # the low word of word j!
                     fraction = (jnp.ones_like(word), jnp.full_like(word, fraction))
-                site_key = jax.random.fold_in(tie_key, 16 * i + site)
-                return _bernoulli_from_word(site_key, word, *fraction)
-            if isinstance(fraction, int):
-                below, tie = _factorial_threshold(word, fraction)
-            else:
-                below, tie, _ = _fraction_from_word(word, *fraction)
-            ties.append(tie & used)
-            return below
+                else:
+                    below, tie, following = _fraction_from_word(word, *fraction)
+                ties.append(tie & used)
+                verdicts.append((below, tie, following, *fraction))
+            stacked = (jnp.stack(column) for column in zip(*verdicts, strict=True))
+            below, tie, following, _, denominators = stacked
+            settled = lax.cond(
+                exact,
+                lambda: _settle_ties(tie_key, 16 * i, following, denominators, below, tie),
+                lambda: below,
+            )
+            return list(settled)
 
         drawn, over, run_true, trials = _settle_run(machine, a, b, s, decide)
         s = _after_run(machine, drawn, over, run_true, trials)
-    if not exact:  # one reduction per round, not one per decision (they would split fusion)
-        tied = tied | jnp.any(functools.reduce(jnp.logical_or, ties))
-    return s, tied
+        # one reduction per substep, not one per decision (they would split fusion)
+        return s, tied | (~exact & jnp.any(functools.reduce(jnp.logical_or, ties)))
+
+    return lax.fori_loop(0, _SUBSTEPS, substep, carry)
 
 
-def _rounds(machine: _Machine, key: jax.Array, carry: tuple, count: int, exact: bool) -> tuple:
+def _rounds(machine: _Machine, key: jax.Array, carry: tuple, count: int, exact: jax.Array) -> tuple:
     def one(turn, c):
         return _round(machine, jax.random.fold_in(key, turn), c, exact)
 
@@ -635,7 +672,7 @@ _BLOCK = 2**17
 _LAST_BUFFER = 1024
 
 
-def _compacted(machine, key, carry, buffer: int, exact: bool, more_than: int):
+def _compacted(machine, key, carry, buffer: int, exact: jax.Array, more_than: int):
     """Rounds of the pending lanes, ``buffer`` at a time, while more than ``more_than`` are
     pending."""
     size = carry[0]["phase"].shape[0]
@@ -657,7 +694,7 @@ def _compacted(machine, key, carry, buffer: int, exact: bool, more_than: int):
     return lax.while_loop(going, body, (0, carry))[1]
 
 
-def _schedule(machine: _Machine, key: jax.Array, flat: dict, exact: bool) -> tuple:
+def _schedule(machine: _Machine, key: jax.Array, flat: dict, exact: jax.Array) -> tuple:
     """``(state, tied)``: every lane of the flat ``state`` run until done."""
     size = flat["phase"].shape[0]
     first_key, rounds_key = jax.random.split(key)
@@ -683,8 +720,16 @@ def _run_block(machine: _Machine, key: jax.Array, flat: dict) -> dict:
     """One block's lanes until done (:func:`_schedule`): fast, and again with ties settled
     (the same words, so the same draws wherever no tie was read) where the fast run read a
     tied word (a few calls in a thousand at 10^6 lanes)."""
-    fast, tied = _schedule(machine, key, flat, exact=False)
-    return lax.cond(tied, lambda: _schedule(machine, key, flat, exact=True)[0], lambda: fast)
+
+    def attempt(carry):
+        turn, _, _ = carry
+        state, tied = _schedule(machine, key, flat, exact=turn > 0)
+        return turn + 1, state, tied
+
+    # the fast attempt, then the exact one only where the fast one read a tie: one compiled
+    # schedule (its exactness a traced flag) serves both
+    start = (0, flat, jnp.ones((), bool))
+    return lax.while_loop(lambda c: (c[0] == 0) | c[2], attempt, start)[1]
 
 
 def _run_rounds(machine: _Machine, key: jax.Array, state: dict) -> dict:

@@ -190,13 +190,18 @@ def _placed(plan: ExecutionPlan, tree):
     return distributed.replicate(tree, plan.mesh) if distributed.is_distributed() else tree
 
 
-def unit_footprint(unit, population, hp, key) -> int:
-    """Device bytes one unit needs (XLA's memory analysis of its compiled program)."""
-    token = jnp.int32(0)
-    memory = jax.jit(unit).lower(population, hp, key, token).compile().memory_analysis()
-    if memory is None:  # a backend without memory analysis: count one byte, the floor
+def _footprint(executable) -> int:
+    """Device bytes a compiled program needs beyond its inputs (XLA's memory analysis); one
+    byte, the floor, on a backend without memory analysis."""
+    memory = executable.memory_analysis()
+    if memory is None:
         return 1
     return max(1, memory.temp_size_in_bytes + memory.output_size_in_bytes)
+
+
+def unit_footprint(unit, population, hp, key) -> int:
+    """Device bytes one unit needs (XLA's memory analysis of its compiled program)."""
+    return _footprint(jax.jit(unit).lower(population, hp, key, jnp.int32(0)).compile())
 
 
 def check_manifest(results_path: str, manifest: dict, resume: bool) -> None:
@@ -539,8 +544,11 @@ def _calibrated_units(sweep: _Sweep, units: list[list[Config]]) -> list[tuple]:
 
 def _slice_size(sweep: _Sweep, units: list[list[Config]], options: SweepOptions) -> int:
     """Units per compiled call: ``options.slice_size`` runs rounded down to whole units; else as
-    many as the memory budget holds (XLA's memory analysis of one unit), at most
-    :data:`MAX_SLICE` runs; never more than there are units."""
+    many as the memory budget holds, at most :data:`MAX_SLICE` runs; never more than there are
+    units. The slice of every unit (up to that cap) is compiled first and kept when XLA's
+    memory analysis puts it within the budget (the program the sweep then runs: one
+    compilation); else one unit's footprint divides the budget."""
+    most = min(MAX_SLICE // sweep.per_unit, len(units))
     if options.slice_size is not None:
         units_per_slice = max(1, options.slice_size // sweep.per_unit)
     elif len(units) == 1:
@@ -549,10 +557,23 @@ def _slice_size(sweep: _Sweep, units: list[list[Config]], options: SweepOptions)
         units_per_slice = MAX_SLICE // sweep.per_unit  # (the memory analysis takes local inputs)
     else:
         ((hp, _),) = _calibrated_units(sweep, units[:1])
+        width = _vector_width(sweep.experiment.name, sweep.program, sweep.plan, options, most)
+        executable, _ = _compiled(
+            _program(sweep.unit, width), _spec(_slice_args(sweep, [hp] * most))
+        )
+        if _footprint(executable) <= options.memory_budget:
+            return most
         footprint = unit_footprint(sweep.unit, sweep.program.population, hp, jax.random.key(0))
-        fits = options.memory_budget // footprint
-        units_per_slice = max(1, min(MAX_SLICE // sweep.per_unit, fits))
+        units_per_slice = max(1, min(most, options.memory_budget // footprint))
     return min(units_per_slice, len(units))
+
+
+def _slice_args(sweep: _Sweep, hps: list, seeds: list[int] | None = None) -> tuple:
+    """The arguments of a slice's program: the population, the units' stacked
+    hyper-parameters, their keys (of ``seeds``; zeros when only the shapes matter) and the
+    progress token."""
+    keys = jax.vmap(jax.random.key)(np.array(seeds if seeds is not None else [0] * len(hps)))
+    return (sweep.program.population, *_placed(sweep.plan, (stack(hps), keys, jnp.int32(0))))
 
 
 def _run_info(sweep: _Sweep, units_per_slice: int) -> dict:
@@ -574,9 +595,7 @@ def _run_slice(
     one call of the compiled program; the rows of its runs."""
     padded = chunk + [chunk[-1]] * (units_per_slice - len(chunk))
     calibrated = _calibrated_units(sweep, padded)
-    hps = stack([hp for hp, _ in calibrated])
-    keys = jax.vmap(jax.random.key)(np.array([u[0].seed for u in padded]))
-    args = (sweep.program.population, *_placed(sweep.plan, (hps, keys, jnp.int32(0))))
+    args = _slice_args(sweep, [hp for hp, _ in calibrated], [u[0].seed for u in padded])
     if sweep.rounds_bar:  # the compilation inside: without a terminal, its lines say so
         with round_progress(sweep.program.rounds, sweep.experiment.name) as token:
             executable, compile_seconds = _compiled(sliced, _spec(args))
