@@ -1,8 +1,15 @@
-"""McMahan et al. 2017, Shakespeare (non-IID by role): FedSGD against FedAvg, rounds to reach 54%
-test accuracy, beside the paper's Table 2.
+"""McMahan et al. 2017, Shakespeare (non-IID by role): FedAvg (E = 5 and E = 1, B = 10) and FedSGD,
+rounds to reach 54% test accuracy, beside the paper's Table 2.
 
-    python sims/mcmahan_shakespeare.py --out results/mcmahan_shakespeare            # the study
+    nice python sims/mcmahan_shakespeare.py --out results/mcmahan_shakespeare       # hours
     python sims/mcmahan_shakespeare.py --out results/mcmahan_quick --quick          # minutes
+
+The study is long: every ``--eval-every`` rounds each setup is checkpointed in
+``OUT/checkpoints`` (atomically), and the same command resumes it where it stopped (segment ``i``
+draws from the seed and ``i`` alone, so a resumed run is the uninterrupted one; other settings
+are refused). A setup stops at 54% (``--past-target`` runs all ``--rounds``); ``--setups`` picks
+and orders them. ``OUT/results.json`` and ``OUT/accuracy.png`` (the curves, the paper's rounds
+marked) are rewritten after each setup.
 
 The data are jfed's Shakespeare with McMahan et al.'s records (``load_shakespeare("lines",
 min_lines=2)``: a client per speaking role, each line a record, the first 80% of a role's lines
@@ -181,20 +188,80 @@ def rounds_to_target(curve: list[tuple[int, float]], target: float = TARGET) -> 
     return None
 
 
-def run(name, algorithm, population, test, learning_rate, rounds, eval_every, seed, chunk):
+class Checkpoint(NamedTuple):
+    """Where a setup's run stands after a segment: the model, the curve so far and the seconds
+    its rounds took (evaluation excluded)."""
+
+    params: dict
+    curve: list
+    seconds: float
+
+
+def _identity(name: str, args: argparse.Namespace) -> str:
+    """What a checkpoint of ``name`` must have been run with to be resumed."""
+    keys = ("clients", "max_lines", "fraction", "eval_every", "fedavg_lr", "fedsgd_lr", "hidden",
+            "vocabulary", "chunk", "seed")  # fmt: skip
+    return json.dumps({"setup": name, **{k: getattr(args, k) for k in keys}}, sort_keys=True)
+
+
+def save_checkpoint(path: str, identity: str, state: Checkpoint) -> None:
+    """``state`` written to ``path`` atomically (a temporary file renamed over it)."""
+    leaves = jax.tree.leaves(state.params)
+    temporary = f"{path}.partial.npz"
+    arrays = {f"leaf{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
+    np.savez(temporary, identity=identity, curve=np.asarray(state.curve, np.float64),
+             seconds=state.seconds, **arrays)  # fmt: skip
+    os.replace(temporary, path)
+
+
+def load_checkpoint(path: str, identity: str, params: dict) -> Checkpoint | None:
+    """The checkpoint at ``path`` (``params`` gives the tree's structure), or None if there is
+    none; ``SystemExit`` naming the difference if it was run with other settings."""
+    if not os.path.exists(path):
+        return None
+    with np.load(path) as saved:
+        if str(saved["identity"]) != identity:
+            raise SystemExit(f"{path} was run with {saved['identity']}, not {identity}: "
+                             "use the same settings or another --out")  # fmt: skip
+        leaves = [jnp.asarray(saved[f"leaf{i}"]) for i in range(len(jax.tree.leaves(params)))]
+        curve = [(int(r), float(a)) for r, a in saved["curve"]]
+        seconds = float(saved["seconds"])
+    return Checkpoint(jax.tree.unflatten(jax.tree.structure(params), leaves), curve, seconds)
+
+
+def run(name, algorithm, population, test, learning_rate, rounds, eval_every, seed, chunk,
+        checkpoint_path=None, identity="", stop_at=None):  # fmt: skip
+    """``(curve, seconds)``: test accuracy ``[(round, accuracy)]`` every ``eval_every`` rounds
+    and the seconds the rounds took. With ``checkpoint_path`` the run is saved after every
+    segment and resumed from its last one (segment ``i`` draws from ``(seed, i)`` alone, so a
+    resumed run is the uninterrupted one); it stops once the accuracy reaches ``stop_at``."""
     model = algorithm.model
     params = model.init(jax.random.key(seed))
     plan = ExecutionPlan(block_size=chunk, chunk_size=chunk)
-    curve, tic = [(0, test_accuracy(model, params, test))], time.perf_counter()
+    state = load_checkpoint(checkpoint_path, identity, params) if checkpoint_path else None
+    if state is None:
+        state = Checkpoint(params, [(0, test_accuracy(model, params, test))], 0.0)
+    else:
+        print(f"{name}: resumed at round {state.curve[-1][0]}", flush=True)
+    params, curve, seconds = state
     for segment, start in enumerate(range(0, rounds, eval_every)):
+        if start < curve[-1][0]:
+            continue  # done before the checkpoint
+        if stop_at is not None and max(a for _, a in curve) >= stop_at:
+            break
         length = min(eval_every, rounds - start)
         hyper = Hyper(jnp.float32(learning_rate), params)
         key = jax.random.fold_in(jax.random.key(seed + 1), segment)
+        tic = time.perf_counter()
         params, _ = simulate(algorithm, population, hyper, key, length, plan)
+        params = jax.block_until_ready(params)
+        seconds += time.perf_counter() - tic
         curve.append((start + length, test_accuracy(model, params, test)))
         print(f"{name}: round {start + length}: test accuracy {curve[-1][1]:.4f} "
-              f"({time.perf_counter() - tic:.0f} s)", flush=True)  # fmt: skip
-    return curve
+              f"({seconds / (start + length):.1f} s a round)", flush=True)  # fmt: skip
+        if checkpoint_path:
+            save_checkpoint(checkpoint_path, identity, Checkpoint(params, curve, seconds))
+    return curve, seconds
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -213,7 +280,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="LEAF's 80 characters or TFF's 86 (the paper gives none)")  # fmt: skip
     parser.add_argument("--chunk", type=int, default=1, help="clients vmapped at once")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--setups", default=",".join(SETUPS),
+                        help=f"which to run, in order (of {', '.join(SETUPS)})")  # fmt: skip
+    parser.add_argument("--past-target", action="store_true",
+                        help="run every round of --rounds (default: stop at 54%%)")  # fmt: skip
     args = parser.parse_args(argv)
+    args.setups = [name.strip() for name in args.setups.split(",") if name.strip()]
+    unknown = [name for name in args.setups if name not in SETUPS]
+    if unknown or not args.setups:
+        parser.error(f"--setups: {unknown or 'none given'}; choose from {', '.join(SETUPS)}")
     if args.quick:
         args.clients = args.clients or 60
         args.max_lines = args.max_lines or 40
@@ -224,9 +299,52 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+SETUPS = {  # name: (algorithm, E, B), in the order the study runs them
+    "fedavg-e5-b10": ("FedAvg", 5, 10),
+    "fedavg-e1-b10": ("FedAvg", 1, 10),
+    "fedsgd": ("FedSGD", 1, None),
+}
+
+
+def _write_json(path: str, value) -> None:
+    """``value`` as JSON at ``path``, atomically."""
+    with open(f"{path}.partial", "w") as handle:
+        json.dump(value, handle, indent=1)
+    os.replace(f"{path}.partial", path)
+
+
+def plot(rows: list[dict], path: str) -> None:
+    """Test accuracy against rounds for every setup run, the 54% target and the paper's rounds to
+    it (non-IID) marked, written to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.2))
+    for index, row in enumerate(rows):
+        color = f"C{index}"
+        rounds, accuracy = zip(*row["curve"], strict=True)
+        label = f"{row['algorithm']} E={row['E']} B={row['B'] or 'inf'}"
+        axes.plot(rounds, accuracy, color=color, label=f"jfed {label}")
+        axes.axvline(row["paper_rounds_to_54_non_iid"], color=color, linestyle=":",
+                     label=f"paper: 54% at round {row['paper_rounds_to_54_non_iid']}")  # fmt: skip
+    axes.axhline(TARGET, color="grey", linewidth=0.8)
+    axes.set(xscale="symlog", xlabel="communication rounds", ylabel="test accuracy (characters)",
+             title="Shakespeare LSTM, non-IID by role (McMahan et al. 2017, Table 2)")  # fmt: skip
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(f"{path}.partial.png", dpi=120)
+    plt.close(figure)
+    os.replace(f"{path}.partial.png", path)
+
+
 def study(args: argparse.Namespace, task: FederatedTask) -> list[dict]:
-    """FedSGD and FedAvg (E = 1, B = 10) on ``task`` (:func:`load_shakespeare`'s lines), their
-    curves and rounds to 54% written to ``args.out``/results.json; returns the table's rows."""
+    """The setups of ``args.setups`` (FedAvg E = 5 and E = 1 with B = 10, FedSGD) on ``task``
+    (:func:`load_shakespeare`'s lines): their curves, rounds to 54% and seconds a round written
+    to ``args.out``/results.json (after each setup, atomically) and plotted in
+    ``args.out``/accuracy.png; every segment checkpointed in ``args.out``/checkpoints, from
+    where a second call resumes. Returns the table's rows."""
     vocabulary = VOCABULARIES[task.details["vocabulary"]]
     clients = args.clients or task.n_clients
     population = capped(task.train, clients, args.max_lines)
@@ -239,30 +357,38 @@ def study(args: argparse.Namespace, task: FederatedTask) -> list[dict]:
           f"{counts.max()}), {test.n_records} test lines ({spaces:.3f} of their characters are "
           f"spaces); cohort {cohort.size}; u(E=1, B=10) = {counts.mean() / 10:.1f}",
           flush=True)  # fmt: skip
-    setups = [
-        ("FedSGD", Round(model, cohort, population.n_max, 1, None), args.fedsgd_lr, (1, None)),
-        ("FedAvg", Round(model, cohort, population.n_max, 1, 10), args.fedavg_lr, (1, 10)),
-    ]
-    os.makedirs(args.out, exist_ok=True)
+    checkpoints = os.path.join(args.out, "checkpoints")
+    os.makedirs(checkpoints, exist_ok=True)
     rows = []
-    for name, algorithm, learning_rate, (epochs, batch) in setups:
-        curve = run(name, algorithm, population, test, learning_rate, args.rounds,
-                    args.eval_every, args.seed, args.chunk)  # fmt: skip
+    for setup in args.setups:
+        name, epochs, batch = SETUPS[setup]
+        algorithm = Round(model, cohort, population.n_max, epochs, batch)
+        learning_rate = args.fedsgd_lr if batch is None else args.fedavg_lr
+        curve, seconds = run(
+            setup, algorithm, population, test, learning_rate, args.rounds, args.eval_every,
+            args.seed, args.chunk, os.path.join(checkpoints, f"{setup}.npz"),
+            _identity(setup, args), None if args.past_target else TARGET,
+        )  # fmt: skip
         paper = PAPER[(name, epochs, batch)]
+        rounds_run = curve[-1][0]
         rows.append({"algorithm": name, "E": epochs, "B": batch, "learning_rate": learning_rate,
+                     "rounds_run": rounds_run, "seconds_per_round": seconds / max(rounds_run, 1),
                      "rounds_to_54": rounds_to_target(curve), "final_accuracy": curve[-1][1],
                      "paper_rounds_to_54_non_iid": paper["non_iid"], "paper_u": paper["u"],
                      "curve": curve})  # fmt: skip
-    with open(os.path.join(args.out, "results.json"), "w") as handle:
-        json.dump({"setup": vars(args), "clients": clients, "cohort": cohort.size,
+        summary = {"setup": vars(args), "clients": clients, "cohort": cohort.size,
                    "train_lines": int(counts.sum()), "space_share": spaces,
-                   "rows": rows}, handle, indent=1)  # fmt: skip
-    print("\n| algorithm | E | B | rounds to 54% (jfed) | paper, non-IID | accuracy at end |")
-    print("|---|---|---|---|---|---|")
+                   "rows": rows}  # fmt: skip
+        _write_json(os.path.join(args.out, "results.json"), summary)
+        plot(rows, os.path.join(args.out, "accuracy.png"))
+    print("\n| algorithm | E | B | rounds to 54% (jfed) | paper, non-IID | rounds run | "
+          "accuracy at end | s / round |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         reached = "not reached" if row["rounds_to_54"] is None else f"{row['rounds_to_54']:.0f}"
         print(f"| {row['algorithm']} | {row['E']} | {row['B'] or 'inf'} | {reached} | "
-              f"{row['paper_rounds_to_54_non_iid']} | {row['final_accuracy']:.4f} |")  # fmt: skip
+              f"{row['paper_rounds_to_54_non_iid']} | {row['rounds_run']} | "
+              f"{row['final_accuracy']:.4f} | {row['seconds_per_round']:.1f} |")  # fmt: skip
     return rows
 
 

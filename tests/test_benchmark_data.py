@@ -169,10 +169,21 @@ def test_the_mcmahan_study_quick_form_runs_its_code_path(lines, tmp_path):
                               "--max-lines", "3", "--rounds", "1", "--hidden", "8"])  # fmt: skip
     rows = sim["study"](args, lines)
     written = json.loads((tmp_path / "results.json").read_text())
-    assert [row["algorithm"] for row in rows] == ["FedSGD", "FedAvg"]
-    assert [len(row["curve"]) for row in written["rows"]] == [2, 2]  # before and after round 1
+    assert [(row["algorithm"], row["E"]) for row in rows] == [("FedAvg", 5), ("FedAvg", 1),
+                                                               ("FedSGD", 1)]  # fmt: skip
+    assert [len(row["curve"]) for row in written["rows"]] == [2, 2, 2]  # before and after round 1
     assert 0.0 < written["space_share"] < 1.0
-    assert written["rows"][1]["paper_rounds_to_54_non_iid"] == 164
+    assert [row["paper_rounds_to_54_non_iid"] for row in written["rows"]] == [41, 164, 3906]
+    assert (tmp_path / "accuracy.png").stat().st_size > 0
+    # every setup was checkpointed after its round: a second call resumes each at round 1 and
+    # runs nothing more (its rows are the first call's); other settings are refused
+    again = sim["study"](args, lines)
+    assert [row["curve"] for row in again] == [row["curve"] for row in rows]
+    other = sim["parse_args"](["--out", str(tmp_path), "--quick", "--clients", "4",
+                               "--max-lines", "3", "--rounds", "1", "--hidden", "8",
+                               "--seed", "1"])  # fmt: skip
+    with pytest.raises(SystemExit, match="was run with"):
+        sim["study"](other, lines)
 
 
 # ------------------------------------------------------------------------------ CIFAR

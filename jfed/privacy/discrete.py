@@ -771,8 +771,9 @@ def discrete_laplace(
       scale_bits: ``k`` in ``[0, 24]`` (``u32[]``/``i32[]``, may be traced).
       divisor: ``s >= 1`` (may be traced).
     """
-    machine = _Machine(scale_bits, divisor, 1, gaussian=False)
-    return _run_rounds(machine, key, _round_state(tuple(shape)))["value"]
+    if isinstance(divisor, int) and divisor == 1:
+        return _sampled(key, scale_bits, 1, shape=tuple(shape), gaussian=False)
+    return _sampled(key, scale_bits, 1, divisor, shape=tuple(shape), gaussian=False)
 
 
 def discrete_gaussian(
@@ -794,8 +795,17 @@ def discrete_gaussian(
       scale_bits: ``k`` in ``[0, 16]`` (integer array scalar, may be traced).
       quotient: ``m >= 1`` with ``2^k m < 2^31`` (may be traced).
     """
-    machine = _Machine(scale_bits, 1, quotient, gaussian=True)
-    return _run_rounds(machine, key, _round_state(tuple(shape)))["value"]
+    return _sampled(key, scale_bits, quotient, shape=tuple(shape), gaussian=True)
+
+
+@functools.partial(jax.jit, static_argnames=("shape", "gaussian"))
+def _sampled(key, scale_bits, quotient, divisor=None, *, shape, gaussian):
+    """The samplers' draws ``i32[shape]``, one jitted function: a program that draws several
+    times (a release per round, per tree node, per site) traces the machine once per shape,
+    not once per call. ``divisor=None`` is a divisor known to be 1 (no division compiled)."""
+    divisor = 1 if divisor is None else divisor
+    machine = _Machine(scale_bits, divisor, quotient, gaussian=gaussian)
+    return _run_rounds(machine, key, _round_state(shape))["value"]
 
 
 def bernoulli_exp(key: jax.Array, numerator: jax.Array, denominator: jax.Array) -> jax.Array:
