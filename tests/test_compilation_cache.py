@@ -21,8 +21,8 @@ print("HITS", len(hits))
 
 
 def _sweep_in_a_new_process(tmp_path, out: str, cache: str) -> int:
-    command = ["sweep", "modulated-one-shot", "--dataset", "modechoice", "--epsilon", "1,2",
-               "--seeds", "2", "--out", str(tmp_path / out), "--no-progress",
+    command = ["sweep", "modulated-one-shot", "--dataset", "modechoice", "--epsilon", "1",
+               "--seeds", "1", "--out", str(tmp_path / out), "--no-progress",
                "--compilation-cache", cache]  # fmt: skip
     result = subprocess.run(
         [sys.executable, "-c", CHILD, *command], capture_output=True, text=True, check=True,
