@@ -123,7 +123,9 @@ SLOW_IN_CI = {
     "tests/test_estimation.py::test_every_one_release_estimator_is_unbiased[central-item-laplace]":
         "the Laplace's is kept without privacy and for local users",
     "tests/test_estimation_user_level.py::test_every_user_level_estimator_is_unbiased"
-    "[local-user-large-laplace]": "[local-user-small-laplace] is kept",
+    "[local-user-large-laplace]": "[central-user-gaussian] is kept",
+    "tests/test_estimation_user_level.py::test_every_user_level_estimator_is_unbiased"
+    "[local-user-small-laplace]": "[central-user-gaussian] is kept",
     "tests/test_estimation_user_level.py::test_every_user_level_estimator_is_unbiased"
     "[central-user-laplace]": "[central-user-gaussian] is kept",
     "tests/test_client_state_host.py::test_host_and_disk_tables_give_the_device_tables_bits"

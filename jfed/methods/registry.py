@@ -30,6 +30,7 @@ from typing import Any
 
 from jfed.methods.config import Config
 from jfed.methods.fields import FixedFields
+from jfed.methods.record_fields import LABELS
 
 ENTRY_POINT_GROUP = "jfed.methods"
 PLUGIN_WARNINGS_SHOWN = "JFED_PLUGIN_WARNINGS_SHOWN"
@@ -43,7 +44,7 @@ RECORD_RESERVED = frozenset({
     "compile_seconds", "run_seconds", "calibration_seconds", "plan", "device", "slice",
     "slice_size", "shared_noise",
     "timestamp", "jfed_version", "git_commit", "versions", "config_key", "plugin",
-    "plugin_version",
+    "plugin_version", "certificate_refused", *LABELS,
 })  # fmt: skip
 """Names a configuration field may not take: what every record states beside the configuration
 (its privacy statement, selection, run and provenance; :mod:`jfed.sweep.schema`). ``epsilon``,
