@@ -73,7 +73,8 @@ def test_a_name_is_registered_once_unless_replaced(clean_registry):
         (dict(name="Test_Bad"), "expected lower-case words joined by '-'"),
         (dict(name="modulated"), "is an alias"),
         (dict(summary=""), "summary must be a non-empty string"),
-        (dict(notion="none"), "a private method states its notion"),
+        (dict(notion="none", private=True), "a private method states its notion"),
+        (dict(notion="none"), "a non-private method.s config must not declare .epsilon."),
         (dict(config=dict), "config must be a subclass of jfed.methods.Config"),
         (dict(experiment="no_colon"), "expected 'module:Class'"),
         (dict(experiment=object), "experiment must be a subclass of jfed.methods.Experiment"),
@@ -318,3 +319,16 @@ def test_the_record_writer_refuses_a_name_two_sections_state_differently():
                  "privacy": {"accountant": "analytic-gaussian"}})  # fmt: skip
     with pytest.raises(RecordCollisionError, match=r"privacy section .* metrics section"):
         flatten({"privacy": {"sigma": 1.0}, "metrics": {"sigma": 2.0}})
+
+
+def test_a_declaration_without_private_takes_it_from_its_notion():
+    """``Method(...)`` (an entry point's declaration) decides ``private`` from the notion as
+    ``register_method`` does: a method of notion "none" is non-private and registers without an
+    ``epsilon``; one with a notion is private. Negative control: stating ``private=True`` beside
+    notion "none" is still refused."""
+    assert declaration().private is True
+    assert declaration(notion="none").private is False
+    assert declaration(notion="none (a baseline)").private is False
+    assert declaration(notion="none", private=True).private is True
+    with pytest.raises(ValueError, match="a private method states its notion"):
+        registry_module.check_method(declaration(notion="none", private=True))

@@ -103,6 +103,11 @@ LEGACY_METRIC_ATTRIBUTES = {"selection_metric": "selection", "selection_maximize
 """Experiment class attributes of earlier versions -> the :class:`Metrics` field now declared."""
 
 
+def _states_no_notion(notion: Any) -> bool:
+    """Whether a method's ``notion`` says it has none (``"none"``, ``"none (...)"``)."""
+    return isinstance(notion, str) and notion.strip().lower().startswith("none")
+
+
 @dataclass(frozen=True)
 class Method:
     """One method: its configuration class and what a user needs to know before running it.
@@ -119,7 +124,9 @@ class Method:
         ``"module:Class"`` imported only when a run starts (so the command line checks flags
         before JAX loads).
       paper: the source, where there is one; ``algorithm``: the algorithm's name there.
-      private: whether it has an eps (then its configuration declares ``epsilon``).
+      private: whether it has an eps (then its configuration declares ``epsilon``); ``None``
+        (the default): whether ``notion`` is other than ``"none"``, as ``register_method``
+        decides it.
       cost: what a run of a configuration will cost, estimated without JAX:
         ``cost(config, plan) -> Cost`` (:mod:`jfed.methods.cost`; ``plan.chunk`` clients are
         vmapped at once). The command line refuses a run that cannot fit before anything
@@ -140,13 +147,15 @@ class Method:
     experiment: Any
     paper: str = ""
     algorithm: str = ""
-    private: bool = True
+    private: bool = None  # type: ignore[assignment]  # omitted: from the notion (__post_init__)
     cost: Callable[..., Any] | None = None
     metrics: Metrics | Callable[[Any], Metrics] | None = None
 
     def __post_init__(self) -> None:
         if not self.algorithm:  # the algorithm's name in its source: the method's, if none
             object.__setattr__(self, "algorithm", self.name)
+        if self.private is None:  # every registration path decides it as register_method does
+            object.__setattr__(self, "private", not _states_no_notion(self.notion))
 
     def metrics_of(self, config: Config, experiment: Any = None) -> Metrics:
         """The :class:`Metrics` of runs of ``config`` (a configuration of this method; only its
@@ -320,7 +329,7 @@ def register_method(
                 name=name, config=config, summary=summary, notion=notion, protected=protected,
                 trust_model=trust_model, experiment=experiment, paper=paper,
                 algorithm=algorithm,
-                private=notion != "none" if private is None else private, cost=cost,
+                private=not _states_no_notion(notion) if private is None else private, cost=cost,
                 metrics=metrics,
             ),
             replace=replace,
@@ -379,7 +388,7 @@ def check_method(method: Method) -> None:
     for attribute in ("summary", "notion", "protected", "trust_model"):
         if not isinstance(getattr(method, attribute), str) or not getattr(method, attribute):
             problems.append(f"{attribute} must be a non-empty string")
-    if method.private and method.notion.strip().lower().startswith("none"):
+    if method.private and _states_no_notion(method.notion):
         problems.append("a private method states its notion (e.g. 'central (eps, delta)-DP')")
     if not isinstance(method.experiment, (str, type)):
         problems.append("experiment must be an Experiment subclass or 'module:Class'")
