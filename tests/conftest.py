@@ -90,6 +90,46 @@ def both_branches(monkeypatch):
     return both
 
 
+# JFED_TEST_COMPILE_REPORT=FILE: each test's seconds of JAX tracing, lowering and XLA compilation
+# (JAX's own duration events, this process's) appended to FILE as JSON lines, to see where the
+# suite's time goes (its budget); off by default.
+_COMPILE_EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "compile",
+}
+_compile_seconds: dict[str, float] = {}
+
+
+def _count_compile_event(event: str, duration: float, **_: object) -> None:
+    if event in _COMPILE_EVENTS:
+        kind = _COMPILE_EVENTS[event]
+        _compile_seconds[kind] = _compile_seconds.get(kind, 0.0) + duration
+
+
+if os.environ.get("JFED_TEST_COMPILE_REPORT"):
+    import jax.monitoring
+
+    jax.monitoring.register_event_duration_secs_listener(_count_compile_event)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    report = os.environ.get("JFED_TEST_COMPILE_REPORT")
+    if not report:
+        return (yield)
+    import json
+    import time
+
+    _compile_seconds.clear()
+    start = time.perf_counter()
+    result = yield
+    line = {"test": item.nodeid, "seconds": time.perf_counter() - start, **_compile_seconds}
+    with open(report, "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+    return result
+
+
 def pytest_report_header(config):
     return f"jax {jax.__version__}, devices: {jax.devices()}"
 
