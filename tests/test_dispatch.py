@@ -32,8 +32,6 @@ ALLOWED = {
     ("methods/experiment.py", "self.reduce != 'all'"),
     ("methods/experiment.py", "root == 'state'"),
     ("methods/experiment.py", "output.reduce != 'all'"),
-    # a declaration's syntax: a notion of "none" says the method is not private
-    ("methods/registry.py", "notion != 'none'"),
     # Python's attribute protocol (a wrapper forwarding what it lacks), not a configuration
     ("privacy/canary_aggregator.py", "name == 'inner'"),
     # where a method's code lives (jfed's own or a plug-in's package), not a configuration
