@@ -9,7 +9,7 @@ The study is long: every ``--eval-every`` rounds each setup is checkpointed in
 draws from the seed and ``i`` alone, so a resumed run is the uninterrupted one; other settings
 are refused). A setup stops at 54% (``--past-target`` runs all ``--rounds``); ``--setups`` picks
 and orders them. ``OUT/results.json`` and ``OUT/accuracy.png`` (the curves, the paper's rounds
-marked) are rewritten after each setup.
+marked) are rewritten after every segment (the running setup's row has ``"finished": false``).
 
 The data are jfed's Shakespeare with McMahan et al.'s records (``load_shakespeare("lines",
 min_lines=2)``: a client per speaking role, each line a record, the first 80% of a role's lines
@@ -232,11 +232,12 @@ def load_checkpoint(path: str, identity: str, params: dict) -> Checkpoint | None
 
 
 def run(name, algorithm, population, test, learning_rate, rounds, eval_every, seed, chunk,
-        checkpoint_path=None, identity="", stop_at=None):  # fmt: skip
+        checkpoint_path=None, identity="", stop_at=None, on_segment=None):  # fmt: skip
     """``(curve, seconds)``: test accuracy ``[(round, accuracy)]`` every ``eval_every`` rounds
     and the seconds the rounds took. With ``checkpoint_path`` the run is saved after every
     segment and resumed from its last one (segment ``i`` draws from ``(seed, i)`` alone, so a
-    resumed run is the uninterrupted one); it stops once the accuracy reaches ``stop_at``."""
+    resumed run is the uninterrupted one); it stops once the accuracy reaches ``stop_at``;
+    ``on_segment(curve, seconds)`` is called after every segment."""
     model = algorithm.model
     params = model.init(jax.random.key(seed))
     plan = ExecutionPlan(block_size=chunk, chunk_size=chunk)
@@ -263,6 +264,8 @@ def run(name, algorithm, population, test, learning_rate, rounds, eval_every, se
               f"({seconds / (start + length):.1f} s a round)", flush=True)  # fmt: skip
         if checkpoint_path:
             save_checkpoint(checkpoint_path, identity, Checkpoint(params, curve, seconds))
+        if on_segment is not None:
+            on_segment(curve, seconds)
     return curve, seconds
 
 
@@ -361,28 +364,40 @@ def study(args: argparse.Namespace, task: FederatedTask) -> list[dict]:
           flush=True)  # fmt: skip
     checkpoints = os.path.join(args.out, "checkpoints")
     os.makedirs(checkpoints, exist_ok=True)
-    rows = []
-    for setup in args.setups:
+    rows: list[dict] = []
+
+    def row_of(setup: str, curve: list, seconds: float, finished: bool) -> dict:
         name, epochs, batch = SETUPS[setup]
-        algorithm = Round(model, cohort, population.n_max, epochs, batch)
-        learning_rate = args.fedsgd_lr if batch is None else args.fedavg_lr
-        curve, seconds = run(
-            setup, algorithm, population, test, learning_rate, args.rounds, args.eval_every,
-            args.seed, args.chunk, os.path.join(checkpoints, f"{setup}.npz"),
-            _identity(setup, args), None if args.past_target else TARGET,
-        )  # fmt: skip
         paper = PAPER[(name, epochs, batch)]
         rounds_run = curve[-1][0]
-        rows.append({"algorithm": name, "E": epochs, "B": batch, "learning_rate": learning_rate,
-                     "rounds_run": rounds_run, "seconds_per_round": seconds / max(rounds_run, 1),
-                     "rounds_to_54": rounds_to_target(curve), "final_accuracy": curve[-1][1],
-                     "paper_rounds_to_54_non_iid": paper["non_iid"], "paper_u": paper["u"],
-                     "curve": curve})  # fmt: skip
+        return {"algorithm": name, "E": epochs, "B": batch,
+                "learning_rate": args.fedsgd_lr if batch is None else args.fedavg_lr,
+                "finished": finished, "rounds_run": rounds_run,
+                "seconds_per_round": seconds / max(rounds_run, 1),
+                "rounds_to_54": rounds_to_target(curve), "final_accuracy": curve[-1][1],
+                "paper_rounds_to_54_non_iid": paper["non_iid"], "paper_u": paper["u"],
+                "curve": curve}  # fmt: skip
+
+    def write(current: list[dict]) -> None:
         summary = {"setup": vars(args), "clients": clients, "cohort": cohort.size,
                    "train_lines": int(counts.sum()), "space_share": spaces,
-                   "rows": rows}  # fmt: skip
+                   "rows": current}  # fmt: skip
         _write_json(os.path.join(args.out, "results.json"), summary)
-        plot(rows, os.path.join(args.out, "accuracy.png"))
+        plot(current, os.path.join(args.out, "accuracy.png"))
+
+    for setup in args.setups:
+        _, epochs, batch = SETUPS[setup]
+        algorithm = Round(model, cohort, population.n_max, epochs, batch)
+        curve, seconds = run(
+            setup, algorithm, population, test,
+            args.fedsgd_lr if batch is None else args.fedavg_lr, args.rounds, args.eval_every,
+            args.seed, args.chunk, os.path.join(checkpoints, f"{setup}.npz"),
+            _identity(setup, args), None if args.past_target else TARGET,
+            lambda curve, seconds, setup=setup: write([*rows, row_of(setup, curve, seconds,
+                                                                     False)]),
+        )  # fmt: skip
+        rows.append(row_of(setup, curve, seconds, True))
+        write(rows)
     print("\n| algorithm | E | B | rounds to 54% (jfed) | paper, non-IID | rounds run | "
           "accuracy at end | s / round |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")

@@ -174,6 +174,7 @@ def test_the_mcmahan_study_quick_form_runs_its_code_path(lines, tmp_path):
     assert [len(row["curve"]) for row in written["rows"]] == [2, 2, 2]  # before and after round 1
     assert 0.0 < written["space_share"] < 1.0
     assert [row["paper_rounds_to_54_non_iid"] for row in written["rows"]] == [41, 164, 3906]
+    assert all(row["finished"] for row in written["rows"])
     assert (tmp_path / "accuracy.png").stat().st_size > 0
     # every setup was checkpointed after its round: a second call resumes each at round 1 and
     # runs nothing more (its rows are the first call's); other settings are refused
