@@ -195,8 +195,6 @@ SLOW_IN_CI = {
     "claims[accel-mbsgd]": "noisy-mbsgd's correct run and tenth of its noise are kept",
     "tests/test_exact_release.py::test_the_default_dp_fedavg_release_meets_its_stated_guarantee"
     "[discrete-rdp]": "[None] (its PLD) is kept",
-    "tests/test_checkpoint.py::test_a_stopped_run_resumed_gives_the_uninterrupted_record"
-    "[dp-ftrl-extra1-True]": "dp-fedavg's resume and scaffold's table on disk are kept",
     "tests/test_discrete_tree.py::test_the_noise_has_the_tree_mechanisms_covariance[False]":
         "[True] is kept",
     "tests/test_family_grid.py::test_the_float_choice_draws_what_it_drew_before[DPDitto]":
