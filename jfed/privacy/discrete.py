@@ -165,6 +165,13 @@ def _bernoulli_from_word(key, word, numerator, denominator):
     """Bernoulli(numerator / denominator) whose first 32 bits are ``word`` (drawn by the caller);
     the rare ties (one word in 2^32) continue on fresh words from ``key``."""
     below, tie, numerator = _fraction_from_word(word, numerator, denominator)
+    return _settled(key, numerator, denominator, below, tie)
+
+
+def _settled(key, numerator, denominator, below, tie):
+    """``below`` where no word tied; each ``tie`` settled as Bernoulli(numerator / denominator)
+    of fresh words from ``key`` (the tied word's continuation, :func:`_fraction_from_word`), by a
+    loop that runs only while some lane is tied."""
 
     def body(state):
         turn, numerator, result, pending = state
@@ -596,19 +603,8 @@ def _settle_ties(key, offset: int, numerators, denominators, below, tie):
     """``bool[sites, ...]``: the verdicts ``below`` with each ``tie`` settled by fresh words
     (site ``j``'s from ``key`` folded with ``offset + _SITES[j]``), as
     :func:`_bernoulli_from_word` settles one site's."""
-    sites = jnp.asarray(_SITES) + offset
-    site_keys = jax.vmap(lambda site: jax.random.fold_in(key, site))(sites)
-
-    def body(state):
-        turn, numerators, result, pending = state
-        fresh = jax.vmap(lambda k: _words(jax.random.fold_in(k, turn), numerators.shape[1:]))(
-            site_keys
-        )
-        below, tie, following = _fraction_from_word(fresh, numerators, denominators)
-        result = jnp.where(pending & below, True, result)
-        return turn + 1, jnp.where(tie, following, numerators), result, pending & tie
-
-    return lax.while_loop(lambda s: jnp.any(s[3]), body, (0, numerators, below, tie))[2]
+    site_keys = jax.vmap(lambda site: jax.random.fold_in(key, site))(jnp.asarray(_SITES) + offset)
+    return jax.vmap(_settled)(site_keys, numerators, denominators, below, tie)
 
 
 def _round(machine: _Machine, key: jax.Array, carry: tuple, exact: jax.Array) -> tuple:
@@ -629,13 +625,14 @@ def _round(machine: _Machine, key: jax.Array, carry: tuple, exact: jax.Array) ->
                 if isinstance(fraction, int):
                     below, tie = _factorial_threshold(word, fraction)
                     following = U32(0) - word * U32(fraction)  # the low word of word j!
-                    fraction = (jnp.ones_like(word), jnp.full_like(word, fraction))
+                    denominator = jnp.full_like(word, fraction)
                 else:
                     below, tie, following = _fraction_from_word(word, *fraction)
+                    denominator = fraction[1]
                 ties.append(tie & used)
-                verdicts.append((below, tie, following, *fraction))
+                verdicts.append((below, tie, following, denominator))
             stacked = (jnp.stack(column) for column in zip(*verdicts, strict=True))
-            below, tie, following, _, denominators = stacked
+            below, tie, following, denominators = stacked
             settled = lax.cond(
                 exact,
                 lambda: _settle_ties(tie_key, 16 * i, following, denominators, below, tie),
