@@ -52,10 +52,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfed._io import replacing, write_atomic
 from jfed.data.clients import FederatedData, FederatedTask
 from jfed.data.shakespeare import VOCABULARIES, load_shakespeare
 from jfed.engine import ExecutionPlan, Uniform, simulate
 from jfed.models import CharLSTM
+from jfed.sweep import checkpoint
 
 TARGET = 0.54
 PAPER = {  # Table 2 of McMahan et al. 2017 (arXiv 1602.05629 v4), Shakespeare LSTM, 54%
@@ -199,40 +201,39 @@ class Checkpoint(NamedTuple):
     seconds: float
 
 
-def _identity(name: str, args: argparse.Namespace) -> str:
+def _identity(name: str, args: argparse.Namespace) -> dict:
     """What a checkpoint of ``name`` must have been run with to be resumed."""
     keys = ("clients", "max_lines", "fraction", "eval_every", "fedavg_lr", "fedsgd_lr", "hidden",
             "vocabulary", "chunk", "seed")  # fmt: skip
-    return json.dumps({"setup": name, **{k: getattr(args, k) for k in keys}}, sort_keys=True)
+    return {"setup": name, **{k: getattr(args, k) for k in keys}}
 
 
-def save_checkpoint(path: str, identity: str, state: Checkpoint) -> None:
-    """``state`` written to ``path`` atomically (a temporary file renamed over it)."""
-    leaves = jax.tree.leaves(state.params)
-    temporary = f"{path}.partial.npz"
-    arrays = {f"leaf{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
-    np.savez(temporary, identity=identity, curve=np.asarray(state.curve, np.float64),
-             seconds=state.seconds, **arrays)  # fmt: skip
-    os.replace(temporary, path)
+def save_checkpoint(path: str, identity: dict, state: Checkpoint) -> None:
+    """``state`` written to ``path`` whole or not at all (:func:`jfed.sweep.checkpoint.write`:
+    the model's leaves as its server state, the curve and seconds in its meta)."""
+    meta = {"round": state.curve[-1][0], "identity": identity, "curve": state.curve,
+            "seconds": state.seconds}  # fmt: skip
+    checkpoint.write(path, meta, [np.asarray(leaf) for leaf in jax.tree.leaves(state.params)],
+                     [], [])  # fmt: skip
 
 
-def load_checkpoint(path: str, identity: str, params: dict) -> Checkpoint | None:
+def load_checkpoint(path: str, identity: dict, params: dict) -> Checkpoint | None:
     """The checkpoint at ``path`` (``params`` gives the tree's structure), or None if there is
     none; ``SystemExit`` naming the difference if it was run with other settings."""
-    if not os.path.exists(path):
+    saved = checkpoint.read(path)
+    if saved is None:
         return None
-    with np.load(path) as saved:
-        if str(saved["identity"]) != identity:
-            raise SystemExit(f"{path} was run with {saved['identity']}, not {identity}: "
-                             "use the same settings or another --out")  # fmt: skip
-        leaves = [jnp.asarray(saved[f"leaf{i}"]) for i in range(len(jax.tree.leaves(params)))]
-        curve = [(int(r), float(a)) for r, a in saved["curve"]]
-        seconds = float(saved["seconds"])
-    return Checkpoint(jax.tree.unflatten(jax.tree.structure(params), leaves), curve, seconds)
+    if saved.meta["identity"] != identity:
+        raise SystemExit(f"{path} was run with {saved.meta['identity']}, not {identity}: "
+                         "use the same settings or another --out")  # fmt: skip
+    leaves = [jnp.asarray(leaf) for leaf in saved.server]
+    curve = [(int(r), float(a)) for r, a in saved.meta["curve"]]
+    return Checkpoint(jax.tree.unflatten(jax.tree.structure(params), leaves), curve,
+                      float(saved.meta["seconds"]))  # fmt: skip
 
 
 def run(name, algorithm, population, test, learning_rate, rounds, eval_every, seed, chunk,
-        checkpoint_path=None, identity="", stop_at=None, on_segment=None):  # fmt: skip
+        checkpoint_path=None, identity=None, stop_at=None, on_segment=None):  # fmt: skip
     """``(curve, seconds)``: test accuracy ``[(round, accuracy)]`` every ``eval_every`` rounds
     and the seconds the rounds took. With ``checkpoint_path`` the run is saved after every
     segment and resumed from its last one (segment ``i`` draws from ``(seed, i)`` alone, so a
@@ -311,22 +312,13 @@ SETUPS = {  # name: (algorithm, E, B), in the order the study runs them
 }
 
 
-def _write_json(path: str, value) -> None:
-    """``value`` as JSON at ``path``, atomically."""
-    with open(f"{path}.partial", "w") as handle:
-        json.dump(value, handle, indent=1)
-    os.replace(f"{path}.partial", path)
-
-
 def plot(rows: list[dict], path: str) -> None:
     """Test accuracy against rounds for every setup run, the 54% target and the paper's rounds to
     it (non-IID) marked, written to ``path`` (PNG)."""
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.2))
+    figure = Figure(figsize=(7, 4.2), layout="constrained")
+    axes = figure.subplots()
     for index, row in enumerate(rows):
         color = f"C{index}"
         rounds, accuracy = zip(*row["curve"], strict=True)
@@ -341,10 +333,8 @@ def plot(rows: list[dict], path: str) -> None:
              ylabel="test accuracy (characters)",
              title="Shakespeare LSTM, non-IID by role (McMahan et al. 2017, Table 2)")  # fmt: skip
     axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(f"{path}.partial.png", dpi=120)
-    plt.close(figure)
-    os.replace(f"{path}.partial.png", path)
+    with replacing(path, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=120)
 
 
 def study(args: argparse.Namespace, task: FederatedTask) -> list[dict]:
@@ -385,7 +375,7 @@ def study(args: argparse.Namespace, task: FederatedTask) -> list[dict]:
         summary = {"setup": vars(args), "clients": clients, "cohort": cohort.size,
                    "train_lines": int(counts.sum()), "space_share": spaces,
                    "rows": current}  # fmt: skip
-        _write_json(os.path.join(args.out, "results.json"), summary)
+        write_atomic(os.path.join(args.out, "results.json"), json.dumps(summary, indent=1))
         plot(current, os.path.join(args.out, "accuracy.png"))
 
     for setup in args.setups:
