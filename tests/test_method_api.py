@@ -323,9 +323,10 @@ def test_the_record_writer_refuses_a_name_two_sections_state_differently():
 
 def test_a_declaration_without_private_takes_it_from_its_notion():
     """``Method(...)`` (an entry point's declaration) decides ``private`` from the notion as
-    ``register_method`` does: a method of notion "none" is non-private and registers without an
-    ``epsilon``; one with a notion is private. Negative control: stating ``private=True`` beside
-    notion "none" is still refused."""
+    ``register_method`` does: a method of notion "none" is non-private (so its configuration
+    may not declare ``epsilon``: the malformed declarations above check that refusal); one with
+    a notion is private. Negative control: stating ``private=True`` beside notion "none" is
+    still refused."""
     assert declaration().private is True
     assert declaration(notion="none").private is False
     assert declaration(notion="none (a baseline)").private is False
