@@ -259,3 +259,29 @@ def test_dp_fedavg_is_unchanged():
     one = release.cohort.sampled_event(release.aggregator.event(release.params(hyper)),
                                        release.n_clients)  # fmt: skip
     assert ledger.event(hyper, 2) == dp_accounting.SelfComposedDpEvent(one, 2)
+
+
+def test_families_that_account_one_release_a_round_refuse_a_looped_one():
+    """Silo, regression and estimation experiments compose one release a round: a ledger whose
+    release runs 3 times a round (or that holds two) is refused in one line naming the loop,
+    not accounted once. Negative controls: the same release at one run, or in a loop whose
+    steps take each client once (``disjoint_steps``), is returned."""
+    import dataclasses
+
+    from jfed.engine.clients import Ledger
+    from jfed.methods import build_experiment, declared
+
+    experiment = build_experiment(declared.NoisyMBSGD(dataset="digits-bylabel", seed=0))
+    (release,) = experiment.ledger().releases
+    assert Ledger([release]).only_release("a silo round") is release
+    looped = dataclasses.replace(release, runs_per_round=3, where="inside lax.scan of length 3")
+    with pytest.raises(ValueError, match=r"runs 3 times a round \(inside lax.scan of length 3\)"):
+        Ledger([looped]).only_release("a silo round")
+    with pytest.raises(ValueError, match="this round recorded 2"):
+        Ledger([release, release]).only_release("a silo round")
+    disjoint = dataclasses.replace(looped, disjoint_steps=True)
+    assert Ledger([disjoint]).only_release("a silo round") is disjoint
+    # the silo family's accounting reads the ledger through it
+    experiment.ledger = lambda: Ledger([looped])
+    with pytest.raises(ValueError, match="a silo round accounts its release once a round"):
+        experiment.composed_event(None)

@@ -207,6 +207,17 @@ class Release:
         return participation_of(self.aggregator) is not None
 
 
+def refuse_repeated(release: Release, family: str) -> None:
+    """``ValueError`` where ``release`` runs more than once a round (a loop's steps that may
+    take a client again): ``family``'s accounting composes it once a round."""
+    if release.runs_per_round != 1 and not release.disjoint_steps:
+        raise ValueError(
+            f"{family} accounts its release once a round, but "
+            f"{type(release.aggregator).__name__} runs {release.runs_per_round} times a round "
+            f"({release.where}): release it once a round (outside the loop)"
+        )
+
+
 @dataclass
 class Ledger:
     """The releases of one round, in the order the round made them (filled while it is traced)."""
@@ -261,6 +272,21 @@ class Ledger:
         self.releases.append(Release(aggregator, cohort, int(n_clients), paths, treedef,
                                      site.runs, site.describe(), disjoint_steps))  # fmt: skip
         self._sites.append(site)
+
+    def only_release(self, family: str) -> Release:
+        """The round's one release, for a family whose guarantee composes one release a round
+        (``family`` names it in messages: ``"a silo round"``); ``ValueError`` where the round
+        made another number of releases, or runs its one release more than once (inside a
+        loop: :attr:`Release.runs_per_round`), which that family's accounting would count
+        once."""
+        if len(self.releases) != 1:
+            raise ValueError(
+                f"{family} makes one release, but this round recorded {len(self.releases)}: "
+                "release once a round, or account the round with Ledger.event"
+            )
+        (release,) = self.releases
+        refuse_repeated(release, family)
+        return release
 
     @property
     def adjacency(self) -> Adjacency:

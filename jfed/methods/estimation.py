@@ -47,6 +47,7 @@ from jfed.algorithms.estimation_aggregators import (
     LaplaceNoise,
     batch_means_grid_norm,
 )
+from jfed.engine.clients import refuse_repeated
 from jfed.methods import declared
 from jfed.methods.experiment import Experiment, Output, guarantee_of, timings
 from jfed.methods.record_fields import RecordFields
@@ -221,6 +222,7 @@ def round_event(ledger: Any, hyper: Any, disjoint: bool = False) -> Any:
     leaves = dict(jax.tree_util.tree_flatten_with_path(hyper)[0])
     events = []
     for release in ledger.releases:
+        refuse_repeated(release, "an estimation round")
         # as Release.params reads them (the f32 numbers that ran), arrays included
         arrays = [np.asarray(leaves[path], np.float32).astype(np.float64)
                   for path in release.params_paths]  # fmt: skip
@@ -685,7 +687,7 @@ def calibrate_functional(
     if shape.private:
         if ledger is None:
             ledger = round_ledger(_functional_program(config, grid_norm), config.servers)
-        (release,) = ledger.releases
+        release = ledger.only_release("a functional-estimation round")
         event = coupled_gaussian(round_event(ledger, hp))
         certified = spent(event, delta - coupling, accountant=Analytic(),
                           adjacency=ledger.adjacency)  # fmt: skip

@@ -327,7 +327,7 @@ class RegressionExperiment(Experiment):
                    "sensitivity": message_sensitivity,
                    "mechanism_model": EXACT_MODEL if self.exact else float_model()}  # fmt: skip
         if self.exact:
-            (release,) = self.ledger().releases
+            release = self.ledger().only_release("a regression round")
             aggregator = release.aggregator
             params = aggregator.grid_params(release.params(hyper))
             fields |= {"sigma": self.grid.noise_std(params), "grid_norm": self.grid.grid_norm,
@@ -411,7 +411,7 @@ class ModulatedExperiment(RegressionExperiment):
         guarantee = super().certify_run(hyper, delta, accountant)
         if self.exact:
             return guarantee
-        (release,) = self.ledger().releases  # the round's one release: the map
+        release = self.ledger().only_release("a regression round")
         multiplier = release.aggregator.event(release.params(hyper)).noise_multiplier
         return modulated.reach_statement(guarantee, multiplier, self.rounds, accountant)
 

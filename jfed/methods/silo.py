@@ -246,14 +246,14 @@ class SiloExperiment(CanaryAudit, Experiment):
         Gaussian adds to delta at ``epsilon`` (T: the total variation over one silo's whole run,
         :meth:`~jfed.algorithms.silo_aggregators.SiloDiscreteGaussian.coupling_total_variation`;
         0 for float noise)."""
-        (release,) = (ledger or self.ledger()).releases
+        release = (ledger or self.ledger()).only_release("a silo round")
         variation = release.aggregator.coupling_total_variation(self.rounds)
         return coupling_delta(epsilon, variation)
 
     def delta_left(self, epsilon: float, delta: float) -> float:
         """``delta - coupling_delta(epsilon)``: what the accountant certifies at, refused (naming
         ``--epsilon``) where the coupling's share leaves no delta."""
-        (release,) = self.ledger().releases
+        release = self.ledger().only_release("a silo round")
         variation = release.aggregator.coupling_total_variation(self.rounds)
         return delta_after_coupling(epsilon, variation, delta)
 
@@ -281,7 +281,7 @@ class SiloExperiment(CanaryAudit, Experiment):
 
     def grid_release(self, ledger=None) -> silo_aggregators.SiloDiscreteGaussian:
         """An exact run's release of one silo (Local SGD's steps, an audit's inner release)."""
-        (release,) = (ledger or self.ledger()).releases
+        release = (ledger or self.ledger()).only_release("a silo round")
         aggregator = release.aggregator
         while not isinstance(aggregator, silo_aggregators.SiloDiscreteGaussian):
             aggregator = aggregator.inner  # an audit's, Local SGD's steps' (self.exact)
@@ -291,7 +291,7 @@ class SiloExperiment(CanaryAudit, Experiment):
         """An exact run's noise that its grid cannot draw is refused, naming the flags."""
         if not self.exact:
             return
-        (release,) = self.ledger().releases
+        release = self.ledger().only_release("a silo round")
         try:
             self.grid_release().check(_params_as_ran(release, hyper))
         except ValueError as error:
@@ -387,7 +387,7 @@ class SiloExperiment(CanaryAudit, Experiment):
         """The run's event at host hyper-parameters ``hyper`` as the releases compose: the round's
         release (:meth:`ledger`, or ``ledger``) at the parameters that ran, over the rounds the
         sampler composes."""
-        (release,) = (ledger or self.ledger()).releases  # a silo round releases once
+        release = (ledger or self.ledger()).only_release("a silo round")
         event = release.aggregator.event(_params_as_ran(release, hyper))
         # an exact release is accounted as the continuous Gaussian it is coupled to (its total
         # variation is added to delta: coupling_delta)
@@ -758,7 +758,7 @@ class ShuffleExperiment(SiloExperiment):
 
     def released_messages(self, ledger=None) -> ShuffledMessages:
         """The round's messages as the program releases them (an audit's inner aggregator)."""
-        (release,) = (ledger or self.ledger()).releases
+        release = (ledger or self.ledger()).only_release("a silo round")
         return getattr(release.aggregator, "inner", release.aggregator)
 
     def grid_release(self, ledger=None) -> silo_aggregators.SiloDiscreteGaussian:
