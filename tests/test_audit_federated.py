@@ -59,6 +59,25 @@ def test_a_correct_run_audits_below_its_certified_epsilon(audited):
     assert record["audit_delta"] == pytest.approx(record["delta"], rel=1e-6)
 
 
+def test_the_summary_line_shows_the_audits_bound(audited, monkeypatch, capsys):
+    """``jfed run``'s line ends with the audit's bound (the run itself is the fixture's: the
+    command's run is replaced by it); a run without canaries shows none (the negative control:
+    the same line without the audit fields)."""
+    from jfed.cli import main as cli
+
+    sizes = "--clients 1000 --rounds 12 --cohort-size 100 --hidden 32 --epsilon 1 --delta 1e-5"
+    argv = ["run", "dp-fedavg", *sizes.split(), "--audit-canaries", "400"]
+    monkeypatch.setattr(cli, "_run", lambda args, config: audited)
+    assert jfed.main(argv) == 0
+    line = capsys.readouterr().out.strip()
+    bound = f"audit eps >= {audited['audit_epsilon_lower']:.3g} (95% one-run bound, 400 canaries)"
+    assert line.endswith(f"| {bound}") and "privacy: " in line
+    plain = {k: v for k, v in audited.items() if not k.startswith("audit_")}
+    monkeypatch.setattr(cli, "_run", lambda args, config: plain)
+    assert jfed.main(argv[:-2]) == 0
+    assert "audit" not in capsys.readouterr().out
+
+
 def test_without_canaries_nothing_is_audited_and_the_real_clients_train_alike(audited):
     plain = jfed.run(declared.DPFedAvg(**AUDITED))
     assert not any(name.startswith("audit_epsilon") for name in plain)

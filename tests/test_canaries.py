@@ -327,3 +327,16 @@ def test_estimators_reject_bad_input():
         canary_audit.one_shot_estimate(scores, DELTA, dimension=500)
     with pytest.raises(UsageError, match="delta"):
         canary_audit.two_gaussians_epsilon(0.0, 1.0, 1.0, 2.0, 0.0)
+
+
+@pytest.mark.parametrize(("confidence", "brief"), [
+    (0.95, "audit eps >= 0.412 (95% one-run bound, 400 canaries)"),
+    (None, "audit eps ~ 0.412 (one-run estimate, 400 canaries)"),
+])  # fmt: skip
+def test_a_records_audit_reads_back_and_reads_briefly(confidence, brief):
+    """A record's audit fields give back the audit they were written from, and its part of the
+    summary line says bound or estimate; a record without them has no audit."""
+    audit = canary_audit.AuditSummary(0.4123, 1e-5, canary_audit.ONE_RUN, 400, confidence)
+    assert canary_audit.AuditSummary.from_record(audit.to_fields()) == audit
+    assert audit.brief() == brief
+    assert canary_audit.AuditSummary.from_record({"epsilon_certified": 1.0}) is None

@@ -173,6 +173,15 @@ def _answer_account(args: argparse.Namespace) -> tuple[dict, str]:
         raise UsageError(str(error)) from error
 
 
+def summary_line(summary: str, record: dict) -> str:
+    """The line ``jfed run`` prints: the method's ``summary`` of ``record``, then an audited
+    run's audit (:meth:`~jfed.privacy.canary_audit.AuditSummary.brief`)."""
+    from jfed.privacy.canary_audit import AuditSummary
+
+    audit = AuditSummary.from_record(record)
+    return summary if audit is None else f"{summary} | {audit.brief()}"
+
+
 def to_stdout(path: str | None) -> bool:
     """Whether ``--json path`` writes the record to standard output (``-``, ``/dev/stdout``,
     ``/dev/fd/1``): the human line is then left out, so that stdout holds the JSON alone."""
@@ -384,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         if not to_stdout(args.json):  # a refused certificate prints no eps (warned above)
             refused = record.get("certificate_refused")
             print(f"{record['method']}: no privacy certificate" if refused else
-                  declared.load().summary(record))  # fmt: skip
+                  summary_line(declared.load().summary(record), record))  # fmt: skip
     except UsageError as error:
         print(f"jfed: error: {one_line(str(error))}", file=sys.stderr)
         return 2

@@ -37,7 +37,9 @@ References:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import special, stats
@@ -88,6 +90,33 @@ class AuditSummary:
             "audit_delta": self.delta,
             "audit_notion": AUDIT_NOTION,
         }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> AuditSummary | None:
+        """The audit a run record states (its ``audit_*`` fields, :meth:`to_fields`), or
+        ``None`` where the run was not audited."""
+        lower, estimate = record.get("audit_epsilon_lower"), record.get("audit_epsilon_estimate")
+        stated = lower if lower is not None else estimate
+        if stated is None:
+            return None
+        return cls(
+            epsilon=float(stated),
+            delta=float(record["audit_delta"]),
+            estimator=str(record["audit_estimator"]),
+            canaries=int(record["audit_canary_count"]),
+            confidence=None if lower is None else float(record["audit_confidence"]),
+        )
+
+    def brief(self) -> str:
+        """The audit's part of a run's summary line: ``audit eps >= 0.41 (95% one-run bound, 400
+        canaries)``, or ``audit eps ~ 0.8 (one-shot estimate, ...)``."""
+        name = self.estimator.split(" (")[0]
+        if self.is_lower_bound:
+            return (
+                f"audit eps >= {self.epsilon:.3g} ({self.confidence:.0%} {name} bound, "
+                f"{self.canaries} canaries)"
+            )
+        return f"audit eps ~ {self.epsilon:.3g} ({name} estimate, {self.canaries} canaries)"
 
     def describe(self) -> str:
         """One line for humans."""
