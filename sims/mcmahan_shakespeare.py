@@ -328,7 +328,8 @@ def plot(rows: list[dict], path: str) -> None:
                      label=f"paper: 54% at round {row['paper_rounds_to_54_non_iid']}")  # fmt: skip
     axes.axhline(TARGET, color="grey", linewidth=0.8)
     last = max(max(row["rounds_run"], row["paper_rounds_to_54_non_iid"]) for row in rows)
-    axes.set(xscale="symlog", xlim=(0, last * 1.2), ylim=(0, 0.65),
+    axes.set_xscale("symlog", linthresh=1.0)  # matplotlib's default is linear to 2
+    axes.set(xlim=(0, last * 1.2), ylim=(0, 0.65),
              xlabel="communication rounds (linear to 1, then logarithmic)",
              ylabel="test accuracy (characters)",
              title="Shakespeare LSTM, non-IID by role (McMahan et al. 2017, Table 2)")  # fmt: skip
